@@ -1,0 +1,2 @@
+//! Tensors and the reverse-mode engine of exactgrad.
+#![warn(missing_docs)]

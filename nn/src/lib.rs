@@ -1,0 +1,2 @@
+//! Modules, losses, optimizers and data sets of exactgrad.
+#![warn(missing_docs)]
