@@ -1,3 +1,20 @@
 //! Kernels and backends of exactgrad.
+//!
+//! [`ScalarRefBackend`] is the in-tree oracle: plain loops in the canonical order defined by
+//! `docs/arithmetic.md`. The [`scalar`] module holds its per-element definitions, which are
+//! `no_std` and allocation-free so that the arena tape reuses them, and [`transcendental`]
+//! the exact polynomial functions.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+pub mod lane;
+pub mod scalar;
+#[cfg(feature = "alloc")]
+pub mod scalar_ref;
+pub mod transcendental;
+
+#[cfg(feature = "alloc")]
+pub use scalar_ref::ScalarRefBackend;

@@ -1,0 +1,424 @@
+//! The scalar definitions of every kernel: plain loops in the canonical order.
+//!
+//! These functions are the arithmetic contract of exact mode written as simply as
+//! possible (see `docs/arithmetic.md`). They are `no_std` and allocation-free so that the
+//! arena tape can reuse them. Every SIMD path must reproduce their bits.
+
+use crate::transcendental as tr;
+use exactgrad_core::{BinaryOp, UnaryOp, CANONICAL_NAN};
+
+/// Rewrites any NaN to the canonical NaN `0x7FC00000`; other values pass unchanged.
+#[inline]
+pub fn canon(x: f32) -> f32 {
+    if x.is_nan() {
+        CANONICAL_NAN
+    } else {
+        x
+    }
+}
+
+/// Correctly rounded IEEE square root (the hardware instruction with std; an integer
+/// digit recurrence giving the same bits without).
+#[inline]
+pub fn sqrt(x: f32) -> f32 {
+    #[cfg(feature = "std")]
+    {
+        x.sqrt()
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        sqrt_digits(x)
+    }
+}
+
+/// Correctly rounded f32 square root by integer digit recurrence (no floating-point
+/// instruction involved); equal to IEEE `sqrt` for every input.
+pub fn sqrt_digits(x: f32) -> f32 {
+    if x.is_nan() || x < 0.0 {
+        return if x == 0.0 { x } else { CANONICAL_NAN };
+    }
+    if x == 0.0 || x.is_infinite() {
+        return x;
+    }
+    let bits = x.to_bits();
+    let mut exp = ((bits >> 23) & 0xff) as i32;
+    let mut mant = bits & 0x7f_ffff;
+    if exp == 0 {
+        let shift = mant.leading_zeros() as i32 - 8;
+        mant <<= shift;
+        exp = 1 - shift;
+        mant &= 0x7f_ffff;
+    }
+    let mut m = u64::from(mant | 0x80_0000);
+    let mut e = exp - 127;
+    if e & 1 != 0 {
+        m <<= 1;
+        e -= 1;
+    }
+    // sqrt(m * 2^-23) * 2^(e/2): integer square root of m << 23 has 24 or 25 bits.
+    let n = m << 25;
+    let mut r: u64 = 0;
+    let mut rem = n;
+    let mut bit: u64 = 1 << 62;
+    while bit > rem {
+        bit >>= 2;
+    }
+    while bit != 0 {
+        if rem >= r + bit {
+            rem -= r + bit;
+            r = (r >> 1) + bit;
+        } else {
+            r >>= 1;
+        }
+        bit >>= 2;
+    }
+    // r = floor(sqrt(m << 25)) carries one extra bit beyond the 24-bit significand.
+    let round_bit = r & 1;
+    let mut sig = r >> 1;
+    if round_bit == 1 {
+        // Exactly half way is impossible for a square root unless the remainder is zero
+        // and the low bit pattern matches; check the remainder to decide ties.
+        if rem != 0 || (sig & 1) == 1 {
+            sig += 1;
+        }
+    }
+    let mut result_exp = e / 2 + 127;
+    if sig >> 24 != 0 {
+        sig >>= 1;
+        result_exp += 1;
+    }
+    f32::from_bits(((result_exp as u32) << 23) | (sig as u32 & 0x7f_ffff))
+}
+
+/// `x^p` for a scalar exponent, as exact mode defines it (`docs/arithmetic.md`):
+/// `p = 0` gives 1; `p = 0.5` the IEEE square root; an integer `|p| <= 64` repeated
+/// squaring (then one reciprocal for negative `p`); anything else `exp(p · log(x))` with the
+/// exact polynomials, NaN for negative `x`.
+pub fn powf(x: f32, p: f32) -> f32 {
+    if p == 0.0 {
+        return 1.0;
+    }
+    if p == 1.0 {
+        return x;
+    }
+    if p == 0.5 {
+        if x == f32::NEG_INFINITY {
+            return f32::INFINITY;
+        }
+        return sqrt(x) + 0.0;
+    }
+    if p == (p as i32) as f32 && p.abs() <= 64.0 {
+        let mut n = (p as i32).unsigned_abs();
+        let mut base = x;
+        let mut acc = 1.0f32;
+        let mut first = true;
+        while n != 0 {
+            if n & 1 == 1 {
+                acc = if first { base } else { acc * base };
+                first = false;
+            }
+            n >>= 1;
+            if n != 0 {
+                base *= base;
+            }
+        }
+        return if p < 0.0 { 1.0 / acc } else { acc };
+    }
+    if x.is_nan() || p.is_nan() {
+        return CANONICAL_NAN;
+    }
+    if x < 0.0 {
+        return CANONICAL_NAN;
+    }
+    if x == 0.0 {
+        return if p > 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    if x == f32::INFINITY {
+        return if p > 0.0 { f32::INFINITY } else { 0.0 };
+    }
+    tr::exp(p * tr::log(x))
+}
+
+/// One element of [`UnaryOp`] in exact mode (before NaN canonicalisation).
+#[inline]
+pub fn unary(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => f32::from_bits(x.to_bits() & 0x7fff_ffff),
+        UnaryOp::Relu => {
+            if x > 0.0 || x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::LeakyRelu(s) => {
+            if x > 0.0 {
+                x
+            } else {
+                x * s
+            }
+        }
+        UnaryOp::Sigmoid => tr::sigmoid(x),
+        UnaryOp::Tanh => tr::tanh(x),
+        UnaryOp::Exp => tr::exp(x),
+        UnaryOp::Log => tr::log(x),
+        UnaryOp::Sqrt => sqrt(x),
+        UnaryOp::GeluErf => tr::gelu_erf(x),
+        UnaryOp::GeluTanh => tr::gelu_tanh(x),
+        UnaryOp::Pow(p) => powf(x, p),
+        UnaryOp::Clamp(lo, hi) => {
+            if x.is_nan() {
+                x
+            } else {
+                let t = if x < lo { lo } else { x };
+                if t > hi {
+                    hi
+                } else {
+                    t
+                }
+            }
+        }
+        UnaryOp::AddScalar(c) => x + c,
+        UnaryOp::MulScalar(c) => x * c,
+    }
+}
+
+/// One element of the backward rule of a [`UnaryOp`]: the gradient with respect to `x`
+/// given the forward input `x`, output `y` and incoming gradient `g`.
+#[inline]
+pub fn unary_backward(op: UnaryOp, x: f32, y: f32, g: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -g,
+        UnaryOp::Abs => {
+            if x > 0.0 {
+                g
+            } else if x < 0.0 {
+                -g
+            } else if x == 0.0 {
+                0.0
+            } else {
+                g * x
+            }
+        }
+        UnaryOp::Relu => {
+            if y <= 0.0 {
+                0.0
+            } else {
+                g
+            }
+        }
+        UnaryOp::LeakyRelu(s) => {
+            if x > 0.0 {
+                g
+            } else {
+                g * s
+            }
+        }
+        UnaryOp::Sigmoid => g * (y * (1.0 - y)),
+        UnaryOp::Tanh => g * (1.0 - y * y),
+        UnaryOp::Exp => g * y,
+        UnaryOp::Log => g / x,
+        UnaryOp::Sqrt => g / (2.0 * y),
+        UnaryOp::GeluErf => g * tr::gelu_erf_grad(x),
+        UnaryOp::GeluTanh => g * tr::gelu_tanh_grad(x),
+        UnaryOp::Pow(p) => {
+            if p == 0.0 {
+                0.0
+            } else {
+                g * (p * powf(x, p - 1.0))
+            }
+        }
+        UnaryOp::Clamp(lo, hi) => {
+            if x >= lo && x <= hi {
+                g
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::AddScalar(_) => g,
+        UnaryOp::MulScalar(c) => g * c,
+    }
+}
+
+/// One element of a [`BinaryOp`].
+#[inline]
+pub fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+    }
+}
+
+/// Sum of `x` in f64, increasing index order, from +0, rounded once to f32.
+pub fn sum_f64(x: &[f32]) -> f32 {
+    let mut acc = 0.0f64;
+    for &v in x {
+        acc += f64::from(v);
+    }
+    acc as f32
+}
+
+/// The canonical dot product: one f32 accumulator from +0, index increasing, each
+/// product rounded before it is added.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: lengths differ");
+    let mut acc = 0.0f32;
+    for i in 0..a.len() {
+        acc += a[i] * b[i];
+    }
+    acc
+}
+
+/// The canonical GEMM over strided row-major-addressed matrices:
+/// `c[i*ldc + j] = Σ_p a[i*rsa + p*csa] * b[p*rsb + j*csb]`, each output one f32
+/// accumulator from +0, `p` increasing, multiply and add rounded separately. Outputs are
+/// overwritten (not accumulated into).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    rsa: usize,
+    csa: usize,
+    b: &[f32],
+    rsb: usize,
+    csb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0.0f32;
+            for p in 0..k {
+                acc += a[i * rsa + p * csa] * b[p * rsb + j * csb];
+            }
+            c[i * ldc + j] = acc;
+        }
+    }
+}
+
+/// Largest element of a row (the first NaN if any, so NaN propagates).
+fn row_max(x: &[f32]) -> f32 {
+    let mut m = f32::NEG_INFINITY;
+    for &v in x {
+        if v.is_nan() {
+            return v;
+        }
+        if v > m {
+            m = v;
+        }
+    }
+    m
+}
+
+/// Softmax of one row: `m = max x`, `e_i = exp(x_i - m)`, `s = Σ e_i` in f64 rounded once,
+/// `y_i = e_i / s`. An empty row writes nothing.
+pub fn softmax_row(x: &[f32], out: &mut [f32]) {
+    let m = row_max(x);
+    let mut s = 0.0f64;
+    for (o, &v) in out.iter_mut().zip(x) {
+        let e = tr::exp(v - m);
+        *o = e;
+        s += f64::from(e);
+    }
+    let s = s as f32;
+    for o in out.iter_mut() {
+        *o /= s;
+    }
+}
+
+/// Log-softmax of one row: `y_i = (x_i - m) - log(s)` with `m` and `s` as in
+/// [`softmax_row`].
+pub fn log_softmax_row(x: &[f32], out: &mut [f32]) {
+    let m = row_max(x);
+    let mut s = 0.0f64;
+    for &v in x {
+        s += f64::from(tr::exp(v - m));
+    }
+    let ls = tr::log(s as f32);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - m) - ls;
+    }
+}
+
+/// Backward of [`softmax_row`]: `d = Σ g_i·y_i` (exact f64 products, f64 sum, rounded
+/// once), `out_i = y_i · (g_i − d)`.
+pub fn softmax_row_backward(y: &[f32], g: &[f32], out: &mut [f32]) {
+    let mut d = 0.0f64;
+    for (&yi, &gi) in y.iter().zip(g) {
+        d += f64::from(yi) * f64::from(gi);
+    }
+    let d = d as f32;
+    for ((o, &yi), &gi) in out.iter_mut().zip(y).zip(g) {
+        *o = yi * (gi - d);
+    }
+}
+
+/// Backward of [`log_softmax_row`]: `s = Σ g_i` in f64 rounded once,
+/// `out_i = g_i − exp(y_i)·s`.
+pub fn log_softmax_row_backward(y: &[f32], g: &[f32], out: &mut [f32]) {
+    let s = sum_f64(g);
+    for ((o, &yi), &gi) in out.iter_mut().zip(y).zip(g) {
+        *o = gi - tr::exp(yi) * s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqrt_digits_matches_hardware_on_samples() {
+        let mut state = 0x9E37_79B9u32;
+        let mut check = |x: f32| {
+            let want = x.sqrt();
+            let got = sqrt_digits(x);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "sqrt({x:e}) = {got:e}, want {want:e}"
+            );
+        };
+        for x in [0.0, -0.0, 1.0, 2.0, 4.0, 1e-45, 1e-40, 3.4e38, f32::INFINITY, -1.0] {
+            check(x);
+        }
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            check(f32::from_bits(state & 0x7fff_ffff));
+        }
+    }
+
+    #[test]
+    fn integer_powers_are_products() {
+        assert_eq!(powf(3.0, 2.0), 9.0);
+        assert_eq!(powf(2.0, -2.0), 0.25);
+        assert_eq!(powf(-2.0, 3.0), -8.0);
+        assert_eq!(powf(f32::NAN, 0.0), 1.0);
+        assert!(powf(-2.0, 0.5).is_nan());
+        assert_eq!(powf(0.0, -1.0), f32::INFINITY);
+    }
+
+    #[test]
+    fn gemm_is_canonical_order() {
+        // 1e8 + 1 - 1e8 in f32 loses the 1 only if added in this order.
+        let a = [1e8f32, 1.0, -1e8];
+        let b = [1.0f32, 1.0, 1.0];
+        let mut c = [0.0f32];
+        gemm(1, 3, 1, &a, 3, 1, &b, 1, 1, &mut c, 1);
+        assert_eq!(c[0], ((1e8f32 + 1.0) - 1e8));
+        assert_eq!(c[0], dot(&a, &b));
+    }
+
+    #[test]
+    fn relu_and_clamp_keep_nan() {
+        assert!(unary(UnaryOp::Relu, f32::NAN).is_nan());
+        assert!(unary(UnaryOp::Clamp(0.0, 1.0), f32::NAN).is_nan());
+        assert_eq!(unary(UnaryOp::Clamp(0.0, 1.0), 2.0), 1.0);
+        assert_eq!(unary(UnaryOp::Relu, -0.0).to_bits(), 0.0f32.to_bits());
+    }
+}

@@ -1,0 +1,228 @@
+//! `ScalarRefBackend`: the in-tree oracle. Plain loops over [`crate::scalar`], no SIMD, no
+//! threads. Every other backend's exact mode must reproduce its bits.
+
+use crate::scalar::{self, canon};
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+
+/// The scalar reference backend (exact mode): the definition of every kernel's bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScalarRefBackend;
+
+/// Calls `f` with the storage offsets of every element of several layouts of one shape,
+/// walked together in row-major order.
+pub(crate) fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usize; N])) {
+    let shape = &layouts[0].shape;
+    let n = shape.numel();
+    if n == 0 {
+        return;
+    }
+    let rank = shape.rank();
+    let mut pos: [usize; N] = core::array::from_fn(|i| layouts[i].offset);
+    if rank == 0 {
+        f(pos);
+        return;
+    }
+    let last = rank - 1;
+    let inner = shape[last];
+    let inner_strides: [usize; N] = core::array::from_fn(|i| layouts[i].strides[last]);
+    let mut idx = vec![0usize; rank];
+    loop {
+        let mut p = pos;
+        for _ in 0..inner {
+            f(p);
+            for i in 0..N {
+                p[i] += inner_strides[i];
+            }
+        }
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            for i in 0..N {
+                pos[i] += layouts[i].strides[d];
+            }
+            if idx[d] < shape[d] {
+                break;
+            }
+            for i in 0..N {
+                pos[i] -= layouts[i].strides[d] * shape[d];
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Splits a layout into the layout of its kept dimensions and that of its reduced ones.
+pub(crate) fn split_reduce(layout: &Layout, reduce: &[bool]) -> (Layout, Layout) {
+    assert_eq!(reduce.len(), layout.rank(), "sum: reduce flags do not match rank");
+    let mut kept = (Vec::new(), Vec::new());
+    let mut red = (Vec::new(), Vec::new());
+    for d in 0..layout.rank() {
+        let target = if reduce[d] { &mut red } else { &mut kept };
+        target.0.push(layout.shape[d]);
+        target.1.push(layout.strides[d]);
+    }
+    (
+        Layout {
+            shape: kept.0.into(),
+            strides: kept.1,
+            offset: layout.offset,
+        },
+        Layout {
+            shape: red.0.into(),
+            strides: red.1,
+            offset: 0,
+        },
+    )
+}
+
+impl Backend for ScalarRefBackend {
+    type Storage = Vec<f32>;
+
+    fn name(&self) -> String {
+        String::from("scalar-ref")
+    }
+
+    fn mode(&self) -> ComputeMode {
+        ComputeMode::Exact
+    }
+
+    fn zeros(&self, len: usize) -> Vec<f32> {
+        vec![0.0; len]
+    }
+
+    fn from_vec(&self, data: Vec<f32>) -> Vec<f32> {
+        data
+    }
+
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+        assert_eq!(out.len(), layout.numel(), "copy_strided: output length");
+        let mut i = 0;
+        layout.for_each_index(|s| {
+            out[i] = src[s];
+            i += 1;
+        });
+    }
+
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+        assert_eq!(x.len(), out.len(), "unary: lengths differ");
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = canon(scalar::unary(op, v));
+        }
+    }
+
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+        assert!(x.len() == g.len() && y.len() == g.len() && out.len() == g.len());
+        for i in 0..g.len() {
+            out[i] = canon(scalar::unary_backward(op, x[i], y[i], g[i]));
+        }
+    }
+
+    fn binary(&self, op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]) {
+        assert_eq!(out.len(), la.numel(), "binary: output length");
+        assert_eq!(la.shape, lb.shape, "binary: layouts not broadcast to one shape");
+        let mut i = 0;
+        walk([la, lb], |[ia, ib]| {
+            out[i] = canon(scalar::binary(op, a[ia], b[ib]));
+            i += 1;
+        });
+    }
+
+    fn select(
+        &self,
+        cond: &[f32],
+        lc: &Layout,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        assert_eq!(out.len(), lc.numel(), "select: output length");
+        let mut i = 0;
+        walk([lc, la, lb], |[ic, ia, ib]| {
+            out[i] = if cond[ic] != 0.0 { a[ia] } else { b[ib] };
+            i += 1;
+        });
+    }
+
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+        let (kept, red) = split_reduce(layout, reduce);
+        assert_eq!(out.len(), kept.numel(), "sum: output length");
+        let mut i = 0;
+        kept.for_each_index(|base| {
+            let mut acc = 0.0f64;
+            let inner = Layout {
+                offset: base,
+                ..red.clone()
+            };
+            inner.for_each_index(|s| acc += f64::from(x[s]));
+            out[i] = canon(acc as f32);
+            i += 1;
+        });
+    }
+
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+        let MatmulSpec { batch, m, k, n, .. } = *spec;
+        assert_eq!(out.len(), batch * m * n, "matmul: output length");
+        for bi in 0..batch {
+            let ao = spec.a_offset + bi * spec.a_strides[0];
+            let bo = spec.b_offset + bi * spec.b_strides[0];
+            let c = &mut out[bi * m * n..(bi + 1) * m * n];
+            scalar::gemm(
+                m,
+                k,
+                n,
+                &a[ao..],
+                spec.a_strides[1],
+                spec.a_strides[2],
+                &b[bo..],
+                spec.b_strides[1],
+                spec.b_strides[2],
+                c,
+                n,
+            );
+            for v in c.iter_mut() {
+                *v = canon(*v);
+            }
+        }
+    }
+
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+        assert!(x.len() == rows * cols && out.len() == rows * cols, "softmax: lengths");
+        for r in 0..rows {
+            let (xs, os) = (&x[r * cols..(r + 1) * cols], &mut out[r * cols..(r + 1) * cols]);
+            if log {
+                scalar::log_softmax_row(xs, os);
+            } else {
+                scalar::softmax_row(xs, os);
+            }
+            for v in os.iter_mut() {
+                *v = canon(*v);
+            }
+        }
+    }
+
+    fn softmax_backward(&self, y: &[f32], g: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+        assert!(y.len() == rows * cols && g.len() == rows * cols && out.len() == rows * cols);
+        for r in 0..rows {
+            let s = r * cols..(r + 1) * cols;
+            let os = &mut out[s.clone()];
+            if log {
+                scalar::log_softmax_row_backward(&y[s.clone()], &g[s], os);
+            } else {
+                scalar::softmax_row_backward(&y[s.clone()], &g[s], os);
+            }
+            for v in os.iter_mut() {
+                *v = canon(*v);
+            }
+        }
+    }
+}
