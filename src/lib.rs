@@ -1,2 +1,33 @@
-//! exactgrad: reverse-mode automatic differentiation with bit-reproducible training.
+//! exactgrad: reverse-mode automatic differentiation whose exact mode gives the same
+//! bits on every CPU, SIMD path and thread count.
+//!
+//! ```
+//! use exactgrad::prelude::*;
+//!
+//! # fn main() -> exactgrad::Result<()> {
+//! let b = ScalarRefBackend;
+//! let w = Tensor::from_vec(&b, vec![1.0, -2.0, 0.5, -3.0], [2, 2])?.requires_grad()?;
+//! let x = Tensor::from_vec(&b, vec![0.5, 1.0], [1, 2])?;
+//! let loss = x.matmul(&w)?.relu()?.sum()?;
+//! loss.backward(None, false)?;
+//! assert_eq!(w.grad().unwrap().to_vec(), vec![0.5, 0.0, 1.0, 0.0]);
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
+
+pub use exactgrad_autograd as autograd;
+pub use exactgrad_backends as backends;
+pub use exactgrad_core as core;
+pub use exactgrad_nn as nn;
+
+pub use exactgrad_autograd::{Error, Result};
+
+/// What a user needs for most programs: tensors, backends, modes, losses and the guard.
+pub mod prelude {
+    pub use exactgrad_autograd::{
+        hash_tensors, no_grad, CrossEntropyOptions, GeluApproximation, GradCheck, Reduction, Tensor,
+    };
+    pub use exactgrad_backends::ScalarRefBackend;
+    pub use exactgrad_core::{Backend, ComputeMode, Philox, Shape};
+}

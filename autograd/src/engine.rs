@@ -1,0 +1,224 @@
+//! The reverse-mode engine: records, saved tensors and `backward`.
+//!
+//! `y.backward(gradient, retain_graph)`:
+//! 1. `y` must require gradients. Without `gradient`, `y` must have one element (the seed
+//!    is 1); otherwise `gradient` must have `y`'s shape (it is copied).
+//! 2. The records reachable from `y` are ordered by an iterative depth-first search over
+//!    their input edges (inputs visited in input order), post-order, and processed in the
+//!    reverse of that order, so a record runs after every record that consumes its output.
+//! 3. Each record holds one pending gradient. Its backward rule runs with that gradient
+//!    and emits one gradient per input that needs one; an emission into a record adds into
+//!    its pending gradient in emission order, an emission into a leaf adds into the leaf's
+//!    `grad` (created on the first emission).
+//! 4. Backward runs with recording off; higher-order derivatives are not supported.
+//! 5. Unless `retain_graph`, each record is released after it ran. A backward that would
+//!    pass through a released record fails with [`Error::GraphReleased`] before any work.
+//! 6. A saved tensor modified in place after the forward pass fails with
+//!    [`Error::TensorVersion`] when its record runs.
+
+use crate::error::{Error, Result};
+use crate::grad_mode::{is_grad_enabled, no_grad};
+use crate::tensor::{next_id, Tensor};
+use exactgrad_core::Backend;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// A backward rule: maps the output gradient to one optional gradient per input.
+pub(crate) type BackwardFn<B> = Box<dyn Fn(&Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync>;
+
+/// Where an input's gradient goes.
+pub(crate) enum Edge<B: Backend> {
+    /// The input needs no gradient.
+    None,
+    /// The input was produced by a recorded operation.
+    Node(Arc<Node<B>>),
+    /// The input is a leaf that requires gradients.
+    Leaf(Tensor<B>),
+}
+
+/// One recorded operation.
+pub(crate) struct Node<B: Backend> {
+    pub(crate) id: u64,
+    pub(crate) name: &'static str,
+    pub(crate) edges: Vec<Edge<B>>,
+    pub(crate) input_shapes: Vec<Vec<usize>>,
+    pub(crate) backward: Mutex<Option<BackwardFn<B>>>,
+}
+
+/// A tensor saved for a backward rule, with the storage version it had when saved.
+pub(crate) struct Saved<B: Backend> {
+    tensor: Tensor<B>,
+    version: u64,
+    op: &'static str,
+}
+
+impl<B: Backend> Saved<B> {
+    /// Saves `t` (detached, sharing storage) for operator `op`.
+    pub(crate) fn new(op: &'static str, t: &Tensor<B>) -> Self {
+        Self {
+            tensor: t.detach(),
+            version: t.version(),
+            op,
+        }
+    }
+
+    /// The saved tensor, or [`Error::TensorVersion`] if it changed in place since.
+    pub(crate) fn get(&self) -> Result<&Tensor<B>> {
+        let now = self.tensor.version();
+        if now != self.version {
+            return Err(Error::TensorVersion {
+                op: self.op,
+                saved: self.version,
+                now,
+            });
+        }
+        Ok(&self.tensor)
+    }
+}
+
+/// Whether an operation on `inputs` must be recorded.
+pub(crate) fn needs_record<B: Backend>(inputs: &[&Tensor<B>]) -> bool {
+    is_grad_enabled() && inputs.iter().any(|t| t.is_requires_grad())
+}
+
+/// Attaches a record to `out` when grad mode is on and an input requires gradients.
+/// `make_backward` is only called when a record is made.
+pub(crate) fn record<B: Backend, F>(
+    name: &'static str,
+    out: Tensor<B>,
+    inputs: &[&Tensor<B>],
+    make_backward: impl FnOnce() -> F,
+) -> Tensor<B>
+where
+    F: Fn(&Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync + 'static,
+{
+    if !needs_record(inputs) {
+        return out;
+    }
+    let edges = inputs
+        .iter()
+        .map(|t| {
+            if !t.is_requires_grad() {
+                Edge::None
+            } else if let Some(n) = &t.inner.grad_fn {
+                Edge::Node(Arc::clone(n))
+            } else {
+                Edge::Leaf((*t).clone())
+            }
+        })
+        .collect();
+    let node = Node {
+        id: next_id(),
+        name,
+        edges,
+        input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
+        backward: Mutex::new(Some(Box::new(make_backward()))),
+    };
+    Tensor::from_parts(
+        out.inner.backend.clone(),
+        Arc::clone(&out.inner.storage),
+        out.inner.layout.clone(),
+        true,
+        Some(Arc::new(node)),
+    )
+}
+
+fn topological_order<B: Backend>(root: &Arc<Node<B>>) -> Vec<Arc<Node<B>>> {
+    let mut order = Vec::new();
+    let mut visited = HashSet::new();
+    // Stack of (node, next input edge to visit).
+    let mut stack: Vec<(Arc<Node<B>>, usize)> = vec![(Arc::clone(root), 0)];
+    visited.insert(root.id);
+    while let Some((node, next)) = stack.pop() {
+        let mut descend = None;
+        for i in next..node.edges.len() {
+            if let Edge::Node(child) = &node.edges[i] {
+                if visited.insert(child.id) {
+                    descend = Some((Arc::clone(child), i + 1));
+                    break;
+                }
+            }
+        }
+        match descend {
+            Some((child, resume)) => {
+                stack.push((node, resume));
+                stack.push((child, 0));
+            }
+            None => order.push(node),
+        }
+    }
+    order
+}
+
+pub(crate) fn backward<B: Backend>(root: &Tensor<B>, gradient: Option<&Tensor<B>>, retain_graph: bool) -> Result<()> {
+    if !root.is_requires_grad() {
+        return Err(Error::NoGrad {
+            shape: root.dims().to_vec(),
+        });
+    }
+    let seed = match gradient {
+        None => {
+            if root.numel() != 1 {
+                return Err(Error::ImplicitSeed {
+                    shape: root.dims().to_vec(),
+                });
+            }
+            Tensor::ones(root.backend(), root.shape().clone())
+        }
+        Some(g) => {
+            if g.shape() != root.shape() {
+                return Err(Error::SeedShape {
+                    expected: root.dims().to_vec(),
+                    got: g.dims().to_vec(),
+                });
+            }
+            g.copy_contiguous()
+        }
+    };
+    let _guard = no_grad();
+    let Some(root_node) = &root.inner.grad_fn else {
+        return root.accumulate_grad(&seed);
+    };
+    let order = topological_order(root_node);
+    for node in &order {
+        if node.backward.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+            return Err(Error::GraphReleased { op: node.name });
+        }
+    }
+    let mut pending: HashMap<u64, Tensor<B>> = HashMap::new();
+    pending.insert(root_node.id, seed);
+    for node in order.iter().rev() {
+        let Some(g) = pending.remove(&node.id) else {
+            // No gradient reached this record (every consumer emitted none).
+            if !retain_graph {
+                node.backward.lock().unwrap_or_else(|e| e.into_inner()).take();
+            }
+            continue;
+        };
+        let grads = {
+            let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+            let f = slot.as_ref().ok_or(Error::GraphReleased { op: node.name })?;
+            f(&g)?
+        };
+        if !retain_graph {
+            node.backward.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
+        debug_assert_eq!(grads.len(), node.edges.len(), "{}: backward arity", node.name);
+        for (i, (edge, grad)) in node.edges.iter().zip(grads).enumerate() {
+            let Some(grad) = grad else { continue };
+            debug_assert_eq!(grad.dims(), &node.input_shapes[i][..], "{}: gradient shape of input {i}", node.name);
+            match edge {
+                Edge::None => {}
+                Edge::Leaf(t) => t.accumulate_grad(&grad)?,
+                Edge::Node(n) => {
+                    let next = match pending.remove(&n.id) {
+                        None => grad,
+                        Some(old) => old.add(&grad)?,
+                    };
+                    pending.insert(n.id, next);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! The gradient check: analytic gradients against central float32 differences.
+//!
+//! For a function `f` of some input tensors, the check builds `L = Σ W·f(x)` with a fixed
+//! pseudo-random weight tensor `W` (uniform in [−1, 1), from a seeded Philox stream),
+//! summed in f64. The analytic gradient is `backward` of `f(x)` seeded with `W`; the
+//! numeric one perturbs each input element by ±`eps` in f32 and divides the change of `L`
+//! by the actual distance between the two perturbed f32 values. An element passes when
+//! `|analytic − numeric| ≤ atol + rtol·|numeric|`. Setting the environment variable
+//! `EXACTGRAD_GRADCHECK_LOG` to a file path appends one line per checked input with its
+//! worst errors.
+
+use crate::error::Result;
+use crate::grad_mode::no_grad;
+use crate::tensor::Tensor;
+use exactgrad_core::{Backend, Philox};
+use std::fmt;
+
+/// Settings of a gradient check.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GradCheck {
+    /// Perturbation added to and subtracted from each input element.
+    pub eps: f32,
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// Tolerance relative to the numeric gradient's magnitude.
+    pub rtol: f64,
+    /// Seed of the weight tensor `W`.
+    pub seed: u64,
+}
+
+impl Default for GradCheck {
+    fn default() -> Self {
+        Self {
+            eps: 1e-2,
+            atol: 1e-3,
+            rtol: 1e-2,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// The worst disagreement found for one input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputReport {
+    /// Position of the input in the list given to the check.
+    pub input: usize,
+    /// Largest `|analytic − numeric|` over the input's elements.
+    pub worst_abs: f64,
+    /// Largest `|analytic − numeric| / max(|analytic|, |numeric|)` (0 where both are 0).
+    pub worst_rel: f64,
+    /// Flat index of the element with the largest excess over the tolerance.
+    pub worst_index: usize,
+    /// Analytic gradient at that element.
+    pub analytic: f64,
+    /// Numeric gradient at that element.
+    pub numeric: f64,
+    /// Whether every element passed.
+    pub passed: bool,
+}
+
+/// The outcome of [`GradCheck::run`]: one report per input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradCheckReport {
+    /// Name given to the check (for messages and the log).
+    pub name: String,
+    /// Per-input results, in input order.
+    pub inputs: Vec<InputReport>,
+}
+
+impl GradCheckReport {
+    /// Whether every element of every input passed.
+    pub fn passed(&self) -> bool {
+        self.inputs.iter().all(|r| r.passed)
+    }
+
+    /// Panics with the report if any element failed (for tests).
+    #[track_caller]
+    pub fn assert_passed(&self) {
+        assert!(self.passed(), "gradient check failed:\n{self}");
+    }
+}
+
+impl fmt::Display for GradCheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for r in &self.inputs {
+            writeln!(
+                f,
+                "{} input {}: {} worst abs {:.3e} rel {:.3e} at [{}] analytic {:.6e} numeric {:.6e}",
+                self.name,
+                r.input,
+                if r.passed { "ok" } else { "FAILED" },
+                r.worst_abs,
+                r.worst_rel,
+                r.worst_index,
+                r.analytic,
+                r.numeric
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn weighted_sum(y: &[f32], w: &[f32]) -> f64 {
+    y.iter().zip(w).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
+}
+
+impl GradCheck {
+    /// Checks the gradients of `f` with respect to every tensor in `inputs` (their values
+    /// are copied into fresh leaves; anything `f` captures is treated as a constant).
+    pub fn run<B, F>(&self, name: &str, inputs: &[Tensor<B>], f: F) -> Result<GradCheckReport>
+    where
+        B: Backend,
+        F: Fn(&[Tensor<B>]) -> Result<Tensor<B>>,
+    {
+        let values: Vec<Vec<f32>> = inputs.iter().map(Tensor::to_vec).collect();
+        let fresh = |vals: &[Vec<f32>], grad: bool| -> Result<Vec<Tensor<B>>> {
+            vals.iter()
+                .zip(inputs)
+                .map(|(v, t)| {
+                    let x = Tensor::from_vec(t.backend(), v.clone(), t.shape().clone())?;
+                    if grad {
+                        x.requires_grad()
+                    } else {
+                        Ok(x)
+                    }
+                })
+                .collect()
+        };
+        // Analytic gradients.
+        let leaves = fresh(&values, true)?;
+        let y = f(&leaves)?;
+        let mut rng = Philox::new(self.seed);
+        let w: Vec<f32> = (0..y.numel()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let w_t = Tensor::from_vec(y.backend(), w.clone(), y.shape().clone())?;
+        if y.is_requires_grad() {
+            y.backward(Some(&w_t), false)?;
+        }
+        let analytic: Vec<Vec<f32>> = leaves
+            .iter()
+            .map(|l| l.grad().map(|g| g.to_vec()).unwrap_or_else(|| vec![0.0; l.numel()]))
+            .collect();
+        // Numeric gradients.
+        let _guard = no_grad();
+        let mut reports = Vec::with_capacity(inputs.len());
+        for (i, vals) in values.iter().enumerate() {
+            let mut rep = InputReport {
+                input: i,
+                worst_abs: 0.0,
+                worst_rel: 0.0,
+                worst_index: 0,
+                analytic: 0.0,
+                numeric: 0.0,
+                passed: true,
+            };
+            let mut worst_excess = f64::NEG_INFINITY;
+            for j in 0..vals.len() {
+                let mut pert = values.clone();
+                let x0 = vals[j];
+                let (xp, xm) = (x0 + self.eps, x0 - self.eps);
+                pert[i][j] = xp;
+                let lp = weighted_sum(&f(&fresh(&pert, false)?)?.to_vec(), &w);
+                pert[i][j] = xm;
+                let lm = weighted_sum(&f(&fresh(&pert, false)?)?.to_vec(), &w);
+                let numeric = (lp - lm) / (f64::from(xp) - f64::from(xm));
+                let a = f64::from(analytic[i][j]);
+                let err = (a - numeric).abs();
+                let scale = a.abs().max(numeric.abs());
+                let rel = if scale > 0.0 { err / scale } else { 0.0 };
+                let tol = self.atol + self.rtol * numeric.abs();
+                let ok = err <= tol || (a.is_nan() && numeric.is_nan());
+                rep.passed &= ok;
+                rep.worst_abs = rep.worst_abs.max(err);
+                rep.worst_rel = rep.worst_rel.max(rel);
+                let excess = if err.is_nan() { f64::INFINITY } else { err - tol };
+                if excess > worst_excess {
+                    worst_excess = excess;
+                    rep.worst_index = j;
+                    rep.analytic = a;
+                    rep.numeric = numeric;
+                }
+            }
+            reports.push(rep);
+        }
+        let report = GradCheckReport {
+            name: name.to_string(),
+            inputs: reports,
+        };
+        if let Ok(path) = std::env::var("EXACTGRAD_GRADCHECK_LOG") {
+            use std::io::Write;
+            if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                let _ = write!(file, "{report}");
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,74 @@
+//! Differentiable operators: each forward computation sits beside its backward rule,
+//! one file per family.
+
+pub mod elementwise;
+pub mod linalg;
+pub mod loss;
+pub mod reduce;
+pub mod shape;
+pub mod softmax;
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+use exactgrad_core::{Backend, BinaryOp, ComputeMode, Shape, UnaryOp, CANONICAL_NAN};
+
+pub use loss::{CrossEntropyOptions, Reduction};
+
+/// Rewrites NaN to the canonical NaN in exact mode (for scalar glue loops in autograd).
+#[inline]
+pub(crate) fn canon(mode: ComputeMode, v: f32) -> f32 {
+    if mode == ComputeMode::Exact && v.is_nan() {
+        CANONICAL_NAN
+    } else {
+        v
+    }
+}
+
+/// `op(x)` element-wise, unrecorded; the result is contiguous.
+pub(crate) fn unary_forward<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Tensor<B> {
+    let b = x.backend();
+    let mut out = b.zeros(x.numel());
+    x.with_contiguous(|xs| b.unary(op, xs, out.as_mut()));
+    Tensor::from_storage(b, out, x.shape().clone())
+}
+
+/// `op(a, b)` with broadcasting, unrecorded.
+pub(crate) fn binary_forward<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
+    let name = op.name();
+    let shape = Shape::broadcast(name, a.dims(), b.dims())?;
+    let la = a.layout().broadcast_to(name, &shape)?;
+    let lb = b.layout().broadcast_to(name, &shape)?;
+    let be = a.backend();
+    let mut out = be.zeros(shape.numel());
+    {
+        let da = a.read();
+        let db = b.read();
+        be.binary(op, da.as_ref(), &la, db.as_ref(), &lb, out.as_mut());
+    }
+    Ok(Tensor::from_storage(be, out, shape))
+}
+
+/// Sums `g` over the dimensions that broadcasting added or stretched, giving `shape`.
+pub(crate) fn sum_to<B: Backend>(g: &Tensor<B>, shape: &[usize]) -> Result<Tensor<B>> {
+    if g.dims() == shape {
+        return Ok(g.clone());
+    }
+    let rank = g.rank();
+    let lead = rank - shape.len();
+    let reduce: Vec<bool> = (0..rank).map(|d| d < lead || (shape[d - lead] == 1 && g.dims()[d] != 1)).collect();
+    let out = sum_unrecorded(g, &reduce);
+    out.reshape_to(shape)
+}
+
+/// Sum over the flagged dimensions (f64, increasing order), unrecorded; the result has
+/// the kept dimensions.
+pub(crate) fn sum_unrecorded<B: Backend>(x: &Tensor<B>, reduce: &[bool]) -> Tensor<B> {
+    let kept: Vec<usize> = x.dims().iter().zip(reduce).filter(|(_, &r)| !r).map(|(&d, _)| d).collect();
+    let b = x.backend();
+    let mut out = b.zeros(kept.iter().product());
+    {
+        let d = x.read();
+        b.sum(d.as_ref(), x.layout(), reduce, out.as_mut());
+    }
+    Tensor::from_storage(b, out, Shape::from(kept))
+}

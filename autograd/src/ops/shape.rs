@@ -1,0 +1,319 @@
+//! Views (reshape, transpose, permute, narrow/slice, expand, squeeze, unsqueeze, flatten)
+//! that share storage, `contiguous`, and the copying `concat`/`stack`.
+
+use super::sum_to;
+use crate::engine::record;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use exactgrad_core::shape::normalize_dim;
+use exactgrad_core::{Backend, Layout, Shape};
+use std::sync::Arc;
+
+/// A tensor sharing `x`'s storage under `layout` (unrecorded).
+fn view_of<B: Backend>(x: &Tensor<B>, layout: Layout) -> Tensor<B> {
+    Tensor::from_parts(x.backend().clone(), Arc::clone(&x.inner.storage), layout, false, None)
+}
+
+/// Zeros of `shape` with `g` written into the elements that `region` (a layout over a
+/// contiguous buffer of `shape`) selects: the backward of narrow/slice.
+fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Tensor<B> {
+    let values = g.to_vec();
+    let mut buf = vec![0.0f32; shape.numel()];
+    let mut i = 0;
+    region.for_each_index(|s| {
+        buf[s] = values[i];
+        i += 1;
+    });
+    Tensor::from_vec(g.backend(), buf, shape.clone()).expect("scatter_region: sizes agree")
+}
+
+impl<B: Backend> Tensor<B> {
+    fn infer_shape(&self, op: &'static str, shape: &[isize]) -> Result<Shape> {
+        let numel = self.numel();
+        let bad = || {
+            Error::Core(exactgrad_core::Error::Reshape {
+                op,
+                from: self.dims().to_vec(),
+                from_numel: numel,
+                to: shape.to_vec(),
+            })
+        };
+        let mut infer = None;
+        let mut known = 1usize;
+        for (i, &d) in shape.iter().enumerate() {
+            if d == -1 {
+                if infer.replace(i).is_some() {
+                    return Err(Error::invalid(op, "shape", format!("only one dimension can be -1 in {shape:?}")));
+                }
+            } else if d < 0 {
+                return Err(Error::invalid(op, "shape", format!("invalid dimension {d} in {shape:?}")));
+            } else {
+                known *= d as usize;
+            }
+        }
+        let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        if let Some(i) = infer {
+            if known == 0 || numel % known != 0 {
+                return Err(bad());
+            }
+            dims[i] = numel / known;
+        } else if known != numel {
+            return Err(bad());
+        }
+        Ok(Shape::from(dims))
+    }
+
+    /// This tensor with another shape of equal element count; `-1` infers one dimension.
+    /// A view when the strides allow it (PyTorch's rule), otherwise a copy.
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let shape = self.infer_shape("reshape", shape)?;
+        self.reshape_to(&shape)
+    }
+
+    /// Like [`Tensor::reshape`] but never copies: fails when the strides do not allow a view.
+    pub fn view(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let target = self.infer_shape("view", shape)?;
+        if self.layout().view_as(&target).is_none() {
+            return Err(Error::invalid(
+                "view",
+                "shape",
+                format!(
+                    "a tensor of shape {:?} and strides {:?} cannot be viewed as {:?}; use reshape (which copies)",
+                    self.dims(),
+                    self.layout().strides,
+                    target
+                ),
+            ));
+        }
+        self.reshape_to(&target)
+    }
+
+    /// Reshape to explicit dimensions (recorded).
+    pub(crate) fn reshape_to(&self, dims: &[usize]) -> Result<Tensor<B>> {
+        let shape = Shape::from(dims);
+        if shape.numel() != self.numel() {
+            return Err(Error::Core(exactgrad_core::Error::Reshape {
+                op: "reshape",
+                from: self.dims().to_vec(),
+                from_numel: self.numel(),
+                to: dims.iter().map(|&d| d as isize).collect(),
+            }));
+        }
+        if shape == *self.shape() {
+            return Ok(self.clone());
+        }
+        let out = match self.layout().view_as(&shape) {
+            Some(l) => view_of(self, l),
+            None => {
+                let c = self.copy_contiguous();
+                view_of(&c, Layout::contiguous(shape))
+            }
+        };
+        let in_shape = self.dims().to_vec();
+        Ok(record("reshape", out, &[self], move || move |g: &Tensor<B>| Ok(vec![Some(g.reshape_to(&in_shape)?)])))
+    }
+
+    /// Dimensions reordered: output dimension `i` is input dimension `dims[i]`.
+    pub fn permute(&self, dims: &[isize]) -> Result<Tensor<B>> {
+        let rank = self.rank();
+        let perm: Vec<usize> = dims.iter().map(|&d| normalize_dim("permute", d, rank)).collect::<Result<_, _>>()?;
+        let layout = self.layout().permute("permute", &perm)?;
+        let mut inverse = vec![0isize; rank];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i as isize;
+        }
+        Ok(record("permute", view_of(self, layout), &[self], move || {
+            move |g: &Tensor<B>| Ok(vec![Some(g.permute(&inverse)?)])
+        }))
+    }
+
+    /// Swaps two dimensions.
+    pub fn transpose(&self, dim0: isize, dim1: isize) -> Result<Tensor<B>> {
+        let rank = self.rank();
+        let (a, b) = (normalize_dim("transpose", dim0, rank)?, normalize_dim("transpose", dim1, rank)?);
+        let mut perm: Vec<isize> = (0..rank as isize).collect();
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    /// The transpose of a matrix (rank ≤ 2; rank 0 and 1 are returned unchanged).
+    pub fn t(&self) -> Result<Tensor<B>> {
+        match self.rank() {
+            0 | 1 => Ok(self.clone()),
+            2 => self.transpose(0, 1),
+            r => Err(Error::invalid("t", "self", format!("expects a tensor of rank <= 2, got rank {r} (shape {:?}); use transpose", self.dims()))),
+        }
+    }
+
+    /// The `length` elements of dimension `dim` starting at `start` (a view).
+    pub fn narrow(&self, dim: isize, start: usize, length: usize) -> Result<Tensor<B>> {
+        let d = normalize_dim("narrow", dim, self.rank())?;
+        let size = self.dims()[d];
+        if start > size || length > size - start {
+            return Err(Error::invalid(
+                "narrow",
+                "start/length",
+                format!("start {start} + length {length} exceeds dimension {d} of size {size} (shape {:?})", self.dims()),
+            ));
+        }
+        self.slice(dim, start as isize, (start + length) as isize, 1)
+    }
+
+    /// Elements `start, start+step, …` below `end` along `dim` (a view). Negative `start`
+    /// and `end` count from the end and both are clamped to the dimension, as Python
+    /// slicing does; `step` must be positive.
+    pub fn slice(&self, dim: isize, start: isize, end: isize, step: usize) -> Result<Tensor<B>> {
+        let d = normalize_dim("slice", dim, self.rank())?;
+        if step == 0 {
+            return Err(Error::invalid("slice", "step", "must be positive"));
+        }
+        let size = self.dims()[d] as isize;
+        let clamp = |v: isize| -> usize { (if v < 0 { v + size } else { v }).clamp(0, size) as usize };
+        let (s, e) = (clamp(start), clamp(end));
+        let len = if e > s { (e - s).div_ceil(step) } else { 0 };
+        let src = self.layout();
+        let mut shape = src.shape.to_vec();
+        shape[d] = len;
+        let mut strides = src.strides.clone();
+        strides[d] *= step;
+        let offset = if len == 0 { src.offset } else { src.offset + s * src.strides[d] };
+        let out = view_of(self, Layout { shape: shape.into(), strides, offset });
+        let in_shape = self.shape().clone();
+        let mut region = Layout::contiguous(in_shape.clone());
+        region.offset = if len == 0 { 0 } else { s * region.strides[d] };
+        region.strides[d] *= step;
+        let mut rshape = in_shape.to_vec();
+        rshape[d] = len;
+        region.shape = rshape.into();
+        Ok(record("slice", out, &[self], move || move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region))])))
+    }
+
+    /// This tensor broadcast to `shape` without copying (PyTorch's `expand`); the
+    /// gradient is summed back over the broadcast dimensions.
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor<B>> {
+        if shape == self.dims() {
+            return Ok(self.clone());
+        }
+        let layout = self.layout().broadcast_to("expand", shape)?;
+        let in_shape = self.dims().to_vec();
+        Ok(record("expand", view_of(self, layout), &[self], move || move |g: &Tensor<B>| Ok(vec![Some(sum_to(g, &in_shape)?)])))
+    }
+
+    /// Removes dimension `dim`, which must have size 1.
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor<B>> {
+        let d = normalize_dim("squeeze", dim, self.rank())?;
+        if self.dims()[d] != 1 {
+            return Err(Error::invalid("squeeze", "dim", format!("dimension {d} has size {}, not 1 (shape {:?})", self.dims()[d], self.dims())));
+        }
+        let mut dims = self.dims().to_vec();
+        dims.remove(d);
+        self.reshape_to(&dims)
+    }
+
+    /// Removes every dimension of size 1.
+    pub fn squeeze_all(&self) -> Result<Tensor<B>> {
+        let dims: Vec<usize> = self.dims().iter().copied().filter(|&d| d != 1).collect();
+        self.reshape_to(&dims)
+    }
+
+    /// Inserts a dimension of size 1 at `dim` (in `-(rank+1)..=rank`).
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor<B>> {
+        let d = normalize_dim("unsqueeze", dim, self.rank() + 1)?;
+        let mut dims = self.dims().to_vec();
+        dims.insert(d, 1);
+        self.reshape_to(&dims)
+    }
+
+    /// Merges dimensions `start..=end` into one (a view when the strides allow it).
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor<B>> {
+        if self.rank() == 0 {
+            return self.reshape_to(&[1]);
+        }
+        let (s, e) = (normalize_dim("flatten", start, self.rank())?, normalize_dim("flatten", end, self.rank())?);
+        if s > e {
+            return Err(Error::invalid("flatten", "start/end", format!("start dimension {s} is after end dimension {e}")));
+        }
+        let d = self.dims();
+        let mut dims = d[..s].to_vec();
+        dims.push(d[s..=e].iter().product());
+        dims.extend_from_slice(&d[e + 1..]);
+        self.reshape_to(&dims)
+    }
+
+    /// A contiguous tensor with the same elements: `self` when already contiguous,
+    /// otherwise a recorded copy.
+    pub fn contiguous(&self) -> Tensor<B> {
+        if self.is_contiguous() {
+            return self.clone();
+        }
+        let out = self.copy_contiguous();
+        record("contiguous", out, &[self], || |g: &Tensor<B>| Ok(vec![Some(g.clone())]))
+    }
+
+    /// Joins tensors along `dim`; all must have the same rank and equal sizes elsewhere.
+    pub fn concat(tensors: &[&Tensor<B>], dim: isize) -> Result<Tensor<B>> {
+        let op = "concat";
+        let first = tensors.first().ok_or_else(|| Error::invalid(op, "tensors", "expects at least one tensor"))?;
+        let rank = first.rank();
+        if rank == 0 {
+            return Err(Error::invalid(op, "tensors", "zero-dimensional tensors cannot be concatenated; use stack"));
+        }
+        let d = normalize_dim(op, dim, rank)?;
+        let mut total = 0;
+        for t in tensors {
+            if t.rank() != rank || t.dims().iter().enumerate().any(|(i, &s)| i != d && s != first.dims()[i]) {
+                return Err(Error::mismatch(op, first.dims(), t.dims(), format!("sizes must match except in dimension {d}")));
+            }
+            total += t.dims()[d];
+        }
+        let mut shape = first.dims().to_vec();
+        shape[d] = total;
+        let shape = Shape::from(shape);
+        let mut buf = vec![0.0f32; shape.numel()];
+        let base = Layout::contiguous(shape.clone());
+        let mut offsets = Vec::with_capacity(tensors.len());
+        let mut off = 0;
+        for t in tensors {
+            offsets.push(off);
+            let values = t.to_vec();
+            let mut region = base.clone();
+            region.offset = off * base.strides[d];
+            let mut rs = shape.to_vec();
+            rs[d] = t.dims()[d];
+            region.shape = rs.into();
+            let mut i = 0;
+            region.for_each_index(|s| {
+                buf[s] = values[i];
+                i += 1;
+            });
+            off += t.dims()[d];
+        }
+        let out = Tensor::from_vec(first.backend(), buf, shape)?;
+        let lens: Vec<usize> = tensors.iter().map(|t| t.dims()[d]).collect();
+        let needs: Vec<bool> = tensors.iter().map(|t| t.is_requires_grad()).collect();
+        Ok(record(op, out, tensors, move || {
+            move |g: &Tensor<B>| {
+                lens.iter()
+                    .zip(&offsets)
+                    .zip(&needs)
+                    .map(|((&len, &o), &need)| if need { g.narrow(d as isize, o, len).map(Some) } else { Ok(None) })
+                    .collect()
+            }
+        }))
+    }
+
+    /// Joins tensors of equal shape along a new dimension `dim`.
+    pub fn stack(tensors: &[&Tensor<B>], dim: isize) -> Result<Tensor<B>> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "tensors", "expects at least one tensor"))?;
+        for t in tensors {
+            if t.shape() != first.shape() {
+                return Err(Error::mismatch("stack", first.dims(), t.dims(), "all tensors must have the same shape"));
+            }
+        }
+        let d = normalize_dim("stack", dim, first.rank() + 1)? as isize;
+        let expanded: Vec<Tensor<B>> = tensors.iter().map(|t| t.unsqueeze(d)).collect::<Result<_>>()?;
+        let refs: Vec<&Tensor<B>> = expanded.iter().collect();
+        Tensor::concat(&refs, d)
+    }
+}
+

@@ -1,0 +1,55 @@
+//! Softmax and log-softmax along a dimension, on the backend's row kernels.
+
+use crate::engine::{record, Saved};
+use crate::error::Result;
+use crate::tensor::Tensor;
+use exactgrad_core::shape::normalize_dim;
+use exactgrad_core::Backend;
+
+/// Softmax (or log-softmax) over the last dimension, recorded.
+fn softmax_last<B: Backend>(x: &Tensor<B>, log: bool) -> Tensor<B> {
+    let op = if log { "log_softmax" } else { "softmax" };
+    let cols = x.dims()[x.rank() - 1];
+    let rows = if cols == 0 { 0 } else { x.numel() / cols };
+    let b = x.backend();
+    let mut out = b.zeros(x.numel());
+    x.with_contiguous(|xs| b.softmax(xs, rows, cols, log, out.as_mut()));
+    let y = Tensor::from_storage(b, out, x.shape().clone());
+    let y_keep = y.clone();
+    record(op, y, &[x], move || {
+        let saved = Saved::new(op, &y_keep);
+        move |g: &Tensor<B>| {
+            let y = saved.get()?;
+            let b = g.backend();
+            let mut out = b.zeros(g.numel());
+            y.with_contiguous(|ys| g.with_contiguous(|gs| b.softmax_backward(ys, gs, rows, cols, log, out.as_mut())));
+            Ok(vec![Some(Tensor::from_storage(b, out, g.shape().clone()))])
+        }
+    })
+}
+
+fn softmax_dim<B: Backend>(x: &Tensor<B>, dim: isize, log: bool) -> Result<Tensor<B>> {
+    let op = if log { "log_softmax" } else { "softmax" };
+    if x.rank() == 0 {
+        return softmax_dim(&x.reshape_to(&[1])?, 0, log)?.reshape_to(&[]);
+    }
+    let d = normalize_dim(op, dim, x.rank())?;
+    let last = x.rank() - 1;
+    if d == last {
+        return Ok(softmax_last(x, log));
+    }
+    let moved = x.transpose(d as isize, last as isize)?;
+    softmax_last(&moved, log).transpose(d as isize, last as isize)
+}
+
+impl<B: Backend> Tensor<B> {
+    /// Softmax along `dim`: `exp(x − max) / Σ exp(x − max)`, the sum in f64.
+    pub fn softmax(&self, dim: isize) -> Result<Tensor<B>> {
+        softmax_dim(self, dim, false)
+    }
+
+    /// Log-softmax along `dim`: `(x − max) − log Σ exp(x − max)`.
+    pub fn log_softmax(&self, dim: isize) -> Result<Tensor<B>> {
+        softmax_dim(self, dim, true)
+    }
+}

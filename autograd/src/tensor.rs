@@ -1,0 +1,434 @@
+//! `Tensor<B>`: a strided view over shared, versioned storage, with autograd metadata.
+
+use crate::engine::Node;
+use crate::error::{Error, Result};
+use crate::grad_mode::is_grad_enabled;
+use exactgrad_core::shape::normalize_dim;
+use exactgrad_core::{Backend, Layout, Philox, Shape};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A process-unique id for records.
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Shared storage with a version counter that every in-place change increments.
+pub(crate) struct StorageCell<B: Backend> {
+    data: RwLock<B::Storage>,
+    version: AtomicU64,
+}
+
+impl<B: Backend> StorageCell<B> {
+    fn new(data: B::Storage) -> Self {
+        Self {
+            data: RwLock::new(data),
+            version: AtomicU64::new(0),
+        }
+    }
+}
+
+pub(crate) struct TensorImpl<B: Backend> {
+    pub(crate) backend: B,
+    pub(crate) storage: Arc<StorageCell<B>>,
+    pub(crate) layout: Layout,
+    pub(crate) requires_grad: bool,
+    pub(crate) grad_fn: Option<Arc<Node<B>>>,
+    pub(crate) grad: Mutex<Option<Tensor<B>>>,
+}
+
+/// An n-dimensional array of f32 on backend `B`, with the autograd metadata needed to
+/// differentiate through it.
+///
+/// Cloning a tensor is cheap and shares everything (storage, gradient, record). Views
+/// (reshape, transpose, narrow, expand, …) share storage without copying.
+pub struct Tensor<B: Backend> {
+    pub(crate) inner: Arc<TensorImpl<B>>,
+}
+
+impl<B: Backend> Clone for Tensor<B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for Tensor<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Tensor");
+        d.field("shape", &self.shape()).field("backend", &self.inner.backend.name());
+        if self.numel() <= 16 {
+            d.field("data", &self.to_vec());
+        }
+        if let Some(n) = &self.inner.grad_fn {
+            d.field("grad_fn", &n.name);
+        } else if self.inner.requires_grad {
+            d.field("requires_grad", &true);
+        }
+        d.finish()
+    }
+}
+
+impl<B: Backend> Tensor<B> {
+    // ----- construction ------------------------------------------------------------
+
+    pub(crate) fn from_storage(backend: &B, storage: B::Storage, shape: Shape) -> Self {
+        Self::from_parts(
+            backend.clone(),
+            Arc::new(StorageCell::new(storage)),
+            Layout::contiguous(shape),
+            false,
+            None,
+        )
+    }
+
+    pub(crate) fn from_parts(
+        backend: B,
+        storage: Arc<StorageCell<B>>,
+        layout: Layout,
+        requires_grad: bool,
+        grad_fn: Option<Arc<Node<B>>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(TensorImpl {
+                backend,
+                storage,
+                layout,
+                requires_grad,
+                grad_fn,
+                grad: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A tensor holding `data` in row-major order with the given shape.
+    ///
+    /// Fails when `data.len()` differs from the shape's element count.
+    pub fn from_vec(backend: &B, data: Vec<f32>, shape: impl Into<Shape>) -> Result<Self> {
+        let shape = shape.into();
+        if data.len() != shape.numel() {
+            return Err(Error::invalid(
+                "from_vec",
+                "data",
+                format!("{} values given for shape {:?} ({} elements)", data.len(), shape, shape.numel()),
+            ));
+        }
+        Ok(Self::from_storage(backend, backend.from_vec(data), shape))
+    }
+
+    /// A tensor copying `data` (row-major) with the given shape.
+    pub fn from_slice(backend: &B, data: &[f32], shape: impl Into<Shape>) -> Result<Self> {
+        Self::from_vec(backend, data.to_vec(), shape)
+    }
+
+    /// A zero-filled tensor.
+    pub fn zeros(backend: &B, shape: impl Into<Shape>) -> Self {
+        let shape = shape.into();
+        Self::from_storage(backend, backend.zeros(shape.numel()), shape)
+    }
+
+    /// A tensor filled with `value`.
+    pub fn full(backend: &B, shape: impl Into<Shape>, value: f32) -> Self {
+        let shape = shape.into();
+        Self::from_storage(backend, backend.from_vec(vec![value; shape.numel()]), shape)
+    }
+
+    /// A tensor filled with ones.
+    pub fn ones(backend: &B, shape: impl Into<Shape>) -> Self {
+        Self::full(backend, shape, 1.0)
+    }
+
+    /// A rank-0 tensor holding `value`.
+    pub fn scalar(backend: &B, value: f32) -> Self {
+        Self::full(backend, Shape::scalar(), value)
+    }
+
+    /// A tensor of samples uniform in [low, high) drawn from `rng` in row-major order.
+    pub fn rand_uniform(backend: &B, shape: impl Into<Shape>, low: f32, high: f32, rng: &mut Philox) -> Self {
+        let shape = shape.into();
+        let data = (0..shape.numel()).map(|_| rng.uniform(low, high)).collect();
+        Self::from_storage(backend, backend.from_vec(data), shape)
+    }
+
+    /// A tensor of standard-normal samples times `std` plus `mean`, drawn from `rng`.
+    pub fn randn(backend: &B, shape: impl Into<Shape>, mean: f32, std: f32, rng: &mut Philox) -> Self {
+        let shape = shape.into();
+        let data = (0..shape.numel()).map(|_| mean + std * rng.normal()).collect();
+        Self::from_storage(backend, backend.from_vec(data), shape)
+    }
+
+    // ----- accessors ---------------------------------------------------------------
+
+    /// The tensor's shape.
+    pub fn shape(&self) -> &Shape {
+        &self.inner.layout.shape
+    }
+
+    /// The tensor's dimensions as a slice.
+    pub fn dims(&self) -> &[usize] {
+        self.inner.layout.shape.dims()
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.inner.layout.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.inner.layout.numel()
+    }
+
+    /// The extent of dimension `dim` (negative counts from the end).
+    pub fn dim(&self, dim: isize) -> Result<usize> {
+        Ok(self.dims()[normalize_dim("dim", dim, self.rank())?])
+    }
+
+    /// The layout (shape, strides, offset) over the storage.
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    /// The backend this tensor lives on.
+    pub fn backend(&self) -> &B {
+        &self.inner.backend
+    }
+
+    /// Whether the elements are row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.inner.layout.is_contiguous()
+    }
+
+    /// The storage's version: incremented by every in-place change.
+    pub fn version(&self) -> u64 {
+        self.inner.storage.version.load(Ordering::Acquire)
+    }
+
+    /// Whether two tensors share storage.
+    pub fn shares_storage(&self, other: &Tensor<B>) -> bool {
+        Arc::ptr_eq(&self.inner.storage, &other.inner.storage)
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, B::Storage> {
+        self.inner.storage.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, B::Storage> {
+        self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn bump_version(&self) {
+        self.inner.storage.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The elements in row-major order.
+    pub fn to_vec(&self) -> Vec<f32> {
+        let data = self.read();
+        let src = data.as_ref();
+        let l = &self.inner.layout;
+        if l.is_contiguous() {
+            return src[l.offset..l.offset + l.numel()].to_vec();
+        }
+        let mut out = vec![0.0; l.numel()];
+        self.inner.backend.copy_strided(src, l, &mut out);
+        out
+    }
+
+    /// The single element of a one-element tensor.
+    pub fn item(&self) -> Result<f32> {
+        if self.numel() != 1 {
+            return Err(Error::invalid("item", "self", format!("tensor of shape {:?} has {} elements, not 1", self.shape(), self.numel())));
+        }
+        Ok(self.to_vec()[0])
+    }
+
+    // ----- autograd metadata ---------------------------------------------------------
+
+    /// This tensor as a leaf that requires gradients (shares storage with `self`).
+    ///
+    /// Fails on a tensor produced by a recorded operation: only leaves can be marked.
+    pub fn requires_grad(self) -> Result<Self> {
+        if self.inner.grad_fn.is_some() {
+            return Err(Error::invalid(
+                "requires_grad",
+                "self",
+                "only leaf tensors can be marked; detach() the result of an operation first",
+            ));
+        }
+        if self.inner.requires_grad {
+            return Ok(self);
+        }
+        Ok(Self::from_parts(
+            self.inner.backend.clone(),
+            Arc::clone(&self.inner.storage),
+            self.inner.layout.clone(),
+            true,
+            None,
+        ))
+    }
+
+    /// Whether gradients flow to this tensor (a marked leaf or a recorded result).
+    pub fn is_requires_grad(&self) -> bool {
+        self.inner.requires_grad
+    }
+
+    /// Whether this tensor is a leaf (not produced by a recorded operation).
+    pub fn is_leaf(&self) -> bool {
+        self.inner.grad_fn.is_none()
+    }
+
+    /// The name of the operation that produced this tensor, if it was recorded.
+    pub fn grad_fn_name(&self) -> Option<&'static str> {
+        self.inner.grad_fn.as_ref().map(|n| n.name)
+    }
+
+    /// A tensor sharing storage with `self` but cut from the graph (no gradient flows).
+    pub fn detach(&self) -> Self {
+        Self::from_parts(
+            self.inner.backend.clone(),
+            Arc::clone(&self.inner.storage),
+            self.inner.layout.clone(),
+            false,
+            None,
+        )
+    }
+
+    /// The accumulated gradient of this leaf, if any backward reached it.
+    pub fn grad(&self) -> Option<Tensor<B>> {
+        self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Sets the gradient to zeros of the tensor's shape (in place when one exists).
+    pub fn zero_grad(&self) {
+        let mut g = self.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(t) => {
+                t.write().as_mut().fill(0.0);
+                t.bump_version();
+            }
+            None => *g = Some(Tensor::zeros(&self.inner.backend, self.shape().clone())),
+        }
+    }
+
+    /// Frees the gradient (the next backward creates a new one).
+    pub fn clear_grad(&self) {
+        *self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Replaces the gradient (used by optimizers and tests); `None` clears it.
+    pub fn set_grad(&self, grad: Option<Tensor<B>>) -> Result<()> {
+        if let Some(g) = &grad {
+            if g.shape() != self.shape() {
+                return Err(Error::mismatch("set_grad", g.dims(), self.dims(), "gradient and tensor shapes"));
+            }
+        }
+        *self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
+        Ok(())
+    }
+
+    pub(crate) fn accumulate_grad(&self, g: &Tensor<B>) -> Result<()> {
+        let mut slot = self.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
+        let next = match slot.take() {
+            None => g.copy_contiguous(),
+            Some(old) => old.add(g)?,
+        };
+        *slot = Some(next);
+        Ok(())
+    }
+
+    /// Runs reverse-mode differentiation from this tensor (see [`crate::engine`]).
+    ///
+    /// Without `gradient` the tensor must have one element and the seed is 1; otherwise
+    /// `gradient` must have this tensor's shape. Unless `retain_graph`, the records on the
+    /// way are released and a second backward through them is an error.
+    pub fn backward(&self, gradient: Option<&Tensor<B>>, retain_graph: bool) -> Result<()> {
+        crate::engine::backward(self, gradient, retain_graph)
+    }
+
+    // ----- in-place operations (not recorded) ------------------------------------------
+
+    fn check_in_place(&self, op: &'static str) -> Result<()> {
+        if self.inner.requires_grad && is_grad_enabled() {
+            return Err(Error::InPlaceOnGrad { op });
+        }
+        Ok(())
+    }
+
+    /// Applies `f` to every element of this view in place and bumps the version.
+    pub(crate) fn map_in_place(&self, op: &'static str, mut f: impl FnMut(usize, f32) -> f32) -> Result<()> {
+        self.check_in_place(op)?;
+        {
+            let mut data = self.write();
+            let slice = data.as_mut();
+            let mut i = 0;
+            self.inner.layout.for_each_index(|s| {
+                slice[s] = f(i, slice[s]);
+                i += 1;
+            });
+        }
+        self.bump_version();
+        Ok(())
+    }
+
+    /// Sets every element to `value` in place.
+    pub fn fill_(&self, value: f32) -> Result<()> {
+        self.map_in_place("fill_", |_, _| value)
+    }
+
+    /// Copies `src` (same shape) into this tensor in place.
+    pub fn copy_(&self, src: &Tensor<B>) -> Result<()> {
+        if src.shape() != self.shape() {
+            return Err(Error::mismatch("copy_", self.dims(), src.dims(), "source and destination shapes"));
+        }
+        let values = src.to_vec();
+        self.map_in_place("copy_", |i, _| values[i])
+    }
+
+    /// Adds `other` (broadcast to this shape) in place, with the backend's add kernel.
+    pub fn add_(&self, other: &Tensor<B>) -> Result<()> {
+        let other = other.expand(self.dims())?.detach();
+        let sum = {
+            let _g = crate::no_grad();
+            self.detach().add(&other)?
+        };
+        self.copy_(&sum)
+    }
+
+    /// Multiplies every element by `c` in place.
+    pub fn mul_scalar_(&self, c: f32) -> Result<()> {
+        let prod = {
+            let _g = crate::no_grad();
+            self.detach().mul_scalar(c)?
+        };
+        self.copy_(&prod)
+    }
+
+    /// A contiguous copy with fresh storage (always copies).
+    pub fn copy_contiguous(&self) -> Tensor<B> {
+        let b = &self.inner.backend;
+        let mut out = b.zeros(self.numel());
+        {
+            let data = self.read();
+            b.copy_strided(data.as_ref(), &self.inner.layout, out.as_mut());
+        }
+        Tensor::from_storage(b, out, self.shape().clone())
+    }
+
+    /// Runs `f` on a contiguous slice of this tensor's elements (copying only when the
+    /// layout is not contiguous).
+    pub(crate) fn with_contiguous<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
+        let l = &self.inner.layout;
+        if l.is_contiguous() {
+            let data = self.read();
+            f(&data.as_ref()[l.offset..l.offset + l.numel()])
+        } else {
+            let c = self.copy_contiguous();
+            let data = c.read();
+            f(&data.as_ref()[..c.numel()])
+        }
+    }
+}
