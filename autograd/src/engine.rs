@@ -45,6 +45,27 @@ pub(crate) struct Node<B: Backend> {
     pub(crate) backward: Mutex<Option<BackwardFn<B>>>,
 }
 
+impl<B: Backend> Drop for Node<B> {
+    /// Drops the chain of records behind this one iteratively, so that releasing a very
+    /// long graph cannot overflow the stack.
+    fn drop(&mut self) {
+        let mut stack: Vec<Arc<Node<B>>> = Vec::new();
+        let take = |edges: &mut Vec<Edge<B>>, stack: &mut Vec<Arc<Node<B>>>| {
+            for e in edges.drain(..) {
+                if let Edge::Node(n) = e {
+                    stack.push(n);
+                }
+            }
+        };
+        take(&mut self.edges, &mut stack);
+        while let Some(n) = stack.pop() {
+            if let Ok(mut node) = Arc::try_unwrap(n) {
+                take(&mut node.edges, &mut stack);
+            }
+        }
+    }
+}
+
 /// A tensor saved for a backward rule, with the storage version it had when saved.
 pub(crate) struct Saved<B: Backend> {
     tensor: Tensor<B>,
