@@ -23,6 +23,11 @@ pub use exactgrad_nn as nn;
 
 pub use exactgrad_autograd::{Error, Result};
 
+/// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// What a user needs for most programs: tensors, backends, modes, losses and the guard.
 pub mod prelude {
     pub use exactgrad_autograd::{
