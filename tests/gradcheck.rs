@@ -77,7 +77,12 @@ enum View {
 }
 
 fn view_strategy() -> impl Strategy<Value = View> {
-    prop_oneof![Just(View::Plain), Just(View::Transposed), Just(View::Strided), Just(View::Expanded)]
+    prop_oneof![
+        Just(View::Plain),
+        Just(View::Transposed),
+        Just(View::Strided),
+        Just(View::Expanded)
+    ]
 }
 
 /// The leaf shape needed so that `apply_view` gives a tensor of `shape`.
@@ -121,7 +126,14 @@ enum Domain {
     AwayFromUnit,
 }
 
-fn unary_case(name: &str, view: View, shape: &[usize], seed: u64, domain: Domain, f: impl Fn(&T) -> Result<T>) {
+fn unary_case(
+    name: &str,
+    view: View,
+    shape: &[usize],
+    seed: u64,
+    domain: Domain,
+    f: impl Fn(&T) -> Result<T>,
+) {
     let ls = leaf_shape(view, shape);
     let x = match domain {
         Domain::Any => tensor(&ls, seed, -2.0, 2.0),
@@ -129,7 +141,9 @@ fn unary_case(name: &str, view: View, shape: &[usize], seed: u64, domain: Domain
         Domain::AwayFromZero => away_from_zero(&ls, seed, 0.1),
         Domain::AwayFromUnit => away_from(&ls, seed, 0.1, &[-1.0, 1.0]),
     };
-    check(&format!("{name} {view:?} {shape:?}"), &[x], |v| f(&apply_view(view, &v[0])?));
+    check(&format!("{name} {view:?} {shape:?}"), &[x], |v| {
+        f(&apply_view(view, &v[0])?)
+    });
 }
 
 proptest! {

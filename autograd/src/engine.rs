@@ -24,7 +24,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// A backward rule: maps the output gradient to one optional gradient per input.
-pub(crate) type BackwardFn<B> = Box<dyn Fn(&Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync>;
+pub(crate) type BackwardFn<B> =
+    Box<dyn Fn(&Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync>;
 
 /// Where an input's gradient goes.
 pub(crate) enum Edge<B: Backend> {
@@ -171,7 +172,11 @@ fn topological_order<B: Backend>(root: &Arc<Node<B>>) -> Vec<Arc<Node<B>>> {
     order
 }
 
-pub(crate) fn backward<B: Backend>(root: &Tensor<B>, gradient: Option<&Tensor<B>>, retain_graph: bool) -> Result<()> {
+pub(crate) fn backward<B: Backend>(
+    root: &Tensor<B>,
+    gradient: Option<&Tensor<B>>,
+    retain_graph: bool,
+) -> Result<()> {
     if !root.is_requires_grad() {
         return Err(Error::NoGrad {
             shape: root.dims().to_vec(),
@@ -202,7 +207,12 @@ pub(crate) fn backward<B: Backend>(root: &Tensor<B>, gradient: Option<&Tensor<B>
     };
     let order = topological_order(root_node);
     for node in &order {
-        if node.backward.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+        if node
+            .backward
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+        {
             return Err(Error::GraphReleased { op: node.name });
         }
     }
@@ -212,22 +222,40 @@ pub(crate) fn backward<B: Backend>(root: &Tensor<B>, gradient: Option<&Tensor<B>
         let Some(g) = pending.remove(&node.id) else {
             // No gradient reached this record (every consumer emitted none).
             if !retain_graph {
-                node.backward.lock().unwrap_or_else(|e| e.into_inner()).take();
+                node.backward
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
             }
             continue;
         };
         let grads = {
             let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
-            let f = slot.as_ref().ok_or(Error::GraphReleased { op: node.name })?;
+            let f = slot
+                .as_ref()
+                .ok_or(Error::GraphReleased { op: node.name })?;
             f(&g)?
         };
         if !retain_graph {
-            node.backward.lock().unwrap_or_else(|e| e.into_inner()).take();
+            node.backward
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
         }
-        debug_assert_eq!(grads.len(), node.edges.len(), "{}: backward arity", node.name);
+        debug_assert_eq!(
+            grads.len(),
+            node.edges.len(),
+            "{}: backward arity",
+            node.name
+        );
         for (i, (edge, grad)) in node.edges.iter().zip(grads).enumerate() {
             let Some(grad) = grad else { continue };
-            debug_assert_eq!(grad.dims(), &node.input_shapes[i][..], "{}: gradient shape of input {i}", node.name);
+            debug_assert_eq!(
+                grad.dims(),
+                &node.input_shapes[i][..],
+                "{}: gradient shape of input {i}",
+                node.name
+            );
             match edge {
                 Edge::None => {}
                 Edge::Leaf(t) => t.accumulate_grad(&grad)?,

@@ -74,7 +74,12 @@ impl Error {
     }
 
     /// Shorthand for a shape-mismatch error.
-    pub(crate) fn mismatch(op: &'static str, lhs: &[usize], rhs: &[usize], reason: impl Into<String>) -> Self {
+    pub(crate) fn mismatch(
+        op: &'static str,
+        lhs: &[usize],
+        rhs: &[usize],
+        reason: impl Into<String>,
+    ) -> Self {
         Error::Core(exactgrad_core::Error::mismatch(op, lhs, rhs, reason))
     }
 }

@@ -101,7 +101,10 @@ impl fmt::Display for GradCheckReport {
 }
 
 fn weighted_sum(y: &[f32], w: &[f32]) -> f64 {
-    y.iter().zip(w).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
+    y.iter()
+        .zip(w)
+        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+        .sum()
 }
 
 impl GradCheck {
@@ -137,7 +140,11 @@ impl GradCheck {
         }
         let analytic: Vec<Vec<f32>> = leaves
             .iter()
-            .map(|l| l.grad().map(|g| g.to_vec()).unwrap_or_else(|| vec![0.0; l.numel()]))
+            .map(|l| {
+                l.grad()
+                    .map(|g| g.to_vec())
+                    .unwrap_or_else(|| vec![0.0; l.numel()])
+            })
             .collect();
         // Numeric gradients.
         let _guard = no_grad();
@@ -171,7 +178,11 @@ impl GradCheck {
                 rep.passed &= ok;
                 rep.worst_abs = rep.worst_abs.max(err);
                 rep.worst_rel = rep.worst_rel.max(rel);
-                let excess = if err.is_nan() { f64::INFINITY } else { err - tol };
+                let excess = if err.is_nan() {
+                    f64::INFINITY
+                } else {
+                    err - tol
+                };
                 if excess > worst_excess {
                     worst_excess = excess;
                     rep.worst_index = j;
@@ -187,7 +198,11 @@ impl GradCheck {
         };
         if let Ok(path) = std::env::var("EXACTGRAD_GRADCHECK_LOG") {
             use std::io::Write;
-            if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            if let Ok(mut file) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
                 let _ = write!(file, "{report}");
             }
         }

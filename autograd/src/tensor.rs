@@ -60,7 +60,8 @@ impl<B: Backend> Clone for Tensor<B> {
 impl<B: Backend> fmt::Debug for Tensor<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Tensor");
-        d.field("shape", &self.shape()).field("backend", &self.inner.backend.name());
+        d.field("shape", &self.shape())
+            .field("backend", &self.inner.backend.name());
         if self.numel() <= 16 {
             d.field("data", &self.to_vec());
         }
@@ -114,10 +115,19 @@ impl<B: Backend> Tensor<B> {
             return Err(Error::invalid(
                 "from_vec",
                 "data",
-                format!("{} values given for shape {:?} ({} elements)", data.len(), shape, shape.numel()),
+                format!(
+                    "{} values given for shape {:?} ({} elements)",
+                    data.len(),
+                    shape,
+                    shape.numel()
+                ),
             ));
         }
-        Ok(Self::from_storage(backend, backend.from_vec(data), shape))
+        Ok(Self::from_storage(
+            backend,
+            backend.storage_from_vec(data),
+            shape,
+        ))
     }
 
     /// A tensor copying `data` (row-major) with the given shape.
@@ -134,7 +144,11 @@ impl<B: Backend> Tensor<B> {
     /// A tensor filled with `value`.
     pub fn full(backend: &B, shape: impl Into<Shape>, value: f32) -> Self {
         let shape = shape.into();
-        Self::from_storage(backend, backend.from_vec(vec![value; shape.numel()]), shape)
+        Self::from_storage(
+            backend,
+            backend.storage_from_vec(vec![value; shape.numel()]),
+            shape,
+        )
     }
 
     /// A tensor filled with ones.
@@ -148,17 +162,31 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// A tensor of samples uniform in [low, high) drawn from `rng` in row-major order.
-    pub fn rand_uniform(backend: &B, shape: impl Into<Shape>, low: f32, high: f32, rng: &mut Philox) -> Self {
+    pub fn rand_uniform(
+        backend: &B,
+        shape: impl Into<Shape>,
+        low: f32,
+        high: f32,
+        rng: &mut Philox,
+    ) -> Self {
         let shape = shape.into();
         let data = (0..shape.numel()).map(|_| rng.uniform(low, high)).collect();
-        Self::from_storage(backend, backend.from_vec(data), shape)
+        Self::from_storage(backend, backend.storage_from_vec(data), shape)
     }
 
     /// A tensor of standard-normal samples times `std` plus `mean`, drawn from `rng`.
-    pub fn randn(backend: &B, shape: impl Into<Shape>, mean: f32, std: f32, rng: &mut Philox) -> Self {
+    pub fn randn(
+        backend: &B,
+        shape: impl Into<Shape>,
+        mean: f32,
+        std: f32,
+        rng: &mut Philox,
+    ) -> Self {
         let shape = shape.into();
-        let data = (0..shape.numel()).map(|_| mean + std * rng.normal()).collect();
-        Self::from_storage(backend, backend.from_vec(data), shape)
+        let data = (0..shape.numel())
+            .map(|_| mean + std * rng.normal())
+            .collect();
+        Self::from_storage(backend, backend.storage_from_vec(data), shape)
     }
 
     // ----- accessors ---------------------------------------------------------------
@@ -214,11 +242,19 @@ impl<B: Backend> Tensor<B> {
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, B::Storage> {
-        self.inner.storage.data.read().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .storage
+            .data
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, B::Storage> {
-        self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .storage
+            .data
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn bump_version(&self) {
@@ -241,7 +277,15 @@ impl<B: Backend> Tensor<B> {
     /// The single element of a one-element tensor.
     pub fn item(&self) -> Result<f32> {
         if self.numel() != 1 {
-            return Err(Error::invalid("item", "self", format!("tensor of shape {:?} has {} elements, not 1", self.shape(), self.numel())));
+            return Err(Error::invalid(
+                "item",
+                "self",
+                format!(
+                    "tensor of shape {:?} has {} elements, not 1",
+                    self.shape(),
+                    self.numel()
+                ),
+            ));
         }
         Ok(self.to_vec()[0])
     }
@@ -299,7 +343,11 @@ impl<B: Backend> Tensor<B> {
 
     /// The accumulated gradient of this leaf, if any backward reached it.
     pub fn grad(&self) -> Option<Tensor<B>> {
-        self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner
+            .grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sets the gradient to zeros of the tensor's shape (in place when one exists).
@@ -323,7 +371,12 @@ impl<B: Backend> Tensor<B> {
     pub fn set_grad(&self, grad: Option<Tensor<B>>) -> Result<()> {
         if let Some(g) = &grad {
             if g.shape() != self.shape() {
-                return Err(Error::mismatch("set_grad", g.dims(), self.dims(), "gradient and tensor shapes"));
+                return Err(Error::mismatch(
+                    "set_grad",
+                    g.dims(),
+                    self.dims(),
+                    "gradient and tensor shapes",
+                ));
             }
         }
         *self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
@@ -359,7 +412,11 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Applies `f` to every element of this view in place and bumps the version.
-    pub(crate) fn map_in_place(&self, op: &'static str, mut f: impl FnMut(usize, f32) -> f32) -> Result<()> {
+    pub(crate) fn map_in_place(
+        &self,
+        op: &'static str,
+        mut f: impl FnMut(usize, f32) -> f32,
+    ) -> Result<()> {
         self.check_in_place(op)?;
         {
             let mut data = self.write();
@@ -382,7 +439,12 @@ impl<B: Backend> Tensor<B> {
     /// Copies `src` (same shape) into this tensor in place.
     pub fn copy_(&self, src: &Tensor<B>) -> Result<()> {
         if src.shape() != self.shape() {
-            return Err(Error::mismatch("copy_", self.dims(), src.dims(), "source and destination shapes"));
+            return Err(Error::mismatch(
+                "copy_",
+                self.dims(),
+                src.dims(),
+                "source and destination shapes",
+            ));
         }
         let values = src.to_vec();
         self.map_in_place("copy_", |i, _| values[i])

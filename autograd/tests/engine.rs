@@ -8,7 +8,10 @@ type T = Tensor<ScalarRefBackend>;
 const B: ScalarRefBackend = ScalarRefBackend;
 
 fn leaf(v: &[f32], shape: &[usize]) -> T {
-    T::from_slice(&B, v, shape).unwrap().requires_grad().unwrap()
+    T::from_slice(&B, v, shape)
+        .unwrap()
+        .requires_grad()
+        .unwrap()
 }
 
 fn c(v: &[f32], shape: &[usize]) -> T {
@@ -32,7 +35,11 @@ fn diamond_graph_sums_both_paths() {
     let g = x.grad().unwrap().to_vec();
     for (i, &xv) in [1.5f32, -2.0].iter().enumerate() {
         let want = (2.0 * xv + 1.0) * xv * xv + (xv * xv + xv) * 2.0 * xv;
-        assert!((g[i] - want).abs() <= 1e-5 * want.abs().max(1.0), "{i}: {} vs {want}", g[i]);
+        assert!(
+            (g[i] - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "{i}: {} vs {want}",
+            g[i]
+        );
     }
 }
 
@@ -61,7 +68,12 @@ fn emission_order_is_fixed_by_the_graph() {
 fn leaf_gradients_accumulate_and_can_be_zeroed_or_cleared() {
     let x = leaf(&[1.0, 2.0], &[2]);
     for _ in 0..3 {
-        x.mul_scalar(2.0).unwrap().sum().unwrap().backward(None, false).unwrap();
+        x.mul_scalar(2.0)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward(None, false)
+            .unwrap();
     }
     assert_eq!(x.grad().unwrap().to_vec(), vec![6.0, 6.0]);
     x.zero_grad();
@@ -80,7 +92,10 @@ fn second_backward_after_release_fails_before_any_work() {
     let err = y.backward(None, false).unwrap_err();
     assert!(matches!(err, Error::GraphReleased { .. }), "{err}");
     assert!(err.to_string().contains("retain_graph"), "{err}");
-    assert_eq!((x.grad().unwrap().to_vec(), w.grad().unwrap().to_vec()), before);
+    assert_eq!(
+        (x.grad().unwrap().to_vec(), w.grad().unwrap().to_vec()),
+        before
+    );
 }
 
 #[test]
@@ -89,10 +104,18 @@ fn partially_released_graph_is_detected_before_any_work() {
     // fail without touching x's gradient.
     let x = leaf(&[3.0], &[1]);
     let a = x.mul_scalar(2.0).unwrap();
-    a.mul_scalar(3.0).unwrap().sum().unwrap().backward(None, false).unwrap();
+    a.mul_scalar(3.0)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward(None, false)
+        .unwrap();
     let before = x.grad().unwrap().to_vec();
     let z = a.add_scalar(1.0).unwrap().sum().unwrap();
-    assert!(matches!(z.backward(None, false), Err(Error::GraphReleased { .. })));
+    assert!(matches!(
+        z.backward(None, false),
+        Err(Error::GraphReleased { .. })
+    ));
     assert_eq!(x.grad().unwrap().to_vec(), before);
 }
 
@@ -114,7 +137,10 @@ fn in_place_change_of_a_saved_tensor_is_a_version_error() {
     a.add_(&c(&[1.0], &[1])).unwrap();
     assert_eq!(a.version(), v0 + 1);
     let err = y.backward(None, false).unwrap_err();
-    assert!(matches!(err, Error::TensorVersion { op: "mul", .. }), "{err}");
+    assert!(
+        matches!(err, Error::TensorVersion { op: "mul", .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -124,13 +150,19 @@ fn in_place_through_a_view_bumps_the_shared_version() {
     let y = w.mul(&a).unwrap().sum().unwrap();
     a.t().unwrap().narrow(0, 0, 1).unwrap().fill_(0.0).unwrap();
     assert_eq!(a.to_vec(), vec![0.0, 2.0, 0.0, 4.0]);
-    assert!(matches!(y.backward(None, false), Err(Error::TensorVersion { .. })));
+    assert!(matches!(
+        y.backward(None, false),
+        Err(Error::TensorVersion { .. })
+    ));
 }
 
 #[test]
 fn in_place_on_a_tensor_requiring_grad_is_refused_in_grad_mode() {
     let w = leaf(&[1.0], &[1]);
-    assert!(matches!(w.fill_(0.0), Err(Error::InPlaceOnGrad { op: "fill_" })));
+    assert!(matches!(
+        w.fill_(0.0),
+        Err(Error::InPlaceOnGrad { op: "fill_" })
+    ));
     {
         let _g = no_grad();
         w.fill_(5.0).unwrap();
@@ -141,14 +173,22 @@ fn in_place_on_a_tensor_requiring_grad_is_refused_in_grad_mode() {
 #[test]
 fn backward_errors() {
     let x = c(&[1.0, 2.0], &[2]);
-    assert!(matches!(x.sum().unwrap().backward(None, false), Err(Error::NoGrad { .. })));
+    assert!(matches!(
+        x.sum().unwrap().backward(None, false),
+        Err(Error::NoGrad { .. })
+    ));
     let w = leaf(&[1.0, 2.0], &[2]);
     let y = w.mul_scalar(2.0).unwrap();
     let e = y.backward(None, false).unwrap_err();
     assert!(matches!(e, Error::ImplicitSeed { .. }), "{e}");
-    let e = y.backward(Some(&c(&[1.0, 2.0, 3.0], &[3])), false).unwrap_err();
+    let e = y
+        .backward(Some(&c(&[1.0, 2.0, 3.0], &[3])), false)
+        .unwrap_err();
     assert!(matches!(e, Error::SeedShape { .. }), "{e}");
-    assert!(e.to_string().contains("[3]") && e.to_string().contains("[2]"), "{e}");
+    assert!(
+        e.to_string().contains("[3]") && e.to_string().contains("[2]"),
+        "{e}"
+    );
     // The failed attempts did no work: the graph is still usable.
     y.backward(Some(&c(&[1.0, 10.0], &[2])), false).unwrap();
     assert_eq!(w.grad().unwrap().to_vec(), vec![2.0, 20.0]);
@@ -185,7 +225,12 @@ fn requires_grad_only_on_leaves() {
 fn gradients_flow_only_to_inputs_that_need_them() {
     let w = leaf(&[2.0], &[1]);
     let x = c(&[3.0], &[1]);
-    w.mul(&x).unwrap().sum().unwrap().backward(None, false).unwrap();
+    w.mul(&x)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward(None, false)
+        .unwrap();
     assert_eq!(w.grad().unwrap().to_vec(), vec![3.0]);
     assert!(x.grad().is_none());
 }
@@ -210,7 +255,15 @@ fn views_share_storage_and_gradients_map_back() {
     let s = t.slice(0, 0, 3, 2).unwrap(); // rows 0 and 2 of the transpose
     assert_eq!(s.to_vec(), vec![1.0, 4.0, 3.0, 6.0]);
     let w = c(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
-    s.mul(&w).unwrap().sum().unwrap().backward(None, false).unwrap();
-    assert_eq!(x.grad().unwrap().to_vec(), vec![1.0, 0.0, 3.0, 2.0, 0.0, 4.0]);
+    s.mul(&w)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward(None, false)
+        .unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec(),
+        vec![1.0, 0.0, 3.0, 2.0, 0.0, 4.0]
+    );
     assert_eq!(x.grad().unwrap().dims(), &[2, 3]);
 }

@@ -61,11 +61,15 @@ pub(crate) fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usi
 
 /// Splits a layout into the layout of its kept dimensions and that of its reduced ones.
 pub(crate) fn split_reduce(layout: &Layout, reduce: &[bool]) -> (Layout, Layout) {
-    assert_eq!(reduce.len(), layout.rank(), "sum: reduce flags do not match rank");
+    assert_eq!(
+        reduce.len(),
+        layout.rank(),
+        "sum: reduce flags do not match rank"
+    );
     let mut kept = (Vec::new(), Vec::new());
     let mut red = (Vec::new(), Vec::new());
-    for d in 0..layout.rank() {
-        let target = if reduce[d] { &mut red } else { &mut kept };
+    for (d, &r) in reduce.iter().enumerate() {
+        let target = if r { &mut red } else { &mut kept };
         target.0.push(layout.shape[d]);
         target.1.push(layout.strides[d]);
     }
@@ -98,7 +102,7 @@ impl Backend for ScalarRefBackend {
         vec![0.0; len]
     }
 
-    fn from_vec(&self, data: Vec<f32>) -> Vec<f32> {
+    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
         data
     }
 
@@ -125,9 +129,20 @@ impl Backend for ScalarRefBackend {
         }
     }
 
-    fn binary(&self, op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]) {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
         assert_eq!(out.len(), la.numel(), "binary: output length");
-        assert_eq!(la.shape, lb.shape, "binary: layouts not broadcast to one shape");
+        assert_eq!(
+            la.shape, lb.shape,
+            "binary: layouts not broadcast to one shape"
+        );
         let mut i = 0;
         walk([la, lb], |[ia, ib]| {
             out[i] = canon(scalar::binary(op, a[ia], b[ib]));
@@ -196,9 +211,15 @@ impl Backend for ScalarRefBackend {
     }
 
     fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
-        assert!(x.len() == rows * cols && out.len() == rows * cols, "softmax: lengths");
+        assert!(
+            x.len() == rows * cols && out.len() == rows * cols,
+            "softmax: lengths"
+        );
         for r in 0..rows {
-            let (xs, os) = (&x[r * cols..(r + 1) * cols], &mut out[r * cols..(r + 1) * cols]);
+            let (xs, os) = (
+                &x[r * cols..(r + 1) * cols],
+                &mut out[r * cols..(r + 1) * cols],
+            );
             if log {
                 scalar::log_softmax_row(xs, os);
             } else {
@@ -210,7 +231,15 @@ impl Backend for ScalarRefBackend {
         }
     }
 
-    fn softmax_backward(&self, y: &[f32], g: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+    fn softmax_backward(
+        &self,
+        y: &[f32],
+        g: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) {
         assert!(y.len() == rows * cols && g.len() == rows * cols && out.len() == rows * cols);
         for r in 0..rows {
             let s = r * cols..(r + 1) * cols;

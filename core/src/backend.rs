@@ -137,7 +137,7 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
     fn zeros(&self, len: usize) -> Self::Storage;
 
     /// A buffer holding `data`.
-    fn from_vec(&self, data: Vec<f32>) -> Self::Storage;
+    fn storage_from_vec(&self, data: Vec<f32>) -> Self::Storage;
 
     /// Gathers the elements of `src` under `layout` into `out` in row-major order.
     /// Copies bits exactly (no canonicalisation).

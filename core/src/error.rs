@@ -83,7 +83,12 @@ impl Error {
     }
 
     /// Builds an [`Error::ShapeMismatch`].
-    pub fn mismatch(op: &'static str, lhs: &[usize], rhs: &[usize], reason: impl Into<String>) -> Self {
+    pub fn mismatch(
+        op: &'static str,
+        lhs: &[usize],
+        rhs: &[usize],
+        reason: impl Into<String>,
+    ) -> Self {
         Error::ShapeMismatch {
             op,
             lhs: lhs.to_vec(),

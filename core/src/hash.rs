@@ -76,7 +76,10 @@ mod tests {
 
     #[test]
     fn distinguishes_signed_zero_and_split() {
-        assert_ne!(GradHasher::of([&[0.0f32][..]]), GradHasher::of([&[-0.0f32][..]]));
+        assert_ne!(
+            GradHasher::of([&[0.0f32][..]]),
+            GradHasher::of([&[-0.0f32][..]])
+        );
         let joined = GradHasher::of([&[1.0f32, 2.0][..]]);
         let split = GradHasher::of([&[1.0f32][..], &[2.0f32][..]]);
         assert_ne!(joined, split);

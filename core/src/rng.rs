@@ -149,7 +149,7 @@ fn sqrt_f64(x: f64) -> f64 {
 fn sqrt_f64_digits(x: f64) -> f64 {
     {
         if x <= 0.0 || x.is_nan() || x.is_infinite() {
-            return if x == 0.0 { x } else if x > 0.0 { x } else { f64::NAN };
+            return if x >= 0.0 { x } else { f64::NAN };
         }
         let bits = x.to_bits();
         let mut exp = ((bits >> 52) & 0x7ff) as i64;
@@ -190,7 +190,11 @@ fn sqrt_f64_digits(x: f64) -> f64 {
         }
         let result_exp = (e / 2 + 1023) as u64;
         let r = r as u64;
-        let (r, result_exp) = if r >> 53 != 0 { (r >> 1, result_exp + 1) } else { (r, result_exp) };
+        let (r, result_exp) = if r >> 53 != 0 {
+            (r >> 1, result_exp + 1)
+        } else {
+            (r, result_exp)
+        };
         f64::from_bits((result_exp << 52) | (r & ((1u64 << 52) - 1)))
     }
 }
@@ -289,7 +293,9 @@ mod tests {
 
     #[test]
     fn ln_matches_std_closely() {
-        for &x in &[1e-310, 1e-300, 0.001, 0.5, 0.7071, 1.0, 1.5, 2.0, 10.0, 1e10, 1e300] {
+        for &x in &[
+            1e-310, 1e-300, 0.001, 0.5, 0.7071, 1.0, 1.5, 2.0, 10.0, 1e10, 1e300,
+        ] {
             let d = (ln_f64(x) - x.ln()).abs();
             assert!(d <= 4.0 * f64::EPSILON * x.ln().abs().max(1.0), "{x}: {d}");
         }
@@ -300,7 +306,10 @@ mod tests {
     #[test]
     fn sqrt_is_correctly_rounded() {
         let mut r = Philox::new(9);
-        let mut xs = [2.0f64, 3.0, 0.5, 1e-310, 123456.789, 1e300, 4.0, 1.0, 0.0, 5e-324].to_vec();
+        let mut xs = [
+            2.0f64, 3.0, 0.5, 1e-310, 123456.789, 1e300, 4.0, 1.0, 0.0, 5e-324,
+        ]
+        .to_vec();
         for _ in 0..2000 {
             xs.push(f64::from_bits(r.next_u64() & 0x7fef_ffff_ffff_ffff));
         }

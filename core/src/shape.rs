@@ -107,8 +107,16 @@ impl Shape {
         let rank = a.len().max(b.len());
         let mut out = vec![0; rank];
         for i in 0..rank {
-            let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-            let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+            let da = if i + a.len() >= rank {
+                a[i + a.len() - rank]
+            } else {
+                1
+            };
+            let db = if i + b.len() >= rank {
+                b[i + b.len() - rank]
+            } else {
+                1
+            };
             out[i] = if da == db {
                 da
             } else if da == 1 {
@@ -243,7 +251,10 @@ impl Layout {
             return Err(Error::invalid(
                 op,
                 "dims",
-                alloc::format!("permutation {perm:?} has {} entries for a tensor of rank {rank}", perm.len()),
+                alloc::format!(
+                    "permutation {perm:?} has {} entries for a tensor of rank {rank}",
+                    perm.len()
+                ),
             ));
         }
         let mut seen = vec![false; rank];
@@ -379,9 +390,15 @@ mod tests {
 
     #[test]
     fn broadcast_rules() {
-        assert_eq!(Shape::broadcast("t", &[3, 1], &[4]).unwrap().dims(), &[3, 4]);
+        assert_eq!(
+            Shape::broadcast("t", &[3, 1], &[4]).unwrap().dims(),
+            &[3, 4]
+        );
         assert_eq!(Shape::broadcast("t", &[], &[2, 2]).unwrap().dims(), &[2, 2]);
-        assert_eq!(Shape::broadcast("t", &[0, 1], &[1, 5]).unwrap().dims(), &[0, 5]);
+        assert_eq!(
+            Shape::broadcast("t", &[0, 1], &[1, 5]).unwrap().dims(),
+            &[0, 5]
+        );
         let e = Shape::broadcast("add", &[3, 2], &[4, 2]).unwrap_err();
         assert!(e.to_string().contains("add") && e.to_string().contains("[3, 2]"));
     }
@@ -399,7 +416,7 @@ mod tests {
     fn view_rules() {
         let l = Layout::contiguous([2, 3, 4]);
         let t = l.permute("t", &[1, 0, 2]).unwrap(); // [3,2,4] strides [4,12,1]
-        // Merging the last two (2,4) is not possible: stride 12 != 4*4.
+                                                     // Merging the last two (2,4) is not possible: stride 12 != 4*4.
         assert!(t.view_as(&Shape::from([3, 8])).is_none());
         // Splitting the last dim is fine.
         let v = t.view_as(&Shape::from([3, 2, 2, 2])).unwrap();

@@ -17,7 +17,9 @@ enum Needs {
 fn needs(op: UnaryOp) -> Needs {
     match op {
         UnaryOp::Neg | UnaryOp::AddScalar(_) | UnaryOp::MulScalar(_) => Needs::Neither,
-        UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Exp | UnaryOp::Sqrt => Needs::Output,
+        UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Exp | UnaryOp::Sqrt => {
+            Needs::Output
+        }
         UnaryOp::Abs
         | UnaryOp::LeakyRelu(_)
         | UnaryOp::Log
@@ -29,12 +31,21 @@ fn needs(op: UnaryOp) -> Needs {
 }
 
 /// The backward kernel of `op` applied to `g`, reading the saved input or output.
-fn unary_backward<B: Backend>(op: UnaryOp, saved: Option<&Tensor<B>>, g: &Tensor<B>, needs: Needs) -> Tensor<B> {
+fn unary_backward<B: Backend>(
+    op: UnaryOp,
+    saved: Option<&Tensor<B>>,
+    g: &Tensor<B>,
+    needs: Needs,
+) -> Tensor<B> {
     let b = g.backend();
     let mut out = b.zeros(g.numel());
     g.with_contiguous(|gs| match (needs, saved) {
-        (Needs::Input, Some(s)) => s.with_contiguous(|xs| b.unary_backward(op, xs, gs, gs, out.as_mut())),
-        (Needs::Output, Some(s)) => s.with_contiguous(|ys| b.unary_backward(op, gs, ys, gs, out.as_mut())),
+        (Needs::Input, Some(s)) => {
+            s.with_contiguous(|xs| b.unary_backward(op, xs, gs, gs, out.as_mut()))
+        }
+        (Needs::Output, Some(s)) => {
+            s.with_contiguous(|ys| b.unary_backward(op, gs, ys, gs, out.as_mut()))
+        }
         _ => b.unary_backward(op, gs, gs, gs, out.as_mut()),
     });
     Tensor::from_storage(b, out, g.shape().clone())
@@ -81,10 +92,21 @@ fn binary_op<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<T
         move |g: &Tensor<B>| {
             let (ga, gb) = match op {
                 BinaryOp::Add => (need_a.then(|| g.clone()), need_b.then(|| g.clone())),
-                BinaryOp::Sub => (need_a.then(|| g.clone()), if need_b { Some(g.neg()?) } else { None }),
+                BinaryOp::Sub => (
+                    need_a.then(|| g.clone()),
+                    if need_b { Some(g.neg()?) } else { None },
+                ),
                 BinaryOp::Mul => {
-                    let ga = if need_a { Some(g.mul(sb.as_ref().unwrap().get()?)?) } else { None };
-                    let gb = if need_b { Some(g.mul(sa.as_ref().unwrap().get()?)?) } else { None };
+                    let ga = if need_a {
+                        Some(g.mul(sb.as_ref().unwrap().get()?)?)
+                    } else {
+                        None
+                    };
+                    let gb = if need_b {
+                        Some(g.mul(sa.as_ref().unwrap().get()?)?)
+                    } else {
+                        None
+                    };
                     (ga, gb)
                 }
                 BinaryOp::Div => {
@@ -204,7 +226,11 @@ impl<B: Backend> Tensor<B> {
     /// computed). The gradient is `exponent · x^(exponent−1)`, and 0 for exponent 0.
     pub fn pow(&self, exponent: f32) -> Result<Tensor<B>> {
         if !exponent.is_finite() {
-            return Err(Error::invalid("pow", "exponent", format!("must be finite, got {exponent}")));
+            return Err(Error::invalid(
+                "pow",
+                "exponent",
+                format!("must be finite, got {exponent}"),
+            ));
         }
         Ok(unary_op(self, UnaryOp::Pow(exponent)))
     }
@@ -219,14 +245,21 @@ impl<B: Backend> Tensor<B> {
     /// `min ≤ x ≤ max`.
     pub fn clamp(&self, min: Option<f32>, max: Option<f32>) -> Result<Tensor<B>> {
         if min.is_none() && max.is_none() {
-            return Err(Error::invalid("clamp", "min/max", "at least one bound must be given"));
+            return Err(Error::invalid(
+                "clamp",
+                "min/max",
+                "at least one bound must be given",
+            ));
         }
         if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
             return Err(Error::invalid("clamp", "min/max", "bounds must not be NaN"));
         }
         Ok(unary_op(
             self,
-            UnaryOp::Clamp(min.unwrap_or(f32::NEG_INFINITY), max.unwrap_or(f32::INFINITY)),
+            UnaryOp::Clamp(
+                min.unwrap_or(f32::NEG_INFINITY),
+                max.unwrap_or(f32::INFINITY),
+            ),
         ))
     }
 
@@ -245,7 +278,15 @@ impl<B: Backend> Tensor<B> {
                 b.layout().broadcast_to(op, &shape)?,
             );
             let (dc, da, db) = (cond.read(), a.read(), b.read());
-            be.select(dc.as_ref(), &lc, da.as_ref(), &la, db.as_ref(), &lb, out.as_mut());
+            be.select(
+                dc.as_ref(),
+                &lc,
+                da.as_ref(),
+                &la,
+                db.as_ref(),
+                &lb,
+                out.as_mut(),
+            );
         }
         let out = Tensor::from_storage(be, out, shape);
         let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());
@@ -256,8 +297,16 @@ impl<B: Backend> Tensor<B> {
             move |g: &Tensor<B>| {
                 let c = saved.get()?;
                 let zero = Tensor::zeros(g.backend(), Shape::scalar());
-                let ga = if need_a { Some(sum_to(&Tensor::where_cond(c, g, &zero)?, &shape_a)?) } else { None };
-                let gb = if need_b { Some(sum_to(&Tensor::where_cond(c, &zero, g)?, &shape_b)?) } else { None };
+                let ga = if need_a {
+                    Some(sum_to(&Tensor::where_cond(c, g, &zero)?, &shape_a)?)
+                } else {
+                    None
+                };
+                let gb = if need_b {
+                    Some(sum_to(&Tensor::where_cond(c, &zero, g)?, &shape_b)?)
+                } else {
+                    None
+                };
                 Ok(vec![ga, gb])
             }
         }))

@@ -14,11 +14,20 @@ fn as_batched(l: &Layout) -> Option<(usize, [usize; 3])> {
     let (rs, cs) = (l.strides[rank - 2], l.strides[rank - 1]);
     let batch_dims = &l.shape[..rank - 2];
     let batch_strides = &l.strides[..rank - 2];
-    if batch_dims.iter().zip(batch_strides).all(|(&d, &s)| d == 1 || s == 0) {
+    if batch_dims
+        .iter()
+        .zip(batch_strides)
+        .all(|(&d, &s)| d == 1 || s == 0)
+    {
         return Some((l.offset, [0, rs, cs]));
     }
     // The batch dimensions (ignoring size-1 ones) must nest: stride_i = stride_{i+1}·dim_{i+1}.
-    let live: Vec<(usize, usize)> = batch_dims.iter().zip(batch_strides).filter(|(&d, _)| d != 1).map(|(&d, &s)| (d, s)).collect();
+    let live: Vec<(usize, usize)> = batch_dims
+        .iter()
+        .zip(batch_strides)
+        .filter(|(&d, _)| d != 1)
+        .map(|(&d, &s)| (d, s))
+        .collect();
     for w in live.windows(2) {
         if w[0].1 != w[1].1 * w[1].0 {
             return None;
@@ -100,7 +109,12 @@ impl<B: Backend> Tensor<B> {
         let op = "matmul";
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
-            return Err(Error::mismatch(op, self.dims(), other.dims(), "both operands need at least one dimension"));
+            return Err(Error::mismatch(
+                op,
+                self.dims(),
+                other.dims(),
+                "both operands need at least one dimension",
+            ));
         }
         if ra == 1 {
             let r = self.unsqueeze(0)?.matmul(other)?;
@@ -141,18 +155,32 @@ impl<B: Backend> Tensor<B> {
     pub fn linear(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>) -> Result<Tensor<B>> {
         let op = "linear";
         if weight.rank() != 2 {
-            return Err(Error::invalid(op, "weight", format!("must be 2-D [out, in], got shape {:?}", weight.dims())));
+            return Err(Error::invalid(
+                op,
+                "weight",
+                format!("must be 2-D [out, in], got shape {:?}", weight.dims()),
+            ));
         }
         let (out_f, in_f) = (weight.dims()[0], weight.dims()[1]);
         if self.rank() == 0 || self.dims()[self.rank() - 1] != in_f {
-            return Err(Error::mismatch(op, self.dims(), weight.dims(), format!("the input's last dimension must equal in_features = {in_f}")));
+            return Err(Error::mismatch(
+                op,
+                self.dims(),
+                weight.dims(),
+                format!("the input's last dimension must equal in_features = {in_f}"),
+            ));
         }
         let y = self.matmul(&weight.t()?)?;
         match bias {
             None => Ok(y),
             Some(b) => {
                 if b.dims() != [out_f] {
-                    return Err(Error::mismatch(op, b.dims(), weight.dims(), format!("bias must have shape [{out_f}]")));
+                    return Err(Error::mismatch(
+                        op,
+                        b.dims(),
+                        weight.dims(),
+                        format!("bias must have shape [{out_f}]"),
+                    ));
                 }
                 y.add(b)
             }

@@ -46,15 +46,27 @@ impl<B: Backend> Tensor<B> {
     /// `self` is `[C]` (one target), `[N, C]` (N targets) or `[N, C, d1, …]` (targets in
     /// `[N, d1, …]` order). Targets must lie in `[0, C)` unless equal to `ignore_index`.
     /// The loss of a sample is `(1−ε)·(−log p[y]) + ε·(−Σ_c log p[c] / C)`.
-    pub fn cross_entropy(&self, targets: &[i64], options: CrossEntropyOptions) -> Result<Tensor<B>> {
+    pub fn cross_entropy(
+        &self,
+        targets: &[i64],
+        options: CrossEntropyOptions,
+    ) -> Result<Tensor<B>> {
         let op = "cross_entropy";
         let eps = options.label_smoothing;
         if !(0.0..=1.0).contains(&eps) {
-            return Err(Error::invalid(op, "label_smoothing", format!("must be in [0, 1], got {eps}")));
+            return Err(Error::invalid(
+                op,
+                "label_smoothing",
+                format!("must be in [0, 1], got {eps}"),
+            ));
         }
         let rank = self.rank();
         if rank == 0 {
-            return Err(Error::invalid(op, "input", "expects logits of shape [C], [N, C] or [N, C, d1, ...], got a scalar"));
+            return Err(Error::invalid(
+                op,
+                "input",
+                "expects logits of shape [C], [N, C] or [N, C, d1, ...], got a scalar",
+            ));
         }
         let class_dim = if rank == 1 { 0 } else { 1 };
         let classes = self.dims()[class_dim];
@@ -70,11 +82,20 @@ impl<B: Backend> Tensor<B> {
         }
         for (i, &t) in targets.iter().enumerate() {
             if t != options.ignore_index && (t < 0 || t as usize >= classes) {
-                return Err(Error::InvalidLabel { op, label: t, index: i, classes });
+                return Err(Error::InvalidLabel {
+                    op,
+                    label: t,
+                    index: i,
+                    classes,
+                });
             }
         }
         if classes == 0 && rows > 0 {
-            return Err(Error::invalid(op, "input", "the class dimension has size 0"));
+            return Err(Error::invalid(
+                op,
+                "input",
+                "the class dimension has size 0",
+            ));
         }
         // Logits as [rows, C]: class dimension last.
         let x2 = if rank == 1 {
@@ -113,7 +134,11 @@ impl<B: Backend> Tensor<B> {
             Reduction::None => Tensor::from_vec(be, per_row, target_shape.clone())?,
             Reduction::Sum | Reduction::Mean => {
                 let total: f64 = per_row.iter().map(|&v| f64::from(v)).sum();
-                let v = if reduction == Reduction::Mean { total / valid as f64 } else { total };
+                let v = if reduction == Reduction::Mean {
+                    total / valid as f64
+                } else {
+                    total
+                };
                 Tensor::scalar(be, canon(mode, v as f32))
             }
         };
@@ -140,7 +165,8 @@ impl<B: Backend> Tensor<B> {
                     let y = targets[i] as usize;
                     for c in 0..classes {
                         let t = if c == y { one_minus + eps_c } else { eps_c };
-                        dx[i * classes + c] = canon(b.mode(), (p.as_ref()[i * classes + c] - t) * w);
+                        dx[i * classes + c] =
+                            canon(b.mode(), (p.as_ref()[i * classes + c] - t) * w);
                     }
                 }
                 Ok(vec![Some(Tensor::from_vec(b, dx, [rows, classes])?)])
@@ -152,7 +178,12 @@ impl<B: Backend> Tensor<B> {
     /// same shape (PyTorch broadcasts with a warning; here a mismatch is an error).
     pub fn mse_loss(&self, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
         if self.shape() != target.shape() {
-            return Err(Error::mismatch("mse_loss", self.dims(), target.dims(), "input and target must have the same shape"));
+            return Err(Error::mismatch(
+                "mse_loss",
+                self.dims(),
+                target.dims(),
+                "input and target must have the same shape",
+            ));
         }
         let sq = self.sub(target)?.pow(2.0)?;
         match reduction {

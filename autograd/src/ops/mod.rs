@@ -33,7 +33,11 @@ pub(crate) fn unary_forward<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Tensor<B>
 }
 
 /// `op(a, b)` with broadcasting, unrecorded.
-pub(crate) fn binary_forward<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
+pub(crate) fn binary_forward<B: Backend>(
+    op: BinaryOp,
+    a: &Tensor<B>,
+    b: &Tensor<B>,
+) -> Result<Tensor<B>> {
     let name = op.name();
     let shape = Shape::broadcast(name, a.dims(), b.dims())?;
     let la = a.layout().broadcast_to(name, &shape)?;
@@ -55,7 +59,9 @@ pub(crate) fn sum_to<B: Backend>(g: &Tensor<B>, shape: &[usize]) -> Result<Tenso
     }
     let rank = g.rank();
     let lead = rank - shape.len();
-    let reduce: Vec<bool> = (0..rank).map(|d| d < lead || (shape[d - lead] == 1 && g.dims()[d] != 1)).collect();
+    let reduce: Vec<bool> = (0..rank)
+        .map(|d| d < lead || (shape[d - lead] == 1 && g.dims()[d] != 1))
+        .collect();
     let out = sum_unrecorded(g, &reduce);
     out.reshape_to(shape)
 }
@@ -63,7 +69,13 @@ pub(crate) fn sum_to<B: Backend>(g: &Tensor<B>, shape: &[usize]) -> Result<Tenso
 /// Sum over the flagged dimensions (f64, increasing order), unrecorded; the result has
 /// the kept dimensions.
 pub(crate) fn sum_unrecorded<B: Backend>(x: &Tensor<B>, reduce: &[bool]) -> Tensor<B> {
-    let kept: Vec<usize> = x.dims().iter().zip(reduce).filter(|(_, &r)| !r).map(|(&d, _)| d).collect();
+    let kept: Vec<usize> = x
+        .dims()
+        .iter()
+        .zip(reduce)
+        .filter(|(_, &r)| !r)
+        .map(|(&d, _)| d)
+        .collect();
     let b = x.backend();
     let mut out = b.zeros(kept.iter().product());
     {

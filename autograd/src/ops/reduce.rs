@@ -13,21 +13,46 @@ fn reduce_flags(op: &'static str, dims: &[isize], rank: usize) -> Result<Vec<boo
     for &d in dims {
         let d = normalize_dim(op, d, rank)?;
         if flags[d] {
-            return Err(Error::invalid(op, "dims", format!("dimension {d} appears more than once in {dims:?}")));
+            return Err(Error::invalid(
+                op,
+                "dims",
+                format!("dimension {d} appears more than once in {dims:?}"),
+            ));
         }
         flags[d] = true;
     }
     Ok(flags)
 }
 
-fn sum_impl<B: Backend>(x: &Tensor<B>, op: &'static str, dims: &[isize], keepdim: bool, mean: bool) -> Result<Tensor<B>> {
+fn sum_impl<B: Backend>(
+    x: &Tensor<B>,
+    op: &'static str,
+    dims: &[isize],
+    keepdim: bool,
+    mean: bool,
+) -> Result<Tensor<B>> {
     let flags = reduce_flags(op, dims, x.rank())?;
-    let count: usize = x.dims().iter().zip(&flags).filter(|(_, &r)| r).map(|(&d, _)| d).product();
+    let count: usize = x
+        .dims()
+        .iter()
+        .zip(&flags)
+        .filter(|(_, &r)| r)
+        .map(|(&d, _)| d)
+        .product();
     let summed = sum_unrecorded(x, &flags);
-    let kept_shape: Vec<usize> = x.dims().iter().zip(&flags).map(|(&d, &r)| if r { 1 } else { d }).collect();
+    let kept_shape: Vec<usize> = x
+        .dims()
+        .iter()
+        .zip(&flags)
+        .map(|(&d, &r)| if r { 1 } else { d })
+        .collect();
     let out = {
         let _g = crate::no_grad();
-        let s = if mean { summed.div_scalar(count as f32)? } else { summed };
+        let s = if mean {
+            summed.div_scalar(count as f32)?
+        } else {
+            summed
+        };
         if keepdim {
             s.reshape_to(&kept_shape)?
         } else {
@@ -54,7 +79,11 @@ impl<B: Backend> Tensor<B> {
     /// Sum over `dims` (negative counts from the end); `keepdim` keeps them with size 1.
     pub fn sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
         if dims.is_empty() {
-            return Err(Error::invalid("sum", "dims", "give at least one dimension, or use sum()"));
+            return Err(Error::invalid(
+                "sum",
+                "dims",
+                "give at least one dimension, or use sum()",
+            ));
         }
         sum_impl(self, "sum", dims, keepdim, false)
     }
@@ -68,7 +97,11 @@ impl<B: Backend> Tensor<B> {
     /// Mean over `dims`; `keepdim` keeps them with size 1.
     pub fn mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
         if dims.is_empty() {
-            return Err(Error::invalid("mean", "dims", "give at least one dimension, or use mean()"));
+            return Err(Error::invalid(
+                "mean",
+                "dims",
+                "give at least one dimension, or use mean()",
+            ));
         }
         sum_impl(self, "mean", dims, keepdim, true)
     }

@@ -11,7 +11,13 @@ use std::sync::Arc;
 
 /// A tensor sharing `x`'s storage under `layout` (unrecorded).
 fn view_of<B: Backend>(x: &Tensor<B>, layout: Layout) -> Tensor<B> {
-    Tensor::from_parts(x.backend().clone(), Arc::clone(&x.inner.storage), layout, false, None)
+    Tensor::from_parts(
+        x.backend().clone(),
+        Arc::clone(&x.inner.storage),
+        layout,
+        false,
+        None,
+    )
 }
 
 /// Zeros of `shape` with `g` written into the elements that `region` (a layout over a
@@ -43,10 +49,18 @@ impl<B: Backend> Tensor<B> {
         for (i, &d) in shape.iter().enumerate() {
             if d == -1 {
                 if infer.replace(i).is_some() {
-                    return Err(Error::invalid(op, "shape", format!("only one dimension can be -1 in {shape:?}")));
+                    return Err(Error::invalid(
+                        op,
+                        "shape",
+                        format!("only one dimension can be -1 in {shape:?}"),
+                    ));
                 }
             } else if d < 0 {
-                return Err(Error::invalid(op, "shape", format!("invalid dimension {d} in {shape:?}")));
+                return Err(Error::invalid(
+                    op,
+                    "shape",
+                    format!("invalid dimension {d} in {shape:?}"),
+                ));
             } else {
                 known *= d as usize;
             }
@@ -110,27 +124,38 @@ impl<B: Backend> Tensor<B> {
             }
         };
         let in_shape = self.dims().to_vec();
-        Ok(record("reshape", out, &[self], move || move |g: &Tensor<B>| Ok(vec![Some(g.reshape_to(&in_shape)?)])))
+        Ok(record("reshape", out, &[self], move || {
+            move |g: &Tensor<B>| Ok(vec![Some(g.reshape_to(&in_shape)?)])
+        }))
     }
 
     /// Dimensions reordered: output dimension `i` is input dimension `dims[i]`.
     pub fn permute(&self, dims: &[isize]) -> Result<Tensor<B>> {
         let rank = self.rank();
-        let perm: Vec<usize> = dims.iter().map(|&d| normalize_dim("permute", d, rank)).collect::<Result<_, _>>()?;
+        let perm: Vec<usize> = dims
+            .iter()
+            .map(|&d| normalize_dim("permute", d, rank))
+            .collect::<Result<_, _>>()?;
         let layout = self.layout().permute("permute", &perm)?;
         let mut inverse = vec![0isize; rank];
         for (i, &p) in perm.iter().enumerate() {
             inverse[p] = i as isize;
         }
-        Ok(record("permute", view_of(self, layout), &[self], move || {
-            move |g: &Tensor<B>| Ok(vec![Some(g.permute(&inverse)?)])
-        }))
+        Ok(record(
+            "permute",
+            view_of(self, layout),
+            &[self],
+            move || move |g: &Tensor<B>| Ok(vec![Some(g.permute(&inverse)?)]),
+        ))
     }
 
     /// Swaps two dimensions.
     pub fn transpose(&self, dim0: isize, dim1: isize) -> Result<Tensor<B>> {
         let rank = self.rank();
-        let (a, b) = (normalize_dim("transpose", dim0, rank)?, normalize_dim("transpose", dim1, rank)?);
+        let (a, b) = (
+            normalize_dim("transpose", dim0, rank)?,
+            normalize_dim("transpose", dim1, rank)?,
+        );
         let mut perm: Vec<isize> = (0..rank as isize).collect();
         perm.swap(a, b);
         self.permute(&perm)
@@ -141,7 +166,14 @@ impl<B: Backend> Tensor<B> {
         match self.rank() {
             0 | 1 => Ok(self.clone()),
             2 => self.transpose(0, 1),
-            r => Err(Error::invalid("t", "self", format!("expects a tensor of rank <= 2, got rank {r} (shape {:?}); use transpose", self.dims()))),
+            r => Err(Error::invalid(
+                "t",
+                "self",
+                format!(
+                    "expects a tensor of rank <= 2, got rank {r} (shape {:?}); use transpose",
+                    self.dims()
+                ),
+            )),
         }
     }
 
@@ -168,7 +200,8 @@ impl<B: Backend> Tensor<B> {
             return Err(Error::invalid("slice", "step", "must be positive"));
         }
         let size = self.dims()[d] as isize;
-        let clamp = |v: isize| -> usize { (if v < 0 { v + size } else { v }).clamp(0, size) as usize };
+        let clamp =
+            |v: isize| -> usize { (if v < 0 { v + size } else { v }).clamp(0, size) as usize };
         let (s, e) = (clamp(start), clamp(end));
         let len = if e > s { (e - s).div_ceil(step) } else { 0 };
         let src = self.layout();
@@ -176,8 +209,19 @@ impl<B: Backend> Tensor<B> {
         shape[d] = len;
         let mut strides = src.strides.clone();
         strides[d] *= step;
-        let offset = if len == 0 { src.offset } else { src.offset + s * src.strides[d] };
-        let out = view_of(self, Layout { shape: shape.into(), strides, offset });
+        let offset = if len == 0 {
+            src.offset
+        } else {
+            src.offset + s * src.strides[d]
+        };
+        let out = view_of(
+            self,
+            Layout {
+                shape: shape.into(),
+                strides,
+                offset,
+            },
+        );
         let in_shape = self.shape().clone();
         let mut region = Layout::contiguous(in_shape.clone());
         region.offset = if len == 0 { 0 } else { s * region.strides[d] };
@@ -185,7 +229,9 @@ impl<B: Backend> Tensor<B> {
         let mut rshape = in_shape.to_vec();
         rshape[d] = len;
         region.shape = rshape.into();
-        Ok(record("slice", out, &[self], move || move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region))])))
+        Ok(record("slice", out, &[self], move || {
+            move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region))])
+        }))
     }
 
     /// This tensor broadcast to `shape` without copying (PyTorch's `expand`); the
@@ -196,14 +242,27 @@ impl<B: Backend> Tensor<B> {
         }
         let layout = self.layout().broadcast_to("expand", shape)?;
         let in_shape = self.dims().to_vec();
-        Ok(record("expand", view_of(self, layout), &[self], move || move |g: &Tensor<B>| Ok(vec![Some(sum_to(g, &in_shape)?)])))
+        Ok(record(
+            "expand",
+            view_of(self, layout),
+            &[self],
+            move || move |g: &Tensor<B>| Ok(vec![Some(sum_to(g, &in_shape)?)]),
+        ))
     }
 
     /// Removes dimension `dim`, which must have size 1.
     pub fn squeeze(&self, dim: isize) -> Result<Tensor<B>> {
         let d = normalize_dim("squeeze", dim, self.rank())?;
         if self.dims()[d] != 1 {
-            return Err(Error::invalid("squeeze", "dim", format!("dimension {d} has size {}, not 1 (shape {:?})", self.dims()[d], self.dims())));
+            return Err(Error::invalid(
+                "squeeze",
+                "dim",
+                format!(
+                    "dimension {d} has size {}, not 1 (shape {:?})",
+                    self.dims()[d],
+                    self.dims()
+                ),
+            ));
         }
         let mut dims = self.dims().to_vec();
         dims.remove(d);
@@ -229,9 +288,16 @@ impl<B: Backend> Tensor<B> {
         if self.rank() == 0 {
             return self.reshape_to(&[1]);
         }
-        let (s, e) = (normalize_dim("flatten", start, self.rank())?, normalize_dim("flatten", end, self.rank())?);
+        let (s, e) = (
+            normalize_dim("flatten", start, self.rank())?,
+            normalize_dim("flatten", end, self.rank())?,
+        );
         if s > e {
-            return Err(Error::invalid("flatten", "start/end", format!("start dimension {s} is after end dimension {e}")));
+            return Err(Error::invalid(
+                "flatten",
+                "start/end",
+                format!("start dimension {s} is after end dimension {e}"),
+            ));
         }
         let d = self.dims();
         let mut dims = d[..s].to_vec();
@@ -247,22 +313,40 @@ impl<B: Backend> Tensor<B> {
             return self.clone();
         }
         let out = self.copy_contiguous();
-        record("contiguous", out, &[self], || |g: &Tensor<B>| Ok(vec![Some(g.clone())]))
+        record("contiguous", out, &[self], || {
+            |g: &Tensor<B>| Ok(vec![Some(g.clone())])
+        })
     }
 
     /// Joins tensors along `dim`; all must have the same rank and equal sizes elsewhere.
     pub fn concat(tensors: &[&Tensor<B>], dim: isize) -> Result<Tensor<B>> {
         let op = "concat";
-        let first = tensors.first().ok_or_else(|| Error::invalid(op, "tensors", "expects at least one tensor"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid(op, "tensors", "expects at least one tensor"))?;
         let rank = first.rank();
         if rank == 0 {
-            return Err(Error::invalid(op, "tensors", "zero-dimensional tensors cannot be concatenated; use stack"));
+            return Err(Error::invalid(
+                op,
+                "tensors",
+                "zero-dimensional tensors cannot be concatenated; use stack",
+            ));
         }
         let d = normalize_dim(op, dim, rank)?;
         let mut total = 0;
         for t in tensors {
-            if t.rank() != rank || t.dims().iter().enumerate().any(|(i, &s)| i != d && s != first.dims()[i]) {
-                return Err(Error::mismatch(op, first.dims(), t.dims(), format!("sizes must match except in dimension {d}")));
+            if t.rank() != rank
+                || t.dims()
+                    .iter()
+                    .enumerate()
+                    .any(|(i, &s)| i != d && s != first.dims()[i])
+            {
+                return Err(Error::mismatch(
+                    op,
+                    first.dims(),
+                    t.dims(),
+                    format!("sizes must match except in dimension {d}"),
+                ));
             }
             total += t.dims()[d];
         }
@@ -296,7 +380,13 @@ impl<B: Backend> Tensor<B> {
                 lens.iter()
                     .zip(&offsets)
                     .zip(&needs)
-                    .map(|((&len, &o), &need)| if need { g.narrow(d as isize, o, len).map(Some) } else { Ok(None) })
+                    .map(|((&len, &o), &need)| {
+                        if need {
+                            g.narrow(d as isize, o, len).map(Some)
+                        } else {
+                            Ok(None)
+                        }
+                    })
                     .collect()
             }
         }))
@@ -304,16 +394,25 @@ impl<B: Backend> Tensor<B> {
 
     /// Joins tensors of equal shape along a new dimension `dim`.
     pub fn stack(tensors: &[&Tensor<B>], dim: isize) -> Result<Tensor<B>> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "tensors", "expects at least one tensor"))?;
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "tensors", "expects at least one tensor"))?;
         for t in tensors {
             if t.shape() != first.shape() {
-                return Err(Error::mismatch("stack", first.dims(), t.dims(), "all tensors must have the same shape"));
+                return Err(Error::mismatch(
+                    "stack",
+                    first.dims(),
+                    t.dims(),
+                    "all tensors must have the same shape",
+                ));
             }
         }
         let d = normalize_dim("stack", dim, first.rank() + 1)? as isize;
-        let expanded: Vec<Tensor<B>> = tensors.iter().map(|t| t.unsqueeze(d)).collect::<Result<_>>()?;
+        let expanded: Vec<Tensor<B>> = tensors
+            .iter()
+            .map(|t| t.unsqueeze(d))
+            .collect::<Result<_>>()?;
         let refs: Vec<&Tensor<B>> = expanded.iter().collect();
         Tensor::concat(&refs, d)
     }
 }
-

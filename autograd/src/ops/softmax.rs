@@ -10,7 +10,7 @@ use exactgrad_core::Backend;
 fn softmax_last<B: Backend>(x: &Tensor<B>, log: bool) -> Tensor<B> {
     let op = if log { "log_softmax" } else { "softmax" };
     let cols = x.dims()[x.rank() - 1];
-    let rows = if cols == 0 { 0 } else { x.numel() / cols };
+    let rows = x.numel().checked_div(cols).unwrap_or(0);
     let b = x.backend();
     let mut out = b.zeros(x.numel());
     x.with_contiguous(|xs| b.softmax(xs, rows, cols, log, out.as_mut()));
@@ -22,7 +22,9 @@ fn softmax_last<B: Backend>(x: &Tensor<B>, log: bool) -> Tensor<B> {
             let y = saved.get()?;
             let b = g.backend();
             let mut out = b.zeros(g.numel());
-            y.with_contiguous(|ys| g.with_contiguous(|gs| b.softmax_backward(ys, gs, rows, cols, log, out.as_mut())));
+            y.with_contiguous(|ys| {
+                g.with_contiguous(|gs| b.softmax_backward(ys, gs, rows, cols, log, out.as_mut()))
+            });
             Ok(vec![Some(Tensor::from_storage(b, out, g.shape().clone()))])
         }
     })

@@ -382,7 +382,18 @@ mod tests {
                 "sqrt({x:e}) = {got:e}, want {want:e}"
             );
         };
-        for x in [0.0, -0.0, 1.0, 2.0, 4.0, 1e-45, 1e-40, 3.4e38, f32::INFINITY, -1.0] {
+        for x in [
+            0.0,
+            -0.0,
+            1.0,
+            2.0,
+            4.0,
+            1e-45,
+            1e-40,
+            3.4e38,
+            f32::INFINITY,
+            -1.0,
+        ] {
             check(x);
         }
         for _ in 0..200_000 {
