@@ -1,0 +1,72 @@
+//! `linear`: a fully-connected layer, `y = W · x + b`.
+//!
+//! Forward: the canonical GEMM `W · x` (as [`matvec()`](super::matvec())), then
+//! `y_i = (W · x)_i + b_i` (the eager engine's `linear`: `matmul` then `add`); backward
+//! `gW_ij = 0 + g_i · x_j`, `gx_j = Σ_i W_ij · g_i`, `gb_i = g_i`.
+
+use super::matvec::{fits, MatVecSaved};
+use super::{emit, operator_type, slice_of, Acc, Operator};
+use crate::graph::Graph;
+use crate::scalar::TapeScalar;
+use crate::view::{BufferView, MatrixView, Output, Role, NO_RECORD};
+
+operator_type!(
+    /// The operator type of [`linear()`]; register it with `tape.register_operator::<Linear<f32>>()`.
+    Linear,
+    "linear"
+);
+
+/// The record of [`linear()`].
+#[derive(Clone, Copy)]
+pub struct LinearSaved<T> {
+    mv: MatVecSaved<T>,
+    gb: *mut T,
+}
+
+impl<T: TapeScalar> Operator<T> for Linear<T> {
+    const NAME: &'static str = "linear";
+    const INPUTS: usize = 3;
+    type Saved = LinearSaved<T>;
+    unsafe fn backward(s: &LinearSaved<T>, acc: [Acc; 3]) {
+        unsafe { s.mv.backward(acc[0], acc[1]) };
+        let gy = unsafe { slice_of(s.mv.gy, s.mv.rows) };
+        unsafe { emit(s.gb, s.mv.rows, acc[2], |i| gy[i]) };
+    }
+}
+
+/// Records `y = W · x + b`; `x` has `W.cols()` elements, `b` and `y` have `W.rows()`.
+pub fn linear<'g, 'w, 'x, 'b, 'y, T: TapeScalar, RW: Role, RX: Role, RB: Role, const M: usize>(
+    g: &mut Graph<'g, '_, T, M>,
+    w: &'g MatrixView<'w, T, RW>,
+    x: &'g BufferView<'x, T, RX>,
+    b: &'g BufferView<'b, T, RB>,
+    y: &'g mut BufferView<'y, T, Output>,
+) -> &'g BufferView<'y, T, Output> {
+    let (wr, xr, br, rows, cols) = (&w.raw, &x.raw, &b.raw, w.rows(), w.cols());
+    let (fits, exact) = fits(wr, rows, cols, xr, &y.raw);
+    let inputs = [wr, xr, br];
+    let Some(pending) = g.begin::<Linear<T>>(&inputs, &y.raw, fits && br.len >= rows, || exact && br.len == rows) else {
+        y.raw.record = NO_RECORD;
+        return y;
+    };
+    let ys = &mut y.values_mut()[..rows];
+    T::matvec(wr.values(), rows, cols, xr.values(), ys);
+    let bv = br.values();
+    for (i, v) in ys.iter_mut().enumerate() {
+        *v = (v.canon() + bv[i]).canon();
+    }
+    let saved = LinearSaved {
+        mv: MatVecSaved {
+            w: wr.values,
+            gw: wr.grad,
+            x: xr.values,
+            gx: xr.grad,
+            gy: y.raw.grad,
+            rows,
+            cols,
+        },
+        gb: br.grad,
+    };
+    g.finish::<Linear<T>>(pending, &inputs, saved, &mut y.raw);
+    y
+}

@@ -1,0 +1,251 @@
+//! The operators: one module and one type per operation, registered on a tape with
+//! [`Tape::register_operator`](crate::Tape::register_operator) before use.
+//!
+//! Each module holds the operator type (e.g. [`Relu`]) and the function that records it
+//! (e.g. [`relu()`]). Every function takes the [`Graph`](crate::Graph), borrows its inputs
+//! and its output for the graph's life, writes the output's values and returns the output
+//! for the next operation. On error it leaves the output alone and sets the tape's status.
+//!
+//! The arithmetic is that of `ScalarRefBackend` in exact mode (for `f32`); each module
+//! states its forward and backward formulas.
+
+use crate::arena::ALIGN;
+use crate::scalar::TapeScalar;
+use core::mem::{align_of, size_of};
+use core::slice;
+
+pub mod add;
+pub mod cross_entropy;
+pub mod dot;
+pub mod exp;
+pub mod linear;
+pub mod log;
+pub mod matvec;
+pub mod mse;
+pub mod mul;
+pub mod relu;
+pub mod scale;
+pub mod sigmoid;
+pub mod softmax;
+pub mod sub;
+pub mod sum;
+pub mod tanh;
+
+pub use add::{add, Add};
+pub use cross_entropy::{cross_entropy, CrossEntropy};
+pub use dot::{dot, Dot};
+pub use exp::{exp, Exp};
+pub use linear::{linear, Linear};
+pub use log::{log, Log};
+pub use matvec::{matvec, MatVec};
+pub use mse::{mse, Mse};
+pub use mul::{mul, Mul};
+pub use relu::{relu, Relu};
+pub use scale::{scale, Scale};
+pub use sigmoid::{sigmoid, Sigmoid};
+pub use softmax::{softmax, Softmax};
+pub use sub::{sub, Sub};
+pub use sum::{sum, Sum};
+pub use tanh::{tanh, Tanh};
+
+pub(crate) mod sealed {
+    /// Only this crate's operators can be registered (their records hold raw pointers
+    /// whose validity the tape guarantees).
+    pub trait Sealed {}
+}
+
+/// How a backward rule adds into one input's gradient.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acc {
+    /// The first contribution to an output's gradient: stored as is.
+    Set,
+    /// Added to what the gradient holds.
+    Add,
+}
+
+/// An operator type that can be registered on a tape of `T` (implemented by this crate's
+/// operators only).
+pub trait Operator<T: TapeScalar>: sealed::Sealed + 'static {
+    /// The operator's name.
+    const NAME: &'static str;
+    /// Number of inputs its records track.
+    #[doc(hidden)]
+    const INPUTS: usize;
+    /// What a record keeps for the backward rule.
+    #[doc(hidden)]
+    type Saved: Copy;
+    /// The backward rule.
+    ///
+    /// # Safety
+    /// The pointers in `saved` must be valid as when the record was made.
+    #[doc(hidden)]
+    unsafe fn backward(saved: &Self::Saved, acc: [Acc; 3]);
+}
+
+/// The bytes one record of `Op` takes in the arena: a 4-byte header, one 4-byte producer
+/// offset per input, then the payload, rounded up to [`ALIGN`].
+pub const fn record_size<T: TapeScalar, Op: Operator<T>>() -> usize {
+    record_layout::<T, Op>().1
+}
+
+/// Payload offset and total size of a record of `Op`.
+pub(crate) const fn record_layout<T: TapeScalar, Op: Operator<T>>() -> (usize, usize) {
+    assert!(align_of::<Op::Saved>() <= ALIGN && Op::INPUTS <= 3);
+    let payload = round_up(4 + 4 * Op::INPUTS, ALIGN);
+    (payload, round_up(payload + size_of::<Op::Saved>(), ALIGN))
+}
+
+const fn round_up(n: usize, a: usize) -> usize {
+    n.div_ceil(a) * a
+}
+
+/// The registry's entry point for `Op`'s backward rule.
+pub(crate) unsafe fn trampoline<T: TapeScalar, Op: Operator<T>>(payload: *const u8, acc: [Acc; 3]) {
+    // SAFETY: the tape stores an `Op::Saved` at this (aligned) payload address.
+    unsafe { Op::backward(&*payload.cast::<Op::Saved>(), acc) }
+}
+
+/// A slice over a recorded buffer (empty for a null pointer).
+///
+/// # Safety
+/// `p` must point to `len` elements that stay valid and unwritten for `'x`.
+pub(crate) unsafe fn slice_of<'x, T>(p: *const T, len: usize) -> &'x [T] {
+    if p.is_null() || len == 0 {
+        &[]
+    } else {
+        unsafe { slice::from_raw_parts(p, len) }
+    }
+}
+
+/// Adds `contribution(i)` for `i < len` into the gradient at `grad` (nothing if null): the
+/// first contribution of an output is stored, later ones are added with `canon(g + c)`.
+///
+/// # Safety
+/// `grad` must be null or point to `len` elements that nothing else accesses meanwhile.
+pub(crate) unsafe fn emit<T: TapeScalar>(grad: *mut T, len: usize, acc: Acc, mut contribution: impl FnMut(usize) -> T) {
+    if grad.is_null() || len == 0 {
+        return;
+    }
+    let g = unsafe { slice::from_raw_parts_mut(grad, len) };
+    match acc {
+        Acc::Set => {
+            for (i, v) in g.iter_mut().enumerate() {
+                *v = contribution(i);
+            }
+        }
+        Acc::Add => {
+            for (i, v) in g.iter_mut().enumerate() {
+                *v = (*v + contribution(i)).canon();
+            }
+        }
+    }
+}
+
+/// The element-wise operators of one input: the formulas and what their record keeps.
+pub(crate) mod unary {
+    use super::{emit, slice_of, Acc, Operator};
+    use crate::graph::Graph;
+    use crate::scalar::TapeScalar;
+    use crate::view::{BufferView, Output, Role};
+
+    /// The formulas of an element-wise operator.
+    pub(crate) trait Rule<T: TapeScalar> {
+        /// Whether the backward rule reads the input (else the output).
+        const READS_INPUT: bool;
+        /// `y = f(x)`, before NaN canonicalisation.
+        fn forward(x: T) -> T;
+        /// The contribution to `x`'s gradient from the saved value (`x` or `y`) and `g`.
+        fn backward(saved: T, g: T) -> T;
+    }
+
+    /// The record of an element-wise operator.
+    #[derive(Clone, Copy)]
+    pub struct Saved<T> {
+        saved: *const T,
+        gx: *mut T,
+        gy: *const T,
+        len: usize,
+    }
+
+    /// Backward rule shared by the element-wise operators.
+    pub(crate) unsafe fn backward<T: TapeScalar, Op: Rule<T>>(s: &Saved<T>, acc: [Acc; 3]) {
+        let saved = unsafe { slice_of(s.saved, s.len) };
+        let gy = unsafe { slice_of(s.gy, s.len) };
+        unsafe { emit(s.gx, s.len, acc[0], |i| Op::backward(saved[i], gy[i]).canon()) };
+    }
+
+    /// Records `y = f(x)` element-wise.
+    pub(crate) fn apply<'g, 'x, 'y, T, R, Op, const M: usize>(
+        g: &mut Graph<'g, '_, T, M>,
+        x: &'g BufferView<'x, T, R>,
+        y: &'g mut BufferView<'y, T, Output>,
+    ) -> &'g BufferView<'y, T, Output>
+    where
+        T: TapeScalar,
+        R: Role,
+        Op: Operator<T, Saved = Saved<T>> + Rule<T>,
+    {
+        let (xr, len) = (&x.raw, y.raw.len);
+        let Some(pending) = g.begin::<Op>(&[xr], &y.raw, xr.len >= len, || xr.len == len) else {
+            y.raw.record = crate::view::NO_RECORD;
+            return y;
+        };
+        let xs = xr.values();
+        let ys = y.values_mut();
+        for (o, &v) in ys.iter_mut().zip(xs) {
+            *o = Op::forward(v).canon();
+        }
+        let saved = Saved {
+            saved: if Op::READS_INPUT { xr.values } else { y.raw.values },
+            gx: xr.grad,
+            gy: y.raw.grad,
+            len,
+        };
+        g.finish::<Op>(pending, &[xr], saved, &mut y.raw);
+        y
+    }
+}
+
+/// Declares an element-wise operator type with its rule.
+macro_rules! unary_operator {
+    ($(#[$doc:meta])* $name:ident, $label:literal) => {
+        $(#[$doc])*
+        pub struct $name<T>(core::marker::PhantomData<T>);
+
+        impl<T> crate::operators::sealed::Sealed for $name<T> {}
+
+        impl<T: crate::scalar::TapeScalar> crate::operators::Operator<T> for $name<T> {
+            const NAME: &'static str = $label;
+            const INPUTS: usize = 1;
+            type Saved = crate::operators::unary::Saved<T>;
+            unsafe fn backward(saved: &Self::Saved, acc: [crate::operators::Acc; 3]) {
+                unsafe { crate::operators::unary::backward::<T, Self>(saved, acc) }
+            }
+        }
+
+        impl<T> core::fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str($label)
+            }
+        }
+    };
+}
+pub(crate) use unary_operator;
+
+/// Declares an operator type (the struct, `Sealed` and `Debug`).
+macro_rules! operator_type {
+    ($(#[$doc:meta])* $name:ident, $label:literal) => {
+        $(#[$doc])*
+        pub struct $name<T>(core::marker::PhantomData<T>);
+
+        impl<T> crate::operators::sealed::Sealed for $name<T> {}
+
+        impl<T> core::fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str($label)
+            }
+        }
+    };
+}
+pub(crate) use operator_type;

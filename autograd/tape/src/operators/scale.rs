@@ -1,0 +1,59 @@
+//! `scale`: multiplication by a constant.
+//!
+//! Forward `y = x · c`; backward `gx = g · c` (the eager engine's `mul_scalar`).
+
+use super::{emit, operator_type, slice_of, Acc, Operator};
+use crate::graph::Graph;
+use crate::scalar::TapeScalar;
+use crate::view::{BufferView, Output, Role, NO_RECORD};
+
+operator_type!(
+    /// The operator type of [`scale()`]; register it with `tape.register_operator::<Scale<f32>>()`.
+    Scale,
+    "scale"
+);
+
+/// The record of [`scale()`].
+#[derive(Clone, Copy)]
+pub struct ScaleSaved<T> {
+    gx: *mut T,
+    gy: *const T,
+    len: usize,
+    c: T,
+}
+
+impl<T: TapeScalar> Operator<T> for Scale<T> {
+    const NAME: &'static str = "scale";
+    const INPUTS: usize = 1;
+    type Saved = ScaleSaved<T>;
+    unsafe fn backward(s: &ScaleSaved<T>, acc: [Acc; 3]) {
+        let gy = unsafe { slice_of(s.gy, s.len) };
+        unsafe { emit(s.gx, s.len, acc[0], |i| (gy[i] * s.c).canon()) };
+    }
+}
+
+/// Records `y = x · c` element-wise for a constant `c` (which gets no gradient).
+pub fn scale<'g, 'x, 'y, T: TapeScalar, R: Role, const M: usize>(
+    g: &mut Graph<'g, '_, T, M>,
+    x: &'g BufferView<'x, T, R>,
+    c: T,
+    y: &'g mut BufferView<'y, T, Output>,
+) -> &'g BufferView<'y, T, Output> {
+    let (xr, n) = (&x.raw, y.raw.len);
+    let Some(pending) = g.begin::<Scale<T>>(&[xr], &y.raw, xr.len >= n, || xr.len == n) else {
+        y.raw.record = NO_RECORD;
+        return y;
+    };
+    let xv = xr.values();
+    for (i, o) in y.values_mut().iter_mut().enumerate() {
+        *o = (xv[i] * c).canon();
+    }
+    let saved = ScaleSaved {
+        gx: xr.grad,
+        gy: y.raw.grad,
+        len: n,
+        c,
+    };
+    g.finish::<Scale<T>>(pending, &[xr], saved, &mut y.raw);
+    y
+}

@@ -1,0 +1,53 @@
+//! `sub`: element-wise difference of two buffers of one length.
+//!
+//! Forward `y = a − b`; backward `ga = g`, `gb = −g` (as the eager engine's `sub`).
+
+use super::add::AddSaved;
+use super::{emit, operator_type, slice_of, Acc, Operator};
+use crate::graph::Graph;
+use crate::scalar::TapeScalar;
+use crate::view::{BufferView, Output, Role, NO_RECORD};
+
+operator_type!(
+    /// The operator type of [`sub()`]; register it with `tape.register_operator::<Sub<f32>>()`.
+    Sub,
+    "sub"
+);
+
+impl<T: TapeScalar> Operator<T> for Sub<T> {
+    const NAME: &'static str = "sub";
+    const INPUTS: usize = 2;
+    type Saved = AddSaved<T>;
+    unsafe fn backward(s: &AddSaved<T>, acc: [Acc; 3]) {
+        let gy = unsafe { slice_of(s.gy, s.len) };
+        unsafe { emit(s.ga, s.len, acc[0], |i| gy[i]) };
+        unsafe { emit(s.gb, s.len, acc[1], |i| (-gy[i]).canon()) };
+    }
+}
+
+/// Records `y = a − b`; all three have one length.
+pub fn sub<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
+    g: &mut Graph<'g, '_, T, M>,
+    a: &'g BufferView<'a, T, RA>,
+    b: &'g BufferView<'b, T, RB>,
+    y: &'g mut BufferView<'y, T, Output>,
+) -> &'g BufferView<'y, T, Output> {
+    let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
+    let fits = ar.len >= n && br.len >= n;
+    let Some(pending) = g.begin::<Sub<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n) else {
+        y.raw.record = NO_RECORD;
+        return y;
+    };
+    let (av, bv) = (ar.values(), br.values());
+    for (i, o) in y.values_mut().iter_mut().enumerate() {
+        *o = (av[i] - bv[i]).canon();
+    }
+    let saved = AddSaved {
+        ga: ar.grad,
+        gb: br.grad,
+        gy: y.raw.grad,
+        len: n,
+    };
+    g.finish::<Sub<T>>(pending, &[ar, br], saved, &mut y.raw);
+    y
+}
