@@ -4,7 +4,8 @@
 //! possible (see `docs/arithmetic.md`). They are `no_std` and allocation-free so that the
 //! arena tape can reuse them. Every SIMD path must reproduce their bits.
 
-use crate::transcendental as tr;
+use crate::lane::{Exact, Madd};
+use crate::transcendental::generic as tr;
 use exactgrad_core::{BinaryOp, UnaryOp, CANONICAL_NAN};
 
 /// Rewrites any NaN to the canonical NaN `0x7FC00000`; other values pass unchanged.
@@ -95,6 +96,11 @@ pub fn sqrt_digits(x: f32) -> f32 {
 /// squaring (then one reciprocal for negative `p`); anything else `exp(p · log(x))` with the
 /// exact polynomials, NaN for negative `x`.
 pub fn powf(x: f32, p: f32) -> f32 {
+    powf_in::<Exact>(x, p)
+}
+
+/// [`powf`] with the polynomials evaluated by the multiply-add `M` (Fast mode uses FMA).
+pub fn powf_in<M: Madd<f32>>(x: f32, p: f32) -> f32 {
     if p == 0.0 {
         return 1.0;
     }
@@ -136,12 +142,19 @@ pub fn powf(x: f32, p: f32) -> f32 {
     if x == f32::INFINITY {
         return if p > 0.0 { f32::INFINITY } else { 0.0 };
     }
-    tr::exp(p * tr::log(x))
+    tr::exp::<f32, M>(p * tr::log::<f32, M>(x))
 }
 
 /// One element of [`UnaryOp`] in exact mode (before NaN canonicalisation).
 #[inline]
 pub fn unary(op: UnaryOp, x: f32) -> f32 {
+    unary_in::<Exact>(op, x)
+}
+
+/// One element of [`UnaryOp`] with the transcendental polynomials evaluated by `M`.
+/// GELU always uses the exact definitions, in both modes.
+#[inline]
+pub fn unary_in<M: Madd<f32>>(op: UnaryOp, x: f32) -> f32 {
     match op {
         UnaryOp::Neg => -x,
         UnaryOp::Abs => f32::from_bits(x.to_bits() & 0x7fff_ffff),
@@ -159,14 +172,14 @@ pub fn unary(op: UnaryOp, x: f32) -> f32 {
                 x * s
             }
         }
-        UnaryOp::Sigmoid => tr::sigmoid(x),
-        UnaryOp::Tanh => tr::tanh(x),
-        UnaryOp::Exp => tr::exp(x),
-        UnaryOp::Log => tr::log(x),
+        UnaryOp::Sigmoid => tr::sigmoid::<f32, M>(x),
+        UnaryOp::Tanh => tr::tanh::<f32, M>(x),
+        UnaryOp::Exp => tr::exp::<f32, M>(x),
+        UnaryOp::Log => tr::log::<f32, M>(x),
         UnaryOp::Sqrt => sqrt(x),
-        UnaryOp::GeluErf => tr::gelu_erf(x),
-        UnaryOp::GeluTanh => tr::gelu_tanh(x),
-        UnaryOp::Pow(p) => powf(x, p),
+        UnaryOp::GeluErf => tr::gelu_erf::<f32, Exact>(x),
+        UnaryOp::GeluTanh => tr::gelu_tanh::<f32, Exact>(x),
+        UnaryOp::Pow(p) => powf_in::<M>(x, p),
         UnaryOp::Clamp(lo, hi) => {
             if x.is_nan() {
                 x
@@ -188,6 +201,13 @@ pub fn unary(op: UnaryOp, x: f32) -> f32 {
 /// given the forward input `x`, output `y` and incoming gradient `g`.
 #[inline]
 pub fn unary_backward(op: UnaryOp, x: f32, y: f32, g: f32) -> f32 {
+    unary_backward_in::<Exact>(op, x, y, g)
+}
+
+/// [`unary_backward`] with the polynomials (of `pow`) evaluated by `M`; GELU's slope is
+/// always the exact definition.
+#[inline]
+pub fn unary_backward_in<M: Madd<f32>>(op: UnaryOp, x: f32, y: f32, g: f32) -> f32 {
     match op {
         UnaryOp::Neg => -g,
         UnaryOp::Abs => {
@@ -220,13 +240,13 @@ pub fn unary_backward(op: UnaryOp, x: f32, y: f32, g: f32) -> f32 {
         UnaryOp::Exp => g * y,
         UnaryOp::Log => g / x,
         UnaryOp::Sqrt => g / (2.0 * y),
-        UnaryOp::GeluErf => g * tr::gelu_erf_grad(x),
-        UnaryOp::GeluTanh => g * tr::gelu_tanh_grad(x),
+        UnaryOp::GeluErf => g * tr::gelu_erf_grad::<f32, Exact>(x),
+        UnaryOp::GeluTanh => g * tr::gelu_tanh_grad::<f32, Exact>(x),
         UnaryOp::Pow(p) => {
             if p == 0.0 {
                 0.0
             } else {
-                g * (p * powf(x, p - 1.0))
+                g * (p * powf_in::<M>(x, p - 1.0))
             }
         }
         UnaryOp::Clamp(lo, hi) => {
@@ -290,11 +310,30 @@ pub fn gemm(
     c: &mut [f32],
     ldc: usize,
 ) {
+    gemm_in::<Exact>(m, k, n, a, rsa, csa, b, rsb, csb, c, ldc)
+}
+
+/// [`gemm`] with each step `acc = M::madd(a, b, acc)`: [`Exact`] rounds product and sum
+/// separately, `Fast` fuses them.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_in<M: Madd<f32>>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    rsa: usize,
+    csa: usize,
+    b: &[f32],
+    rsb: usize,
+    csb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
     for i in 0..m {
         for j in 0..n {
             let mut acc = 0.0f32;
             for p in 0..k {
-                acc += a[i * rsa + p * csa] * b[p * rsb + j * csb];
+                acc = M::madd(a[i * rsa + p * csa], b[p * rsb + j * csb], acc);
             }
             c[i * ldc + j] = acc;
         }
@@ -318,10 +357,15 @@ fn row_max(x: &[f32]) -> f32 {
 /// Softmax of one row: `m = max x`, `e_i = exp(x_i - m)`, `s = Σ e_i` in f64 rounded once,
 /// `y_i = e_i / s`. An empty row writes nothing.
 pub fn softmax_row(x: &[f32], out: &mut [f32]) {
+    softmax_row_in::<Exact>(x, out)
+}
+
+/// [`softmax_row`] with `exp` evaluated by `M`.
+pub fn softmax_row_in<M: Madd<f32>>(x: &[f32], out: &mut [f32]) {
     let m = row_max(x);
     let mut s = 0.0f64;
     for (o, &v) in out.iter_mut().zip(x) {
-        let e = tr::exp(v - m);
+        let e = tr::exp::<f32, M>(v - m);
         *o = e;
         s += f64::from(e);
     }
@@ -334,12 +378,17 @@ pub fn softmax_row(x: &[f32], out: &mut [f32]) {
 /// Log-softmax of one row: `y_i = (x_i - m) - log(s)` with `m` and `s` as in
 /// [`softmax_row`].
 pub fn log_softmax_row(x: &[f32], out: &mut [f32]) {
+    log_softmax_row_in::<Exact>(x, out)
+}
+
+/// [`log_softmax_row`] with `exp` and `log` evaluated by `M`.
+pub fn log_softmax_row_in<M: Madd<f32>>(x: &[f32], out: &mut [f32]) {
     let m = row_max(x);
     let mut s = 0.0f64;
     for &v in x {
-        s += f64::from(tr::exp(v - m));
+        s += f64::from(tr::exp::<f32, M>(v - m));
     }
-    let ls = tr::log(s as f32);
+    let ls = tr::log::<f32, M>(s as f32);
     for (o, &v) in out.iter_mut().zip(x) {
         *o = (v - m) - ls;
     }
@@ -361,9 +410,14 @@ pub fn softmax_row_backward(y: &[f32], g: &[f32], out: &mut [f32]) {
 /// Backward of [`log_softmax_row`]: `s = Σ g_i` in f64 rounded once,
 /// `out_i = g_i − exp(y_i)·s`.
 pub fn log_softmax_row_backward(y: &[f32], g: &[f32], out: &mut [f32]) {
+    log_softmax_row_backward_in::<Exact>(y, g, out)
+}
+
+/// [`log_softmax_row_backward`] with `exp` evaluated by `M`.
+pub fn log_softmax_row_backward_in<M: Madd<f32>>(y: &[f32], g: &[f32], out: &mut [f32]) {
     let s = sum_f64(g);
     for ((o, &yi), &gi) in out.iter_mut().zip(y).zip(g) {
-        *o = gi - tr::exp(yi) * s;
+        *o = gi - tr::exp::<f32, M>(yi) * s;
     }
 }
 
