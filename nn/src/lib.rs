@@ -1,2 +1,51 @@
-//! Modules, losses, optimizers and data sets of exactgrad.
+//! Modules, optimizers, data sets and loaders of exactgrad.
+//!
+//! Everything here is generic over the [`Backend`](exactgrad_core::Backend) `B`:
+//! [`Module`] with PyTorch `state_dict` parameter names ([`Linear`], [`Sequential`],
+//! activations), [`optim`] with PyTorch's SGD, Adam and AdamW update rules and gradient
+//! clipping, [`data`] with the shipped [`Digits`](data::Digits) set and a seeded
+//! mini-batch loader, [`init`] with deterministic initialisation and [`metrics`].
+//!
+//! ```
+//! use exactgrad_autograd::{CrossEntropyOptions, Tensor};
+//! use exactgrad_backends::ScalarRefBackend;
+//! use exactgrad_core::Philox;
+//! use exactgrad_nn::optim::{Optimizer, Sgd, SgdConfig};
+//! use exactgrad_nn::{Linear, Module, Relu, Sequential};
+//!
+//! # fn main() -> exactgrad_nn::Result<()> {
+//! let b = ScalarRefBackend;
+//! let mut rng = Philox::new(7);
+//! let model = Sequential::new()
+//!     .push(Linear::new(&b, 4, 8, &mut rng))
+//!     .push(Relu)
+//!     .push(Linear::new(&b, 8, 3, &mut rng));
+//! let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
+//!
+//! let mut opt = Sgd::new(model.parameters(), SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
+//! let x = Tensor::rand_uniform(&b, [5, 4], 0.0, 1.0, &mut rng);
+//! let y = model.forward(&x)?.relu()?.mean()?;
+//! opt.clear_grad();
+//! y.backward(None, false)?;
+//! opt.step()?;
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
+
+pub mod activation;
+pub mod data;
+pub mod error;
+pub mod init;
+pub mod linear;
+pub mod metrics;
+pub mod module;
+pub mod optim;
+pub mod sequential;
+
+pub use activation::{Flatten, Gelu, LeakyRelu, Relu, Sigmoid, Tanh};
+pub use error::{DataError, Error, Result};
+pub use linear::Linear;
+pub use module::Module;
+pub use sequential::Sequential;

@@ -1,0 +1,32 @@
+//! Deterministic parameter initialisation from a seeded [`Philox`] stream.
+//!
+//! Values are drawn in row-major order, one [`Philox::uniform`] call per element, so a
+//! seed fixes every initial weight on every platform. The bounds follow PyTorch's
+//! `torch.nn.init`; the streams differ from PyTorch's generator, so the values do not.
+
+use exactgrad_autograd::Tensor;
+use exactgrad_core::{Backend, Philox, Shape};
+
+/// The bound `1/√fan_in` of PyTorch's default `Linear` (and convolution) initialisation,
+/// computed in f64 and rounded to f32; 0 when `fan_in` is 0.
+///
+/// PyTorch initialises the weight with `kaiming_uniform_(a=√5)`, whose bound
+/// `gain·√(3/fan_in)` with `gain = √(2/(1+a²)) = √(1/3)` reduces to `1/√fan_in`, and the
+/// bias with `uniform_(-1/√fan_in, 1/√fan_in)`.
+pub fn default_uniform_bound(fan_in: usize) -> f32 {
+    if fan_in == 0 {
+        0.0
+    } else {
+        (1.0 / (fan_in as f64).sqrt()) as f32
+    }
+}
+
+/// A tensor of samples from U(−bound, bound), drawn in row-major order from `rng`.
+pub fn uniform<B: Backend>(
+    backend: &B,
+    shape: impl Into<Shape>,
+    bound: f32,
+    rng: &mut Philox,
+) -> Tensor<B> {
+    Tensor::rand_uniform(backend, shape, -bound, bound, rng)
+}

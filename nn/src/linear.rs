@@ -1,0 +1,131 @@
+//! The fully connected layer.
+
+use crate::error::{Error, Result};
+use crate::init;
+use crate::module::{join_name, Module};
+use exactgrad_autograd::Tensor;
+use exactgrad_core::{Backend, Philox};
+use std::fmt;
+
+/// `y = x · weightᵀ + bias` over the last dimension of `x` (PyTorch's `nn.Linear`).
+///
+/// Parameters: `weight` of shape `[out_features, in_features]` and, unless built without
+/// one, `bias` of shape `[out_features]`.
+pub struct Linear<B: Backend> {
+    weight: Tensor<B>,
+    bias: Option<Tensor<B>>,
+}
+
+impl<B: Backend> Linear<B> {
+    /// A layer with bias, initialised as PyTorch does: weight, then bias, each drawn
+    /// row-major from U(−1/√in, 1/√in) (see [`init::default_uniform_bound`]).
+    pub fn new(backend: &B, in_features: usize, out_features: usize, rng: &mut Philox) -> Self {
+        Self::build(backend, in_features, out_features, true, rng)
+    }
+
+    /// A layer without bias, its weight initialised as in [`Linear::new`].
+    pub fn without_bias(
+        backend: &B,
+        in_features: usize,
+        out_features: usize,
+        rng: &mut Philox,
+    ) -> Self {
+        Self::build(backend, in_features, out_features, false, rng)
+    }
+
+    fn build(
+        backend: &B,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        rng: &mut Philox,
+    ) -> Self {
+        let bound = init::default_uniform_bound(in_features);
+        let leaf = |t: Tensor<B>| {
+            t.requires_grad()
+                .expect("a freshly created tensor is a leaf")
+        };
+        let weight = leaf(init::uniform(
+            backend,
+            [out_features, in_features],
+            bound,
+            rng,
+        ));
+        let bias = bias.then(|| leaf(init::uniform(backend, [out_features], bound, rng)));
+        Self { weight, bias }
+    }
+
+    /// A layer holding the given values (copied into fresh leaves that require grad).
+    ///
+    /// `weight` must be `[out, in]` and `bias`, if given, `[out]`.
+    pub fn from_tensors(weight: &Tensor<B>, bias: Option<&Tensor<B>>) -> Result<Self> {
+        let op = "Linear::from_tensors";
+        if weight.rank() != 2 {
+            return Err(Error::invalid(
+                op,
+                "weight",
+                format!("must be 2-D [out, in], got shape {:?}", weight.dims()),
+            ));
+        }
+        let out = weight.dims()[0];
+        if let Some(b) = bias {
+            if b.dims() != [out] {
+                return Err(Error::invalid(
+                    op,
+                    "bias",
+                    format!("must have shape [{out}], got {:?}", b.dims()),
+                ));
+            }
+        }
+        let weight = weight.detach().copy_contiguous().requires_grad()?;
+        let bias = bias
+            .map(|b| b.detach().copy_contiguous().requires_grad())
+            .transpose()?;
+        Ok(Self { weight, bias })
+    }
+
+    /// The weight, `[out_features, in_features]`.
+    pub fn weight(&self) -> &Tensor<B> {
+        &self.weight
+    }
+
+    /// The bias, `[out_features]`, if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor<B>> {
+        self.bias.as_ref()
+    }
+
+    /// Size of each input's last dimension.
+    pub fn in_features(&self) -> usize {
+        self.weight.dims()[1]
+    }
+
+    /// Size of each output's last dimension.
+    pub fn out_features(&self) -> usize {
+        self.weight.dims()[0]
+    }
+}
+
+impl<B: Backend> Module<B> for Linear<B> {
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        Ok(input.linear(&self.weight, self.bias.as_ref())?)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        f(&join_name(prefix, "weight"), &self.weight);
+        if let Some(b) = &self.bias {
+            f(&join_name(prefix, "bias"), b);
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for Linear<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Linear(in_features={}, out_features={}, bias={})",
+            self.in_features(),
+            self.out_features(),
+            self.bias.is_some()
+        )
+    }
+}

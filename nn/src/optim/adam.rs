@@ -1,0 +1,326 @@
+//! Adam and AdamW.
+
+use super::{check_non_negative, check_params, powi_f64, Optimizer};
+use crate::error::{Error, Result};
+use exactgrad_autograd::{no_grad, Tensor};
+use exactgrad_core::Backend;
+
+/// Hyper-parameters of [`Adam`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// Learning rate (default 1e-3).
+    pub lr: f64,
+    /// Decay rates of the first and second moment averages (default (0.9, 0.999)).
+    pub betas: (f64, f64),
+    /// Added to the denominator, outside the square root (default 1e-8).
+    pub eps: f64,
+    /// Weight decay (default 0): an L2 term added to the gradient, or, when
+    /// `decoupled_weight_decay`, a shrinking of the parameter (AdamW).
+    pub weight_decay: f64,
+    /// Use the maximum of all second-moment averages so far (AMSGrad; default false).
+    pub amsgrad: bool,
+    /// Maximise the objective instead of minimising it (default false).
+    pub maximize: bool,
+    /// Decay the weights directly instead of through the gradient (default false;
+    /// [`AdamW`] sets it).
+    pub decoupled_weight_decay: bool,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            amsgrad: false,
+            maximize: false,
+            decoupled_weight_decay: false,
+        }
+    }
+}
+
+impl AdamConfig {
+    /// The defaults with learning rate `lr`.
+    pub fn new(lr: f64) -> Self {
+        Self {
+            lr,
+            ..Self::default()
+        }
+    }
+}
+
+/// Hyper-parameters of [`AdamW`], with PyTorch's defaults (weight decay 1e-2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWConfig {
+    /// Learning rate (default 1e-3).
+    pub lr: f64,
+    /// Decay rates of the first and second moment averages (default (0.9, 0.999)).
+    pub betas: (f64, f64),
+    /// Added to the denominator, outside the square root (default 1e-8).
+    pub eps: f64,
+    /// Decoupled weight decay: `p ← p·(1 − lr·weight_decay)` before the update (default 1e-2).
+    pub weight_decay: f64,
+    /// AMSGrad (default false).
+    pub amsgrad: bool,
+    /// Maximise the objective instead of minimising it (default false).
+    pub maximize: bool,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 1e-2,
+            amsgrad: false,
+            maximize: false,
+        }
+    }
+}
+
+impl AdamWConfig {
+    /// The defaults with learning rate `lr`.
+    pub fn new(lr: f64) -> Self {
+        Self {
+            lr,
+            ..Self::default()
+        }
+    }
+}
+
+impl From<AdamWConfig> for AdamConfig {
+    fn from(c: AdamWConfig) -> Self {
+        Self {
+            lr: c.lr,
+            betas: c.betas,
+            eps: c.eps,
+            weight_decay: c.weight_decay,
+            amsgrad: c.amsgrad,
+            maximize: c.maximize,
+            decoupled_weight_decay: true,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State<B: Backend> {
+    step: u64,
+    exp_avg: Tensor<B>,
+    exp_avg_sq: Tensor<B>,
+    max_exp_avg_sq: Option<Tensor<B>>,
+}
+
+/// PyTorch's `torch.optim.Adam` (single-tensor form). For each parameter `p` with
+/// gradient `g`, at step `t` (counted per parameter from 1):
+///
+/// ```text
+/// d = maximize ? -g : g
+/// if weight_decay != 0:
+///     decoupled ? p = p·(1 − lr·weight_decay) : d = d + weight_decay·p
+/// m = lerp(m, d, 1 − β1)              (m + w·(d − m), as PyTorch's lerp for w < 0.5)
+/// v = β2·v + ((1 − β2)·d)·d
+/// v̂ = amsgrad ? (vmax = max(vmax, v)) : v
+/// denom = sqrt(v̂) / sqrt(1 − β2^t) + eps
+/// p = p + ((−lr / (1 − β1^t))·m) / denom
+/// ```
+///
+/// `β^t`, the bias corrections and the step size are f64 (β^t by binary
+/// exponentiation), rounded to f32 where they meet tensors.
+#[derive(Debug)]
+pub struct Adam<B: Backend> {
+    params: Vec<Tensor<B>>,
+    config: AdamConfig,
+    state: Vec<Option<State<B>>>,
+}
+
+fn validate(op: &'static str, c: &AdamConfig) -> Result<()> {
+    check_non_negative(op, "lr", c.lr)?;
+    check_non_negative(op, "eps", c.eps)?;
+    check_non_negative(op, "weight_decay", c.weight_decay)?;
+    for (arg, beta) in [("betas.0", c.betas.0), ("betas.1", c.betas.1)] {
+        if !(0.0..1.0).contains(&beta) {
+            return Err(Error::invalid(
+                op,
+                arg,
+                format!("must be in [0, 1), got {beta}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `start + w·(end − start)` for |w| < 0.5, else `end − (end − start)·(1 − w)`: PyTorch's
+/// `lerp` with a scalar weight.
+fn lerp<B: Backend>(start: &Tensor<B>, end: &Tensor<B>, w: f32) -> Result<Tensor<B>> {
+    let diff = end.sub(start)?;
+    Ok(if w.abs() < 0.5 {
+        start.add(&diff.mul_scalar(w)?)?
+    } else {
+        end.sub(&diff.mul_scalar(1.0 - w)?)?
+    })
+}
+
+/// Element-wise maximum propagating NaN (PyTorch's `torch.maximum`), by selection.
+fn maximum<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
+    let (av, bv) = (a.to_vec(), b.to_vec());
+    let mask: Vec<f32> = av
+        .iter()
+        .zip(&bv)
+        .map(|(&x, &y)| if x.is_nan() || x >= y { 1.0 } else { 0.0 })
+        .collect();
+    let mask = Tensor::from_vec(a.backend(), mask, a.shape().clone())?;
+    Ok(Tensor::where_cond(&mask, a, b)?)
+}
+
+impl<B: Backend> Adam<B> {
+    /// An optimizer over `params` (leaves that require grad).
+    pub fn new(params: Vec<Tensor<B>>, config: AdamConfig) -> Result<Self> {
+        check_params("Adam::new", &params)?;
+        validate("Adam::new", &config)?;
+        let n = params.len();
+        Ok(Self {
+            params,
+            config,
+            state: (0..n).map(|_| None).collect(),
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+
+    /// The number of steps parameter `index` has taken.
+    pub fn step_count(&self, index: usize) -> u64 {
+        self.state
+            .get(index)
+            .and_then(Option::as_ref)
+            .map_or(0, |s| s.step)
+    }
+
+    /// The first and second moment averages of parameter `index`, once it has stepped.
+    pub fn moments(&self, index: usize) -> Option<(&Tensor<B>, &Tensor<B>)> {
+        self.state
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|s| (&s.exp_avg, &s.exp_avg_sq))
+    }
+}
+
+impl<B: Backend> Optimizer<B> for Adam<B> {
+    fn step(&mut self) -> Result<()> {
+        let _guard = no_grad();
+        let c = self.config;
+        let (beta1, beta2) = c.betas;
+        for (p, slot) in self.params.iter().zip(&mut self.state) {
+            let Some(g) = p.grad() else { continue };
+            let st = slot.get_or_insert_with(|| State {
+                step: 0,
+                exp_avg: Tensor::zeros(p.backend(), p.shape().clone()),
+                exp_avg_sq: Tensor::zeros(p.backend(), p.shape().clone()),
+                max_exp_avg_sq: c
+                    .amsgrad
+                    .then(|| Tensor::zeros(p.backend(), p.shape().clone())),
+            });
+            st.step += 1;
+            let mut d = if c.maximize { g.neg()? } else { g };
+            if c.weight_decay != 0.0 {
+                if c.decoupled_weight_decay {
+                    let decayed = p.mul_scalar((1.0 - c.lr * c.weight_decay) as f32)?;
+                    p.copy_(&decayed)?;
+                } else {
+                    d = d.add(&p.mul_scalar(c.weight_decay as f32)?)?;
+                }
+            }
+            st.exp_avg = lerp(&st.exp_avg, &d, (1.0 - beta1) as f32)?;
+            let sq = d.mul_scalar((1.0 - beta2) as f32)?.mul(&d)?;
+            st.exp_avg_sq = st.exp_avg_sq.mul_scalar(beta2 as f32)?.add(&sq)?;
+
+            let bias_correction1 = 1.0 - powi_f64(beta1, st.step);
+            let bias_correction2 = 1.0 - powi_f64(beta2, st.step);
+            let step_size = c.lr / bias_correction1;
+            let bias_correction2_sqrt = bias_correction2.sqrt();
+
+            let second = match &mut st.max_exp_avg_sq {
+                Some(max) => {
+                    *max = maximum(max, &st.exp_avg_sq)?;
+                    max.clone()
+                }
+                None => st.exp_avg_sq.clone(),
+            };
+            let denom = second
+                .sqrt()?
+                .div_scalar(bias_correction2_sqrt as f32)?
+                .add_scalar(c.eps as f32)?;
+            let update = st.exp_avg.mul_scalar((-step_size) as f32)?.div(&denom)?;
+            let updated = p.add(&update)?;
+            p.copy_(&updated)?;
+        }
+        Ok(())
+    }
+
+    fn parameters(&self) -> &[Tensor<B>] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        check_non_negative("Adam::set_lr", "lr", lr)?;
+        self.config.lr = lr;
+        Ok(())
+    }
+}
+
+/// PyTorch's `torch.optim.AdamW`: [`Adam`] with decoupled weight decay
+/// (`p ← p·(1 − lr·weight_decay)` before the Adam update) and a default decay of 1e-2.
+#[derive(Debug)]
+pub struct AdamW<B: Backend> {
+    inner: Adam<B>,
+}
+
+impl<B: Backend> AdamW<B> {
+    /// An optimizer over `params` (leaves that require grad).
+    pub fn new(params: Vec<Tensor<B>>, config: AdamWConfig) -> Result<Self> {
+        check_params("AdamW::new", &params)?;
+        let config = AdamConfig::from(config);
+        validate("AdamW::new", &config)?;
+        Ok(Self {
+            inner: Adam::new(params, config)?,
+        })
+    }
+
+    /// The hyper-parameters (as an [`AdamConfig`] with `decoupled_weight_decay` set).
+    pub fn config(&self) -> &AdamConfig {
+        self.inner.config()
+    }
+
+    /// The number of steps parameter `index` has taken.
+    pub fn step_count(&self, index: usize) -> u64 {
+        self.inner.step_count(index)
+    }
+
+    /// The first and second moment averages of parameter `index`, once it has stepped.
+    pub fn moments(&self, index: usize) -> Option<(&Tensor<B>, &Tensor<B>)> {
+        self.inner.moments(index)
+    }
+}
+
+impl<B: Backend> Optimizer<B> for AdamW<B> {
+    fn step(&mut self) -> Result<()> {
+        self.inner.step()
+    }
+    fn parameters(&self) -> &[Tensor<B>] {
+        self.inner.parameters()
+    }
+    fn lr(&self) -> f64 {
+        self.inner.lr()
+    }
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.inner.set_lr(lr)
+    }
+}

@@ -1,0 +1,128 @@
+//! Optimizers with PyTorch's update rules, and gradient clipping.
+//!
+//! Every optimizer step runs under [`no_grad`](exactgrad_autograd::no_grad) and computes
+//! its updates with tensor operations of the parameters' backend, so in exact mode the
+//! new values have the same bits on every backend, path and thread count. Parameters are
+//! updated in place (`copy_`), so the modules holding them see the new values.
+//!
+//! Hyper-parameters are f64, as PyTorch's Python floats; each enters the f32 arithmetic
+//! where PyTorch's single-tensor (`foreach=False`, the CPU default) implementation
+//! converts it: a product `a · s` with a scalar `s` multiplies by `s as f32`, and scalar
+//! bookkeeping (bias corrections, step sizes) stays in f64. PyTorch's CPU kernels fuse
+//! some multiply-adds (`add(…, alpha)`, `lerp`); exact mode rounds each operation, so
+//! results agree with PyTorch to within an ulp or so per step, not bit for bit.
+//!
+//! Parameters whose gradient is absent are skipped, as in PyTorch (their state, step
+//! count included, does not advance). There is a single parameter group per optimizer.
+
+mod adam;
+mod clip;
+mod sgd;
+
+pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
+pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
+pub use sgd::{Sgd, SgdConfig};
+
+use crate::error::{Error, Result};
+use exactgrad_autograd::Tensor;
+use exactgrad_core::Backend;
+
+/// An optimizer over a fixed list of parameters.
+pub trait Optimizer<B: Backend> {
+    /// Updates every parameter that has a gradient, in place.
+    fn step(&mut self) -> Result<()>;
+
+    /// The parameters, in the order given at construction.
+    fn parameters(&self) -> &[Tensor<B>];
+
+    /// The current learning rate.
+    fn lr(&self) -> f64;
+
+    /// Sets the learning rate used by the next steps (for schedules).
+    fn set_lr(&mut self, lr: f64) -> Result<()>;
+
+    /// Sets every parameter's gradient to zeros in place (PyTorch's
+    /// `zero_grad(set_to_none=False)`); a zero gradient still takes part in the step.
+    fn zero_grad(&self) {
+        for p in self.parameters() {
+            p.zero_grad();
+        }
+    }
+
+    /// Frees every parameter's gradient (PyTorch's default `zero_grad()`); a parameter
+    /// without gradient is skipped by the next step.
+    fn clear_grad(&self) {
+        for p in self.parameters() {
+            p.clear_grad();
+        }
+    }
+}
+
+/// Checks that every parameter is a leaf that requires grad.
+fn check_params<B: Backend>(op: &'static str, params: &[Tensor<B>]) -> Result<()> {
+    for (i, p) in params.iter().enumerate() {
+        if !p.is_leaf() || !p.is_requires_grad() {
+            return Err(Error::invalid(
+                op,
+                "params",
+                format!(
+                    "parameter {i} (shape {:?}) is not a leaf that requires grad",
+                    p.dims()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `0 <= value` (which rejects NaN), PyTorch's test for lr, eps, weight decay, momentum.
+fn check_non_negative(op: &'static str, arg: &'static str, value: f64) -> Result<()> {
+    if value >= 0.0 && value.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            arg,
+            format!("must be finite and >= 0, got {value}"),
+        ))
+    }
+}
+
+/// `base^n` by binary exponentiation with IEEE f64 products only, so the result is the
+/// same on every platform (no `pow` from the system's maths library).
+pub(crate) fn powi_f64(base: f64, mut n: u64) -> f64 {
+    let mut result = 1.0;
+    let mut b = base;
+    while n > 0 {
+        if n & 1 == 1 {
+            result *= b;
+        }
+        b *= b;
+        n >>= 1;
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::powi_f64;
+
+    #[test]
+    fn powi_matches_powf_closely() {
+        for &(b, n) in &[
+            (0.9f64, 1u64),
+            (0.9, 2),
+            (0.999, 10),
+            (0.999, 1000),
+            (0.5, 60),
+            (1.0, 123),
+            (0.0, 0),
+        ] {
+            let want = b.powf(n as f64);
+            assert!(
+                (powi_f64(b, n) - want).abs() <= 1e-14 * want.abs().max(1e-300),
+                "{b}^{n}"
+            );
+        }
+    }
+}

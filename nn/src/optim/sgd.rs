@@ -1,0 +1,150 @@
+//! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
+
+use super::{check_non_negative, check_params, Optimizer};
+use crate::error::{Error, Result};
+use exactgrad_autograd::{no_grad, Tensor};
+use exactgrad_core::Backend;
+
+/// Hyper-parameters of [`Sgd`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate (default 1e-3).
+    pub lr: f64,
+    /// Momentum factor (default 0).
+    pub momentum: f64,
+    /// Dampening of the momentum (default 0).
+    pub dampening: f64,
+    /// L2 penalty added to the gradient (default 0).
+    pub weight_decay: f64,
+    /// Nesterov momentum; needs momentum > 0 and dampening = 0 (default false).
+    pub nesterov: bool,
+    /// Maximise the objective instead of minimising it (default false).
+    pub maximize: bool,
+}
+
+impl Default for SgdConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            maximize: false,
+        }
+    }
+}
+
+impl SgdConfig {
+    /// The defaults with learning rate `lr`.
+    pub fn new(lr: f64) -> Self {
+        Self {
+            lr,
+            ..Self::default()
+        }
+    }
+}
+
+/// PyTorch's `torch.optim.SGD`. For each parameter `p` with gradient `g`:
+///
+/// ```text
+/// d = maximize ? -g : g
+/// if weight_decay != 0:  d = d + weight_decay·p
+/// if momentum != 0:
+///     buf = first step ? copy of d : momentum·buf + (1 − dampening)·d
+///     d = nesterov ? d + momentum·buf : buf
+/// p = p + (−lr)·d
+/// ```
+#[derive(Debug)]
+pub struct Sgd<B: Backend> {
+    params: Vec<Tensor<B>>,
+    config: SgdConfig,
+    momentum_buffers: Vec<Option<Tensor<B>>>,
+}
+
+impl<B: Backend> Sgd<B> {
+    /// An optimizer over `params` (leaves that require grad).
+    pub fn new(params: Vec<Tensor<B>>, config: SgdConfig) -> Result<Self> {
+        let op = "Sgd::new";
+        check_params(op, &params)?;
+        check_non_negative(op, "lr", config.lr)?;
+        check_non_negative(op, "momentum", config.momentum)?;
+        check_non_negative(op, "weight_decay", config.weight_decay)?;
+        if !config.dampening.is_finite() {
+            return Err(Error::invalid(
+                op,
+                "dampening",
+                format!("must be finite, got {}", config.dampening),
+            ));
+        }
+        if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
+            return Err(Error::invalid(
+                op,
+                "nesterov",
+                "Nesterov momentum requires a momentum > 0 and zero dampening",
+            ));
+        }
+        let n = params.len();
+        Ok(Self {
+            params,
+            config,
+            momentum_buffers: vec![None; n],
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &SgdConfig {
+        &self.config
+    }
+
+    /// The momentum buffer of parameter `index`, once a step has created it.
+    pub fn momentum_buffer(&self, index: usize) -> Option<&Tensor<B>> {
+        self.momentum_buffers.get(index).and_then(Option::as_ref)
+    }
+}
+
+impl<B: Backend> Optimizer<B> for Sgd<B> {
+    fn step(&mut self) -> Result<()> {
+        let _guard = no_grad();
+        let c = self.config;
+        for (p, buf) in self.params.iter().zip(&mut self.momentum_buffers) {
+            let Some(g) = p.grad() else { continue };
+            let mut d = if c.maximize { g.neg()? } else { g };
+            if c.weight_decay != 0.0 {
+                d = d.add(&p.mul_scalar(c.weight_decay as f32)?)?;
+            }
+            if c.momentum != 0.0 {
+                let b = match buf.take() {
+                    None => d.copy_contiguous(),
+                    Some(b) => {
+                        let scaled = d.mul_scalar((1.0 - c.dampening) as f32)?;
+                        b.mul_scalar(c.momentum as f32)?.add(&scaled)?
+                    }
+                };
+                d = if c.nesterov {
+                    d.add(&b.mul_scalar(c.momentum as f32)?)?
+                } else {
+                    b.clone()
+                };
+                *buf = Some(b);
+            }
+            let updated = p.add(&d.mul_scalar((-c.lr) as f32)?)?;
+            p.copy_(&updated)?;
+        }
+        Ok(())
+    }
+
+    fn parameters(&self) -> &[Tensor<B>] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        check_non_negative("Sgd::set_lr", "lr", lr)?;
+        self.config.lr = lr;
+        Ok(())
+    }
+}

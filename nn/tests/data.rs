@@ -1,0 +1,279 @@
+//! The digits file parser, the fixed split and the mini-batch sampler.
+
+use exactgrad_backends::ScalarRefBackend;
+use exactgrad_core::Philox;
+use exactgrad_nn::data::{permutation, BatchSampler, ClassificationData, DataLoader, Digits};
+use exactgrad_nn::{DataError, Error};
+
+fn bundled_bytes() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/digits/digits.bin"
+    ))
+    .unwrap()
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Rewrites the checksum after editing the body, so that a later check is reached.
+fn reseal(bytes: &mut [u8]) {
+    let n = bytes.len() - 8;
+    let h = fnv1a64(&bytes[..n]);
+    bytes[n..].copy_from_slice(&h.to_le_bytes());
+}
+
+#[test]
+fn bundled_file_has_the_documented_contents() {
+    let d = Digits::bundled();
+    assert_eq!(d.len(), Digits::LEN);
+    assert_eq!(d.image_size(), (8, 8));
+    assert_eq!(d.classes(), Digits::CLASSES);
+    assert_eq!(d.max_value(), 16);
+    let mut counts = [0usize; 10];
+    for &l in d.labels() {
+        counts[l as usize] += 1;
+    }
+    assert_eq!(counts, [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]);
+    // The first image of scikit-learn's copy is a zero.
+    assert_eq!(d.labels()[..10], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(d.image(0).unwrap()[..8], [0, 0, 5, 13, 9, 1, 0, 0]);
+    assert_eq!(
+        Digits::load(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/digits/digits.bin"
+        ))
+        .unwrap(),
+        d
+    );
+}
+
+#[test]
+fn split_is_fixed_disjoint_and_scaled() {
+    let d = Digits::bundled();
+    let s = d.split().unwrap();
+    assert_eq!(
+        (s.train.len(), s.test.len()),
+        (Digits::TRAIN_LEN, Digits::TEST_LEN)
+    );
+    let mut all: Vec<usize> = s
+        .train_indices
+        .iter()
+        .chain(&s.test_indices)
+        .copied()
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..Digits::LEN).collect::<Vec<_>>());
+    assert_eq!(s, d.split().unwrap());
+    assert!(s.train.features().iter().all(|&v| (0.0..=1.0).contains(&v)));
+    let i = s.test_indices[0];
+    let row: Vec<f32> = d
+        .image(i)
+        .unwrap()
+        .iter()
+        .map(|&p| f32::from(p) / 16.0)
+        .collect();
+    assert_eq!(s.test.row(0).unwrap(), &row[..]);
+    assert_eq!(s.test.labels()[0], i64::from(d.labels()[i]));
+    // Pinned so that a change of the split (seed, permutation, rounding) is noticed.
+    assert_eq!(
+        s.train_indices[..5],
+        [1332, 715, 661, 564, 308],
+        "train head"
+    );
+    assert_eq!(
+        s.test_indices[..5],
+        [156, 1618, 1709, 143, 356],
+        "test head"
+    );
+}
+
+#[test]
+fn truncated_files_are_rejected_with_the_missing_part() {
+    let bytes = bundled_bytes();
+    let cases: [(usize, &str); 5] = [
+        (3, "the header"),
+        (12, "the header"),
+        (1000, "the pixels"),
+        (20 + 1797 * 64 + 5, "the labels"),
+        (bytes.len() - 1, "the checksum"),
+    ];
+    for (len, part) in cases {
+        let err = Digits::parse(&bytes[..len]).unwrap_err();
+        match (&err, part) {
+            (DataError::Truncated { part: p, got, .. }, _) => {
+                assert_eq!((*p, *got), (part, len));
+            }
+            _ => panic!("{len} bytes: unexpected error {err}"),
+        }
+        assert!(!err.to_string().is_empty());
+    }
+    let err = Digits::parse(&bytes[..1000]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "digits file truncated: the pixels needs 115028 bytes in total, the file has 1000"
+    );
+    assert!(matches!(
+        Digits::parse(&[]),
+        Err(DataError::Truncated { .. }) | Err(DataError::BadMagic { .. })
+    ));
+}
+
+#[test]
+fn corrupt_files_are_rejected() {
+    let bytes = bundled_bytes();
+
+    let mut b = bytes.clone();
+    b[0] = b'X';
+    assert!(matches!(Digits::parse(&b), Err(DataError::BadMagic { .. })));
+
+    let mut b = bytes.clone();
+    b[8] = 2;
+    assert!(matches!(
+        Digits::parse(&b),
+        Err(DataError::UnsupportedVersion {
+            found: 2,
+            supported: 1,
+            ..
+        })
+    ));
+
+    let mut b = bytes.clone();
+    b[500] ^= 1;
+    let err = Digits::parse(&b).unwrap_err();
+    assert!(matches!(err, DataError::Checksum { .. }), "{err}");
+    assert!(err.to_string().contains("corrupt"), "{err}");
+
+    let mut b = bytes.clone();
+    b.push(0);
+    assert!(matches!(
+        Digits::parse(&b),
+        Err(DataError::TrailingBytes { extra: 1, .. })
+    ));
+
+    let mut b = bytes.clone();
+    b[20 + 64 * 3 + 5] = 17;
+    reseal(&mut b);
+    let err = Digits::parse(&b).unwrap_err();
+    assert_eq!(
+        err,
+        DataError::OutOfRange {
+            format: "digits",
+            what: "pixel",
+            item: 3,
+            value: 17,
+            max: 16
+        }
+    );
+
+    let mut b = bytes.clone();
+    b[20 + 1797 * 64 + 42] = 10;
+    reseal(&mut b);
+    assert!(matches!(
+        Digits::parse(&b),
+        Err(DataError::OutOfRange {
+            what: "label",
+            item: 42,
+            value: 10,
+            ..
+        })
+    ));
+
+    let mut b = bytes.clone();
+    b[16] = 0;
+    assert!(matches!(
+        Digits::parse(&b),
+        Err(DataError::BadHeader { .. })
+    ));
+
+    // A count that does not match the file size is a truncation.
+    let mut b = bytes.clone();
+    b[12..16].copy_from_slice(&1798u32.to_le_bytes());
+    assert!(matches!(
+        Digits::parse(&b),
+        Err(DataError::Truncated { .. })
+    ));
+
+    let err = Digits::load("/nonexistent/digits.bin").unwrap_err();
+    assert!(
+        matches!(err, Error::Io { .. }) && err.to_string().contains("/nonexistent/digits.bin"),
+        "{err}"
+    );
+}
+
+#[test]
+fn permutation_is_seeded_and_complete() {
+    let p = permutation(100, &mut Philox::new(1));
+    let mut s = p.clone();
+    s.sort_unstable();
+    assert_eq!(s, (0..100).collect::<Vec<_>>());
+    assert_eq!(p, permutation(100, &mut Philox::new(1)));
+    assert_ne!(p, permutation(100, &mut Philox::new(2)));
+    assert_eq!(permutation(0, &mut Philox::new(1)), Vec::<usize>::new());
+    assert_eq!(permutation(1, &mut Philox::new(1)), vec![0]);
+}
+
+#[test]
+fn batch_sampler_orders_epochs() {
+    let s = BatchSampler::new(10, 4).unwrap();
+    assert_eq!(
+        s.batches(0),
+        vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]
+    );
+    assert_eq!(s.num_batches(), 3);
+    let d = s.drop_last(true);
+    assert_eq!(d.batches(3), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    assert_eq!(d.num_batches(), 2);
+
+    let sh = BatchSampler::new(50, 8).unwrap().shuffle(9);
+    let (e0, e1) = (sh.order(0), sh.order(1));
+    assert_ne!(e0, e1, "epochs differ");
+    assert_eq!(e0, sh.order(0), "an epoch replays");
+    assert_ne!(
+        e0,
+        BatchSampler::new(50, 8).unwrap().shuffle(10).order(0),
+        "seeds differ"
+    );
+    let flat: Vec<usize> = sh.batches(1).concat();
+    assert_eq!(flat, e1);
+
+    assert!(BatchSampler::new(10, 0).is_err());
+}
+
+#[test]
+fn loader_builds_batches() {
+    let b = ScalarRefBackend;
+    let data = ClassificationData::new(
+        (0..12).map(|v| v as f32).collect(),
+        vec![0, 1, 2, 1, 0, 2],
+        2,
+        3,
+    )
+    .unwrap();
+    let loader = DataLoader::new(&b, &data, 4).unwrap();
+    let batches: Vec<_> = loader.epoch(0).collect::<Result<_, _>>().unwrap();
+    assert_eq!(batches.len(), 2);
+    assert_eq!(batches[0].inputs.dims(), [4, 2]);
+    assert_eq!(batches[1].inputs.to_vec(), vec![8.0, 9.0, 10.0, 11.0]);
+    assert_eq!(batches[1].targets, vec![0, 2]);
+
+    let shuffled = DataLoader::new(&b, &data, 6).unwrap().shuffle(3);
+    let one = shuffled.epoch(5).next().unwrap().unwrap();
+    let order = shuffled.sampler().order(5);
+    let want: Vec<f32> = order
+        .iter()
+        .flat_map(|&i| [2.0 * i as f32, 2.0 * i as f32 + 1.0])
+        .collect();
+    assert_eq!(one.inputs.to_vec(), want);
+
+    assert!(ClassificationData::new(vec![0.0; 5], vec![0, 1], 2, 3).is_err());
+    assert!(ClassificationData::new(vec![0.0; 4], vec![0, 3], 2, 3).is_err());
+    assert!(data.batch(&b, &[6]).is_err());
+    assert_eq!(data.subset(&[5, 0]).unwrap().labels(), &[2, 0]);
+}
