@@ -48,6 +48,10 @@ pub trait TapeScalar:
 
     /// `n` rounded to this type.
     fn from_usize(n: usize) -> Self;
+    /// `x` rounded to this type.
+    fn from_f64(x: f64) -> Self;
+    /// The value as `f64` (exact).
+    fn to_f64(self) -> f64;
     /// The value widened exactly.
     fn widen(self) -> Self::Wide;
     /// A wide value rounded once to this type.
@@ -102,6 +106,14 @@ impl TapeScalar for f32 {
     #[inline]
     fn from_usize(n: usize) -> Self {
         n as f32
+    }
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
     }
     #[inline]
     fn widen(self) -> f64 {
@@ -160,6 +172,14 @@ impl TapeScalar for f64 {
     #[inline]
     fn from_usize(n: usize) -> Self {
         n as f64
+    }
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
     }
     #[inline]
     fn widen(self) -> f64 {

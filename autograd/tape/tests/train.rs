@@ -1,0 +1,50 @@
+//! The training example, run as a test: it must reach its stated accuracy within its
+//! arena, and the whole training loop must not touch the heap (a counting global allocator
+//! sees every allocation of this test binary, which holds only this one test).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[path = "../examples/tape_train.rs"]
+#[allow(dead_code)]
+mod tape_train;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn training_reaches_its_accuracy_in_its_arena_without_heap_allocations() {
+    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let report = tape_train::train();
+    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "heap allocations during training: {}", after - before);
+    assert!(report.all_good, "a step left the tape's status not ok");
+    assert!(report.train_accuracy >= 0.95, "training accuracy {}", report.train_accuracy);
+    assert!(report.test_accuracy >= 0.95, "held-out accuracy {}", report.test_accuracy);
+    assert!(report.peak_bytes <= tape_train::ARENA_BYTES);
+    #[cfg(target_pointer_width = "64")]
+    assert_eq!(report.peak_bytes, tape_train::ARENA_BYTES, "the arena is sized to the peak");
+    println!("{report:?}");
+}
