@@ -35,4 +35,6 @@ pub mod prelude {
     };
     pub use exactgrad_backends::ScalarRefBackend;
     pub use exactgrad_core::{Backend, ComputeMode, Philox, Shape};
+    pub use exactgrad_nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
+    pub use exactgrad_nn::{Gelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh};
 }
