@@ -360,7 +360,7 @@ fn gradients_accumulate_in_a_fixed_order() {
         let sv = add(&mut g, mv, &x, &mut s);
         let lv = sum(&mut g, sv, &mut l);
         assert!(g.backward(lv));
-        let expected = [7.0 * round as f64, -1.0 * round as f64];
+        let expected = [7.0 * round as f64, -(round as f64)];
         assert_eq!(x.grad(), &expected, "round {round}: parameters accumulate");
         assert_eq!(s.grad(), &[1.0, 1.0]);
         assert_eq!(m.grad(), &[1.0, 1.0], "outputs do not");
