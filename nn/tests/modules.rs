@@ -1,0 +1,276 @@
+//! Modules, initialisation, optimizer behaviour and validation, clipping and metrics.
+
+use exactgrad_autograd::{no_grad, GeluApproximation, Tensor};
+use exactgrad_backends::ScalarRefBackend;
+use exactgrad_core::Philox;
+use exactgrad_nn::metrics::{accuracy, argmax_rows};
+use exactgrad_nn::optim::{
+    clip_grad_norm, clip_grad_value, grad_norm, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer,
+    Sgd, SgdConfig,
+};
+use exactgrad_nn::{
+    Error, Flatten, Gelu, LeakyRelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh,
+};
+
+type B = ScalarRefBackend;
+const BE: B = ScalarRefBackend;
+
+fn names<M: Module<B>>(m: &M) -> Vec<String> {
+    m.named_parameters().into_iter().map(|(n, _)| n).collect()
+}
+
+#[test]
+fn parameter_names_follow_state_dict() {
+    let mut rng = Philox::new(1);
+    let inner = Sequential::new()
+        .push(Linear::new(&BE, 3, 4, &mut rng))
+        .push(Tanh)
+        .push(Linear::without_bias(&BE, 4, 2, &mut rng));
+    let model = Sequential::new()
+        .push(Linear::new(&BE, 5, 3, &mut rng))
+        .push(inner)
+        .push(Relu);
+    assert_eq!(
+        names(&model),
+        ["0.weight", "0.bias", "1.0.weight", "1.0.bias", "1.2.weight"]
+    );
+    assert_eq!(model.num_parameters(), 5 * 3 + 3 + 3 * 4 + 4 + 4 * 2);
+    assert_eq!(model.len(), 3);
+    let dbg = format!("{model:?}");
+    assert!(
+        dbg.contains("(0): Linear(in_features=5, out_features=3, bias=true)"),
+        "{dbg}"
+    );
+    let x = Tensor::ones(&BE, [2, 5]);
+    assert_eq!(model.forward(&x).unwrap().dims(), [2, 2]);
+    // Shapes are checked by the operators and reported as nn errors.
+    let err = model.forward(&Tensor::ones(&BE, [2, 4])).unwrap_err();
+    assert!(matches!(err, Error::Autograd(_)), "{err}");
+    assert!(err.to_string().contains("linear"), "{err}");
+}
+
+#[test]
+fn linear_init_is_pytorch_bounded_and_seeded() {
+    let l = Linear::new(&BE, 16, 5, &mut Philox::new(42));
+    let bound = 0.25f32;
+    let (w, b) = (l.weight().to_vec(), l.bias().unwrap().to_vec());
+    assert!(w.iter().chain(&b).all(|v| v.abs() <= bound));
+    assert!(w.iter().any(|v| v.abs() > 0.2), "spread over the bound");
+    // Weight first, then bias, each row-major from the same stream.
+    let mut rng = Philox::new(42);
+    let want: Vec<f32> = (0..16 * 5 + 5)
+        .map(|_| rng.uniform(-bound, bound))
+        .collect();
+    assert_eq!([w.clone(), b].concat(), want);
+    assert_eq!(
+        Linear::new(&BE, 16, 5, &mut Philox::new(42))
+            .weight()
+            .to_vec(),
+        w
+    );
+    assert!(l.weight().is_requires_grad() && l.weight().is_leaf());
+    assert_eq!((l.in_features(), l.out_features()), (16, 5));
+    assert_eq!(
+        exactgrad_nn::init::default_uniform_bound(3),
+        (1.0 / 3f64.sqrt()) as f32
+    );
+    assert_eq!(exactgrad_nn::init::default_uniform_bound(0), 0.0);
+}
+
+#[test]
+fn linear_from_tensors_validates() {
+    let w = Tensor::ones(&BE, [3, 2]);
+    assert!(Linear::from_tensors(&Tensor::ones(&BE, [3]), None).is_err());
+    let err = Linear::from_tensors(&w, Some(&Tensor::ones(&BE, [2]))).unwrap_err();
+    assert!(err.to_string().contains("bias"), "{err}");
+    let l = Linear::from_tensors(&w, None).unwrap();
+    assert!(l.bias().is_none());
+    // The layer owns a copy.
+    assert!(!l.weight().shares_storage(&w));
+}
+
+#[test]
+fn activations_match_tensor_ops() {
+    let x = Tensor::from_vec(&BE, vec![-2.0, -0.5, 0.0, 0.5, 1.0, 3.0], [2, 3]).unwrap();
+    let same = |m: &dyn Module<B>, want: Tensor<B>| {
+        assert_eq!(m.forward(&x).unwrap().to_vec(), want.to_vec())
+    };
+    same(&Relu, x.relu().unwrap());
+    same(&Tanh, x.tanh().unwrap());
+    same(&Sigmoid, x.sigmoid().unwrap());
+    same(&Gelu::default(), x.gelu(GeluApproximation::None).unwrap());
+    same(
+        &Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        x.gelu(GeluApproximation::Tanh).unwrap(),
+    );
+    same(&LeakyRelu::default(), x.leaky_relu(0.01).unwrap());
+    let x3 = Tensor::ones(&BE, [2, 3, 4]);
+    assert_eq!(Module::<B>::forward(&Flatten, &x3).unwrap().dims(), [2, 12]);
+    assert!(names(&Relu).is_empty());
+}
+
+#[test]
+fn optimizer_updates_the_module_in_place() {
+    let mut rng = Philox::new(3);
+    let model = Sequential::new().push(Linear::new(&BE, 4, 2, &mut rng));
+    let mut opt = Sgd::new(model.parameters(), SgdConfig::new(0.5)).unwrap();
+    let x = Tensor::rand_uniform(&BE, [3, 4], -1.0, 1.0, &mut rng);
+    let before = model.parameters()[0].to_vec();
+    model
+        .forward(&x)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward(None, false)
+        .unwrap();
+    let g = model.parameters()[0].grad().unwrap().to_vec();
+    opt.step().unwrap();
+    let after = model.parameters()[0].to_vec();
+    for ((a, b), g) in after.iter().zip(&before).zip(&g) {
+        assert_eq!(*a, b + (-0.5f32) * g);
+    }
+    // The module's own tensor saw the update.
+    let first = model.get(0).unwrap().named_parameters()[0].1.to_vec();
+    assert_eq!(first, after);
+    // Outside no_grad, parameters still refuse unrecorded in-place changes.
+    assert!(model.parameters()[0].fill_(0.0).is_err());
+    let _g = no_grad();
+    assert!(model.parameters()[0].fill_(0.0).is_ok());
+}
+
+#[test]
+fn parameters_without_gradient_are_skipped() {
+    let p = Tensor::ones(&BE, [2]).requires_grad().unwrap();
+    let q = Tensor::ones(&BE, [2]).requires_grad().unwrap();
+    let mut adam = Adam::new(vec![p.clone(), q.clone()], AdamConfig::new(0.1)).unwrap();
+    p.set_grad(Some(Tensor::full(&BE, [2], 1.0))).unwrap();
+    adam.step().unwrap();
+    adam.step().unwrap();
+    assert_eq!((adam.step_count(0), adam.step_count(1)), (2, 0));
+    assert_eq!(q.to_vec(), [1.0, 1.0]);
+    assert!(p.to_vec()[0] < 1.0);
+    assert!(adam.moments(1).is_none());
+    // zero_grad keeps a zero gradient, which still counts as a step (as in PyTorch).
+    adam.zero_grad();
+    assert_eq!(p.grad().unwrap().to_vec(), [0.0, 0.0]);
+    adam.step().unwrap();
+    assert_eq!(adam.step_count(0), 3);
+    adam.clear_grad();
+    assert!(p.grad().is_none());
+}
+
+#[test]
+fn sgd_momentum_buffer_starts_as_the_gradient() {
+    let p = Tensor::zeros(&BE, [3]).requires_grad().unwrap();
+    let cfg = SgdConfig {
+        momentum: 0.9,
+        dampening: 0.5,
+        ..SgdConfig::new(1.0)
+    };
+    let mut sgd = Sgd::new(vec![p.clone()], cfg).unwrap();
+    p.set_grad(Some(
+        Tensor::from_vec(&BE, vec![1.0, 2.0, 4.0], [3]).unwrap(),
+    ))
+    .unwrap();
+    sgd.step().unwrap();
+    // First step: no dampening on the initial buffer.
+    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec(), [1.0, 2.0, 4.0]);
+    assert_eq!(p.to_vec(), [-1.0, -2.0, -4.0]);
+    sgd.step().unwrap();
+    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec(), [1.4, 2.8, 5.6]);
+}
+
+#[test]
+fn hyper_parameters_are_validated() {
+    let p = || vec![Tensor::ones(&BE, [1]).requires_grad().unwrap()];
+    let msg = |r: Result<(), Error>| r.unwrap_err().to_string();
+    let sgd = |c: SgdConfig| Sgd::new(p(), c).map(|_| ());
+    assert!(msg(sgd(SgdConfig::new(-1.0))).contains("lr"));
+    assert!(msg(sgd(SgdConfig::new(f64::NAN))).contains("lr"));
+    let nesterov = SgdConfig {
+        nesterov: true,
+        ..SgdConfig::new(0.1)
+    };
+    assert!(msg(sgd(nesterov)).contains("Nesterov"));
+    let damp = SgdConfig {
+        nesterov: true,
+        momentum: 0.9,
+        dampening: 0.1,
+        ..SgdConfig::new(0.1)
+    };
+    assert!(sgd(damp).is_err());
+    let adam = |c: AdamConfig| Adam::new(p(), c).map(|_| ());
+    let beta = AdamConfig {
+        betas: (0.9, 1.0),
+        ..AdamConfig::default()
+    };
+    assert!(msg(adam(beta)).contains("betas.1"));
+    let eps = AdamConfig {
+        eps: -1.0,
+        ..AdamConfig::default()
+    };
+    assert!(msg(adam(eps)).contains("eps"));
+    let wd = AdamWConfig {
+        weight_decay: -0.1,
+        ..AdamWConfig::default()
+    };
+    assert!(AdamW::new(p(), wd).is_err());
+    // Parameters must be leaves that require grad.
+    let plain = Tensor::ones(&BE, [1]);
+    assert!(Sgd::new(vec![plain], SgdConfig::default()).is_err());
+    let leaf = Tensor::ones(&BE, [1]).requires_grad().unwrap();
+    let derived = leaf.mul_scalar(2.0).unwrap();
+    let err = Adam::new(vec![derived], AdamConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("parameter 0"), "{err}");
+    // Learning-rate changes are validated too.
+    let mut o = Sgd::new(p(), SgdConfig::default()).unwrap();
+    assert!(o.set_lr(-0.5).is_err());
+    o.set_lr(0.5).unwrap();
+    assert_eq!(o.lr(), 0.5);
+    assert_eq!(AdamWConfig::default().weight_decay, 1e-2);
+    assert!(
+        AdamW::new(p(), AdamWConfig::default())
+            .unwrap()
+            .config()
+            .decoupled_weight_decay
+    );
+}
+
+#[test]
+fn clipping_scales_all_gradients_jointly() {
+    let p = Tensor::zeros(&BE, [2]).requires_grad().unwrap();
+    let q = Tensor::zeros(&BE, [1]).requires_grad().unwrap();
+    let none = Tensor::zeros(&BE, [1]).requires_grad().unwrap();
+    p.set_grad(Some(Tensor::from_vec(&BE, vec![3.0, 0.0], [2]).unwrap()))
+        .unwrap();
+    q.set_grad(Some(Tensor::from_vec(&BE, vec![4.0], [1]).unwrap()))
+        .unwrap();
+    let params = [p.clone(), none, q.clone()];
+    assert_eq!(grad_norm(&params), 5.0);
+    assert_eq!(clip_grad_norm(&params, 10.0).unwrap(), 5.0);
+    assert_eq!(p.grad().unwrap().to_vec(), [3.0, 0.0]);
+    assert_eq!(clip_grad_norm(&params, 1.0).unwrap(), 5.0);
+    let coef = 1.0f32 / (5.0 + 1e-6);
+    assert_eq!(p.grad().unwrap().to_vec(), [3.0 * coef, 0.0]);
+    assert_eq!(q.grad().unwrap().to_vec(), [4.0 * coef]);
+    assert!(clip_grad_norm(&params, -1.0).is_err());
+    clip_grad_value(&params, 0.5).unwrap();
+    assert!(p.grad().unwrap().to_vec().iter().all(|v| v.abs() <= 0.5));
+    assert!(clip_grad_value(&params, f64::NAN).is_err());
+}
+
+#[test]
+fn argmax_and_accuracy() {
+    let logits = Tensor::from_vec(
+        &BE,
+        vec![1.0, 3.0, 3.0, 0.0, f32::NAN, 2.0, 5.0, 1.0, 0.0],
+        [3, 3],
+    )
+    .unwrap();
+    assert_eq!(argmax_rows(&logits).unwrap(), [1, 1, 0]);
+    assert_eq!(accuracy(&logits, &[1, 0, 0]).unwrap(), 2.0 / 3.0);
+    assert!(accuracy(&logits, &[1]).is_err());
+    assert!(argmax_rows(&Tensor::ones(&BE, [3])).is_err());
+}
