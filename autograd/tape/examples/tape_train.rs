@@ -117,7 +117,12 @@ pub fn train() -> Report {
     let mut b2 = tape.parameter(&mut b2);
     let mut w3 = tape.parameter_matrix(&mut w3, CLASSES, HIDDEN);
     let mut b3 = tape.parameter(&mut b3);
-    let (mut h1, mut a1, mut h2, mut a2) = ([0.0f32; HIDDEN], [0.0f32; HIDDEN], [0.0f32; HIDDEN], [0.0f32; HIDDEN]);
+    let (mut h1, mut a1, mut h2, mut a2) = (
+        [0.0f32; HIDDEN],
+        [0.0f32; HIDDEN],
+        [0.0f32; HIDDEN],
+        [0.0f32; HIDDEN],
+    );
     let (mut logits, mut loss) = ([0.0f32; CLASSES], [0.0f32; 1]);
     let mut h1 = tape.output(&mut h1);
     let mut a1 = tape.output(&mut a1);
@@ -200,6 +205,9 @@ fn main() {
     println!("last epoch's mean loss   {:.4}", r.last_loss);
     println!("training accuracy        {:.1}%", 100.0 * r.train_accuracy);
     println!("held-out accuracy        {:.1}%", 100.0 * r.test_accuracy);
-    println!("arena                    {ARENA_BYTES} bytes, peak use {} bytes", r.peak_bytes);
+    println!(
+        "arena                    {ARENA_BYTES} bytes, peak use {} bytes",
+        r.peak_bytes
+    );
     println!("status always ok         {}", r.all_good);
 }

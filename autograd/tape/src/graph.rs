@@ -109,7 +109,10 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
         }
         let size = tape.entry(slot).size as usize;
         match tape.alloc_record(size) {
-            Some(off) => Some(Pending { slot, record: Some(off) }),
+            Some(off) => Some(Pending {
+                slot,
+                record: Some(off),
+            }),
             None => {
                 tape.fail(Status::OutOfMemory);
                 None
@@ -120,7 +123,13 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
     /// Completes an operation whose output values are written: stores the record (if
     /// recording), zeroes the output gradient and names the record as the output's
     /// producer.
-    pub(crate) fn finish<Op: Operator<T>>(&self, pending: Pending, inputs: &[&Raw<T>], saved: Op::Saved, output: &mut Raw<T>) {
+    pub(crate) fn finish<Op: Operator<T>>(
+        &self,
+        pending: Pending,
+        inputs: &[&Raw<T>],
+        saved: Op::Saved,
+        output: &mut Raw<T>,
+    ) {
         let Some(off) = pending.record else {
             output.record = NO_RECORD;
             return;
@@ -140,7 +149,9 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
             for (i, raw) in inputs.iter().enumerate() {
                 producers.add(i).write(self.producer(raw));
             }
-            base.add(entry.payload as usize).cast::<Op::Saved>().write(saved);
+            base.add(entry.payload as usize)
+                .cast::<Op::Saved>()
+                .write(saved);
         }
         if !output.grad.is_null() {
             for i in 0..output.len {

@@ -5,7 +5,9 @@ use crate::graph::Graph;
 use crate::operators::{record_layout, Acc, Operator};
 use crate::scalar::TapeScalar;
 use crate::status::Status;
-use crate::view::{no_grad, BufferView, Input, MatrixView, Output, Parameter, Raw, Role, NO_RECORD};
+use crate::view::{
+    no_grad, BufferView, Input, MatrixView, Output, Parameter, Raw, Role, NO_RECORD,
+};
 use core::any::TypeId;
 use core::cell::Cell;
 use core::marker::PhantomData;
@@ -224,7 +226,9 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
     }
 
     pub(crate) fn entry(&self, slot: u8) -> OpEntry {
-        self.registry[usize::from(slot)].get().expect("record of a registered operator")
+        self.registry[usize::from(slot)]
+            .get()
+            .expect("record of a registered operator")
     }
 
     // ----- recording and storage reuse ---------------------------------------------------
@@ -338,7 +342,13 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
         raw
     }
 
-    fn view<'t, R: Role>(&'t self, values: *mut T, available: usize, len: usize, grad: GradSource<T>) -> BufferView<'t, T, R> {
+    fn view<'t, R: Role>(
+        &'t self,
+        values: *mut T,
+        available: usize,
+        len: usize,
+        grad: GradSource<T>,
+    ) -> BufferView<'t, T, R> {
         BufferView::from_raw(self.make(values, available, len, grad))
     }
 
@@ -369,12 +379,24 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
     /// An input over the first `len` elements of `values` ([`Status::TapeMismatch`] and an
     /// invalid view if `len` exceeds the slice).
     pub fn input_with_len<'t>(&'t self, values: &'t [T], len: usize) -> BufferView<'t, T, Input> {
-        self.view(values.as_ptr().cast_mut(), values.len(), len, GradSource::None)
+        self.view(
+            values.as_ptr().cast_mut(),
+            values.len(),
+            len,
+            GradSource::None,
+        )
     }
 
     /// An input matrix of `rows × cols` elements, row-major, over the start of `values`.
-    pub fn input_matrix<'t>(&'t self, values: &'t [T], rows: usize, cols: usize) -> MatrixView<'t, T, Input> {
-        self.matrix(values.as_ptr().cast_mut(), values.len(), rows, cols, |_| GradSource::None)
+    pub fn input_matrix<'t>(
+        &'t self,
+        values: &'t [T],
+        rows: usize,
+        cols: usize,
+    ) -> MatrixView<'t, T, Input> {
+        self.matrix(values.as_ptr().cast_mut(), values.len(), rows, cols, |_| {
+            GradSource::None
+        })
     }
 
     /// A trainable parameter over `values`, its gradient taken from the arena.
@@ -384,21 +406,39 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
     }
 
     /// A parameter over the first `len` elements of `values`.
-    pub fn parameter_with_len<'t>(&'t self, values: &'t mut [T], len: usize) -> BufferView<'t, T, Parameter> {
+    pub fn parameter_with_len<'t>(
+        &'t self,
+        values: &'t mut [T],
+        len: usize,
+    ) -> BufferView<'t, T, Parameter> {
         let n = values.len();
         self.view(values.as_mut_ptr(), n, len, GradSource::Arena)
     }
 
     /// A parameter matrix of `rows × cols`, row-major, its gradient from the arena.
-    pub fn parameter_matrix<'t>(&'t self, values: &'t mut [T], rows: usize, cols: usize) -> MatrixView<'t, T, Parameter> {
+    pub fn parameter_matrix<'t>(
+        &'t self,
+        values: &'t mut [T],
+        rows: usize,
+        cols: usize,
+    ) -> MatrixView<'t, T, Parameter> {
         let n = values.len();
         self.matrix(values.as_mut_ptr(), n, rows, cols, |_| GradSource::Arena)
     }
 
     /// A parameter whose gradient lives in the caller's `grad` (same length; no arena use).
-    pub fn parameter_with_grad<'t>(&'t self, values: &'t mut [T], grad: &'t mut [T]) -> BufferView<'t, T, Parameter> {
+    pub fn parameter_with_grad<'t>(
+        &'t self,
+        values: &'t mut [T],
+        grad: &'t mut [T],
+    ) -> BufferView<'t, T, Parameter> {
         let n = values.len();
-        self.view(values.as_mut_ptr(), n, n, GradSource::Caller(grad.as_mut_ptr(), grad.len()))
+        self.view(
+            values.as_mut_ptr(),
+            n,
+            n,
+            GradSource::Caller(grad.as_mut_ptr(), grad.len()),
+        )
     }
 
     /// A parameter matrix whose gradient lives in the caller's `grad` (`rows × cols` long).
@@ -411,7 +451,9 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
     ) -> MatrixView<'t, T, Parameter> {
         let n = values.len();
         let g = (grad.as_mut_ptr(), grad.len());
-        self.matrix(values.as_mut_ptr(), n, rows, cols, |_| GradSource::Caller(g.0, g.1))
+        self.matrix(values.as_mut_ptr(), n, rows, cols, |_| {
+            GradSource::Caller(g.0, g.1)
+        })
     }
 
     /// An intermediate or result over `values`, its gradient taken from the arena.
@@ -421,21 +463,39 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
     }
 
     /// An output over the first `len` elements of `values`.
-    pub fn output_with_len<'t>(&'t self, values: &'t mut [T], len: usize) -> BufferView<'t, T, Output> {
+    pub fn output_with_len<'t>(
+        &'t self,
+        values: &'t mut [T],
+        len: usize,
+    ) -> BufferView<'t, T, Output> {
         let n = values.len();
         self.view(values.as_mut_ptr(), n, len, GradSource::Arena)
     }
 
     /// An output matrix of `rows × cols`, row-major, its gradient from the arena.
-    pub fn output_matrix<'t>(&'t self, values: &'t mut [T], rows: usize, cols: usize) -> MatrixView<'t, T, Output> {
+    pub fn output_matrix<'t>(
+        &'t self,
+        values: &'t mut [T],
+        rows: usize,
+        cols: usize,
+    ) -> MatrixView<'t, T, Output> {
         let n = values.len();
         self.matrix(values.as_mut_ptr(), n, rows, cols, |_| GradSource::Arena)
     }
 
     /// An output whose gradient lives in the caller's `grad` (same length; no arena use).
-    pub fn output_with_grad<'t>(&'t self, values: &'t mut [T], grad: &'t mut [T]) -> BufferView<'t, T, Output> {
+    pub fn output_with_grad<'t>(
+        &'t self,
+        values: &'t mut [T],
+        grad: &'t mut [T],
+    ) -> BufferView<'t, T, Output> {
         let n = values.len();
-        self.view(values.as_mut_ptr(), n, n, GradSource::Caller(grad.as_mut_ptr(), grad.len()))
+        self.view(
+            values.as_mut_ptr(),
+            n,
+            n,
+            GradSource::Caller(grad.as_mut_ptr(), grad.len()),
+        )
     }
 
     /// An output matrix whose gradient lives in the caller's `grad` (`rows × cols` long).
@@ -448,7 +508,9 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
     ) -> MatrixView<'t, T, Output> {
         let n = values.len();
         let g = (grad.as_mut_ptr(), grad.len());
-        self.matrix(values.as_mut_ptr(), n, rows, cols, |_| GradSource::Caller(g.0, g.1))
+        self.matrix(values.as_mut_ptr(), n, rows, cols, |_| {
+            GradSource::Caller(g.0, g.1)
+        })
     }
 }
 
@@ -479,7 +541,10 @@ pub struct RecordingScope<'t> {
 
 impl<'t> RecordingScope<'t> {
     /// Applies `enabled` to `tape` until the scope is dropped.
-    pub fn new<T: TapeScalar, const MAX_OPS: usize>(tape: &'t Tape<'_, T, MAX_OPS>, enabled: bool) -> Self {
+    pub fn new<T: TapeScalar, const MAX_OPS: usize>(
+        tape: &'t Tape<'_, T, MAX_OPS>,
+        enabled: bool,
+    ) -> Self {
         let previous = tape.recording.replace(enabled);
         Self {
             flag: &tape.recording,

@@ -10,11 +10,17 @@ use exactgrad_tape::{Arena, Tape};
 const B: ScalarRefBackend = ScalarRefBackend;
 
 fn leaf(v: &[f32]) -> Tensor<ScalarRefBackend> {
-    Tensor::from_slice(&B, v, [v.len()]).unwrap().requires_grad().unwrap()
+    Tensor::from_slice(&B, v, [v.len()])
+        .unwrap()
+        .requires_grad()
+        .unwrap()
 }
 
 fn matrix(v: &[f32], rows: usize, cols: usize) -> Tensor<ScalarRefBackend> {
-    Tensor::from_slice(&B, v, [rows, cols]).unwrap().requires_grad().unwrap()
+    Tensor::from_slice(&B, v, [rows, cols])
+        .unwrap()
+        .requires_grad()
+        .unwrap()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -45,11 +51,20 @@ macro_rules! compare {
         {
             let mut $g = tape.graph();
             let r = $tape_op;
-            assert!($g.backward_with_seed(r, &seed), "{}: {}", $name, tape.status());
+            assert!(
+                $g.backward_with_seed(r, &seed),
+                "{}: {}",
+                $name,
+                tape.status()
+            );
         }
         let $ea = leaf(&xv);
         let ey = $eager_op;
-        ey.backward(Some(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap()), false).unwrap();
+        ey.backward(
+            Some(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap()),
+            false,
+        )
+        .unwrap();
         assert_eq!(bits($y.values()), bits(&ey.to_vec()), "{}: values", $name);
         assert_eq!(bits($a.grad()), grad(&$ea), "{}: gradient", $name);
     }};
@@ -89,27 +104,117 @@ fn every_operator_matches_the_eager_engine() {
         let x = random(&mut rng, n, -3.0, 3.0);
         let z = random(&mut rng, n, -3.0, 3.0);
         let pos = random(&mut rng, n, 0.01, 5.0);
-        compare!("relu", Relu, |g, a, y| relu(&mut g, &a, &mut y), |e| e.relu().unwrap(), x.clone(), n);
-        compare!("sigmoid", Sigmoid, |g, a, y| sigmoid(&mut g, &a, &mut y), |e| e.sigmoid().unwrap(), x.clone(), n);
-        compare!("tanh", Tanh, |g, a, y| tanh(&mut g, &a, &mut y), |e| e.tanh().unwrap(), x.clone(), n);
-        compare!("exp", Exp, |g, a, y| exp(&mut g, &a, &mut y), |e| e.exp().unwrap(), x.clone(), n);
-        compare!("log", Log, |g, a, y| log(&mut g, &a, &mut y), |e| e.log().unwrap(), pos.clone(), n);
-        compare!("scale", Scale, |g, a, y| scale(&mut g, &a, -0.37, &mut y), |e| e.mul_scalar(-0.37).unwrap(), x.clone(), n);
-        compare!("softmax", Softmax, |g, a, y| softmax(&mut g, &a, &mut y), |e| e.softmax(0).unwrap(), x.clone(), n);
-        compare!("sum", Sum, |g, a, y| sum(&mut g, &a, &mut y), |e| e.sum().unwrap(), x.clone(), 1);
+        compare!(
+            "relu",
+            Relu,
+            |g, a, y| relu(&mut g, &a, &mut y),
+            |e| e.relu().unwrap(),
+            x.clone(),
+            n
+        );
+        compare!(
+            "sigmoid",
+            Sigmoid,
+            |g, a, y| sigmoid(&mut g, &a, &mut y),
+            |e| e.sigmoid().unwrap(),
+            x.clone(),
+            n
+        );
+        compare!(
+            "tanh",
+            Tanh,
+            |g, a, y| tanh(&mut g, &a, &mut y),
+            |e| e.tanh().unwrap(),
+            x.clone(),
+            n
+        );
+        compare!(
+            "exp",
+            Exp,
+            |g, a, y| exp(&mut g, &a, &mut y),
+            |e| e.exp().unwrap(),
+            x.clone(),
+            n
+        );
+        compare!(
+            "log",
+            Log,
+            |g, a, y| log(&mut g, &a, &mut y),
+            |e| e.log().unwrap(),
+            pos.clone(),
+            n
+        );
+        compare!(
+            "scale",
+            Scale,
+            |g, a, y| scale(&mut g, &a, -0.37, &mut y),
+            |e| e.mul_scalar(-0.37).unwrap(),
+            x.clone(),
+            n
+        );
+        compare!(
+            "softmax",
+            Softmax,
+            |g, a, y| softmax(&mut g, &a, &mut y),
+            |e| e.softmax(0).unwrap(),
+            x.clone(),
+            n
+        );
+        compare!(
+            "sum",
+            Sum,
+            |g, a, y| sum(&mut g, &a, &mut y),
+            |e| e.sum().unwrap(),
+            x.clone(),
+            1
+        );
         let t = rng.below(n as u32) as usize;
         compare!(
             "cross_entropy",
             CrossEntropy,
             |g, a, y| cross_entropy(&mut g, &a, t, &mut y),
-            |e| e.cross_entropy(&[t as i64], CrossEntropyOptions::default()).unwrap(),
+            |e| e
+                .cross_entropy(&[t as i64], CrossEntropyOptions::default())
+                .unwrap(),
             x.clone(),
             1
         );
-        compare2!("add", Add, |g, a, b, y| add(&mut g, &a, &b, &mut y), |p, q| p.add(&q).unwrap(), x.clone(), z.clone(), n);
-        compare2!("sub", Sub, |g, a, b, y| sub(&mut g, &a, &b, &mut y), |p, q| p.sub(&q).unwrap(), x.clone(), z.clone(), n);
-        compare2!("mul", Mul, |g, a, b, y| mul(&mut g, &a, &b, &mut y), |p, q| p.mul(&q).unwrap(), x.clone(), z.clone(), n);
-        compare2!("dot", Dot, |g, a, b, y| dot(&mut g, &a, &b, &mut y), |p, q| p.matmul(&q).unwrap(), x.clone(), z.clone(), 1);
+        compare2!(
+            "add",
+            Add,
+            |g, a, b, y| add(&mut g, &a, &b, &mut y),
+            |p, q| p.add(&q).unwrap(),
+            x.clone(),
+            z.clone(),
+            n
+        );
+        compare2!(
+            "sub",
+            Sub,
+            |g, a, b, y| sub(&mut g, &a, &b, &mut y),
+            |p, q| p.sub(&q).unwrap(),
+            x.clone(),
+            z.clone(),
+            n
+        );
+        compare2!(
+            "mul",
+            Mul,
+            |g, a, b, y| mul(&mut g, &a, &b, &mut y),
+            |p, q| p.mul(&q).unwrap(),
+            x.clone(),
+            z.clone(),
+            n
+        );
+        compare2!(
+            "dot",
+            Dot,
+            |g, a, b, y| dot(&mut g, &a, &b, &mut y),
+            |p, q| p.matmul(&q).unwrap(),
+            x.clone(),
+            z.clone(),
+            1
+        );
         compare2!(
             "mse",
             Mse,
@@ -128,29 +233,55 @@ fn matvec_and_linear_match_the_eager_engine() {
     for _ in 0..20 {
         let rows = 1 + rng.below(6) as usize;
         let cols = 1 + rng.below(6) as usize;
-        let (wv, xv, bv) = (random(&mut rng, rows * cols, -1.0, 1.0), random(&mut rng, cols, -2.0, 2.0), random(&mut rng, rows, -1.0, 1.0));
+        let (wv, xv, bv) = (
+            random(&mut rng, rows * cols, -1.0, 1.0),
+            random(&mut rng, cols, -2.0, 2.0),
+            random(&mut rng, rows, -1.0, 1.0),
+        );
         let seed: Vec<f32> = random(&mut rng, rows, -1.0, 1.0);
         for with_bias in [false, true] {
             let mut arena = Arena::<2048>::new();
             let tape: Tape<f32> = Tape::new(&mut arena);
             tape.register_operator::<MatVec<f32>>();
             tape.register_operator::<Linear<f32>>();
-            let (mut wb, mut xb, mut bb, mut yb) = (wv.clone(), xv.clone(), bv.clone(), vec![0.0f32; rows]);
+            let (mut wb, mut xb, mut bb, mut yb) =
+                (wv.clone(), xv.clone(), bv.clone(), vec![0.0f32; rows]);
             let mut w = tape.parameter_matrix(&mut wb, rows, cols);
             let mut x = tape.parameter(&mut xb);
             let mut b = tape.parameter(&mut bb);
             let mut y = tape.output(&mut yb);
             {
                 let mut g = tape.graph();
-                let r = if with_bias { linear(&mut g, &w, &x, &b, &mut y) } else { matvec(&mut g, &w, &x, &mut y) };
+                let r = if with_bias {
+                    linear(&mut g, &w, &x, &b, &mut y)
+                } else {
+                    matvec(&mut g, &w, &x, &mut y)
+                };
                 assert!(g.backward_with_seed(r, &seed));
             }
             let (ew, ex, eb) = (matrix(&wv, rows, cols), leaf(&xv), leaf(&bv));
-            let ey = if with_bias { ex.linear(&ew, Some(&eb)).unwrap() } else { ew.matmul(&ex).unwrap() };
-            ey.backward(Some(&Tensor::from_slice(&B, &seed, [rows]).unwrap()), false).unwrap();
-            assert_eq!(bits(y.values()), bits(&ey.to_vec()), "values (bias {with_bias})");
-            assert_eq!(bits(w.grad()), grad(&ew), "weight gradient (bias {with_bias})");
-            assert_eq!(bits(x.grad()), grad(&ex), "input gradient (bias {with_bias})");
+            let ey = if with_bias {
+                ex.linear(&ew, Some(&eb)).unwrap()
+            } else {
+                ew.matmul(&ex).unwrap()
+            };
+            ey.backward(Some(&Tensor::from_slice(&B, &seed, [rows]).unwrap()), false)
+                .unwrap();
+            assert_eq!(
+                bits(y.values()),
+                bits(&ey.to_vec()),
+                "values (bias {with_bias})"
+            );
+            assert_eq!(
+                bits(w.grad()),
+                grad(&ew),
+                "weight gradient (bias {with_bias})"
+            );
+            assert_eq!(
+                bits(x.grad()),
+                grad(&ex),
+                "input gradient (bias {with_bias})"
+            );
             if with_bias {
                 assert_eq!(bits(b.grad()), grad(&eb), "bias gradient");
             }
@@ -164,17 +295,38 @@ fn a_network_matches_the_eager_engine_over_several_samples() {
     const HID: usize = 7;
     const OUT: usize = 3;
     let mut rng = Philox::new(3);
-    let (w1v, b1v) = (random(&mut rng, HID * IN, -0.8, 0.8), random(&mut rng, HID, -0.2, 0.2));
-    let (w2v, b2v) = (random(&mut rng, OUT * HID, -0.8, 0.8), random(&mut rng, OUT, -0.2, 0.2));
-    let samples: Vec<(Vec<f32>, usize)> = (0..4).map(|_| (random(&mut rng, IN, -1.0, 1.0), rng.below(OUT as u32) as usize)).collect();
+    let (w1v, b1v) = (
+        random(&mut rng, HID * IN, -0.8, 0.8),
+        random(&mut rng, HID, -0.2, 0.2),
+    );
+    let (w2v, b2v) = (
+        random(&mut rng, OUT * HID, -0.8, 0.8),
+        random(&mut rng, OUT, -0.2, 0.2),
+    );
+    let samples: Vec<(Vec<f32>, usize)> = (0..4)
+        .map(|_| {
+            (
+                random(&mut rng, IN, -1.0, 1.0),
+                rng.below(OUT as u32) as usize,
+            )
+        })
+        .collect();
 
     // Eager: gradients of the parameters accumulate over the samples.
-    let (ew1, eb1, ew2, eb2) = (matrix(&w1v, HID, IN), leaf(&b1v), matrix(&w2v, OUT, HID), leaf(&b2v));
+    let (ew1, eb1, ew2, eb2) = (
+        matrix(&w1v, HID, IN),
+        leaf(&b1v),
+        matrix(&w2v, OUT, HID),
+        leaf(&b2v),
+    );
     for (x, t) in &samples {
         let x = Tensor::from_slice(&B, x, [IN]).unwrap();
         let h = x.linear(&ew1, Some(&eb1)).unwrap().tanh().unwrap();
         let z = h.linear(&ew2, Some(&eb2)).unwrap();
-        z.cross_entropy(&[*t as i64], CrossEntropyOptions::default()).unwrap().backward(None, false).unwrap();
+        z.cross_entropy(&[*t as i64], CrossEntropyOptions::default())
+            .unwrap()
+            .backward(None, false)
+            .unwrap();
     }
 
     let mut arena = Arena::<4096>::new();

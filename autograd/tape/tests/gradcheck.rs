@@ -18,7 +18,10 @@ fn grads<T: TapeScalar>(g: &[T]) -> Vec<f64> {
 }
 
 fn loss<T: TapeScalar>(y: &[T], seed: &[T]) -> f64 {
-    y.iter().zip(seed).map(|(a, b)| a.to_f64() * b.to_f64()).sum()
+    y.iter()
+        .zip(seed)
+        .map(|(a, b)| a.to_f64() * b.to_f64())
+        .sum()
 }
 
 fn check<T: TapeScalar>(name: &str, p0: &[f64], case: fn(&[f64]) -> (f64, Vec<f64>)) {
@@ -85,7 +88,11 @@ macro_rules! binary_case {
             let mut arena = Arena::<1024>::new();
             let tape: Tape<T> = Tape::new(&mut arena);
             tape.register_operator::<$ty<T>>();
-            let (mut av, mut bv, mut yv) = (conv::<T>(&p[..n]), conv::<T>(&p[n..]), vec![T::ZERO; out(n)]);
+            let (mut av, mut bv, mut yv) = (
+                conv::<T>(&p[..n]),
+                conv::<T>(&p[n..]),
+                vec![T::ZERO; out(n)],
+            );
             let mut a = tape.parameter(&mut av);
             let mut b = tape.parameter(&mut bv);
             let mut y = tape.output(&mut yv);
@@ -163,7 +170,11 @@ fn matvec_case<T: TapeScalar>(p: &[f64]) -> (f64, Vec<f64>) {
     let mut arena = Arena::<1024>::new();
     let tape: Tape<T> = Tape::new(&mut arena);
     tape.register_operator::<MatVec<T>>();
-    let (mut wv, mut xv, mut yv) = (conv::<T>(&p[..ROWS * COLS]), conv::<T>(&p[ROWS * COLS..]), vec![T::ZERO; ROWS]);
+    let (mut wv, mut xv, mut yv) = (
+        conv::<T>(&p[..ROWS * COLS]),
+        conv::<T>(&p[ROWS * COLS..]),
+        vec![T::ZERO; ROWS],
+    );
     let mut w = tape.parameter_matrix(&mut wv, ROWS, COLS);
     let mut x = tape.parameter(&mut xv);
     let mut y = tape.output(&mut yv);
@@ -184,7 +195,12 @@ fn linear_case<T: TapeScalar>(p: &[f64]) -> (f64, Vec<f64>) {
     tape.register_operator::<Linear<T>>();
     let (wp, rest) = p.split_at(ROWS * COLS);
     let (xp, bp) = rest.split_at(COLS);
-    let (mut wv, mut xv, mut bv, mut yv) = (conv::<T>(wp), conv::<T>(xp), conv::<T>(bp), vec![T::ZERO; ROWS]);
+    let (mut wv, mut xv, mut bv, mut yv) = (
+        conv::<T>(wp),
+        conv::<T>(xp),
+        conv::<T>(bp),
+        vec![T::ZERO; ROWS],
+    );
     let mut w = tape.parameter_matrix(&mut wv, ROWS, COLS);
     let mut x = tape.parameter(&mut xv);
     let mut b = tape.parameter(&mut bv);
@@ -214,13 +230,27 @@ fn chain_case<T: TapeScalar>(p: &[f64]) -> (f64, Vec<f64>) {
     let (wp, rest) = p.split_at(ROWS * COLS);
     let (xp, bp) = rest.split_at(COLS);
     let (mut wv, mut xv, mut bv) = (conv::<T>(wp), conv::<T>(xp), conv::<T>(bp));
-    let (mut hv, mut av, mut sv, mut ev, mut mv, mut lv) =
-        ([T::ZERO; ROWS], [T::ZERO; ROWS], [T::ZERO; ROWS], [T::ZERO; ROWS], [T::ZERO; ROWS], [T::ZERO]);
+    let (mut hv, mut av, mut sv, mut ev, mut mv, mut lv) = (
+        [T::ZERO; ROWS],
+        [T::ZERO; ROWS],
+        [T::ZERO; ROWS],
+        [T::ZERO; ROWS],
+        [T::ZERO; ROWS],
+        [T::ZERO],
+    );
     let mut w = tape.parameter_matrix(&mut wv, ROWS, COLS);
     let mut x = tape.parameter(&mut xv);
     let mut b = tape.parameter(&mut bv);
-    let (mut h, mut a, mut s) = (tape.output(&mut hv), tape.output(&mut av), tape.output(&mut sv));
-    let (mut e, mut m, mut l) = (tape.output(&mut ev), tape.output(&mut mv), tape.output(&mut lv));
+    let (mut h, mut a, mut s) = (
+        tape.output(&mut hv),
+        tape.output(&mut av),
+        tape.output(&mut sv),
+    );
+    let (mut e, mut m, mut l) = (
+        tape.output(&mut ev),
+        tape.output(&mut mv),
+        tape.output(&mut lv),
+    );
     {
         let mut g = tape.graph();
         let hr = linear(&mut g, &w, &x, &b, &mut h);
@@ -243,7 +273,9 @@ const P4: [f64; 4] = [0.3, 1.7, 0.8, 2.4];
 const X8: [f64; 8] = [0.3, -1.2, 0.8, -0.45, 1.1, 0.25, -0.6, 0.9];
 
 fn mat_params(extra: usize) -> Vec<f64> {
-    (0..ROWS * COLS + COLS + extra).map(|i| ((i * 7 % 11) as f64 - 5.0) * 0.13).collect()
+    (0..ROWS * COLS + COLS + extra)
+        .map(|i| ((i * 7 % 11) as f64 - 5.0) * 0.13)
+        .collect()
 }
 
 fn all<T: TapeScalar>() {

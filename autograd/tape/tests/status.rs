@@ -27,7 +27,11 @@ fn one_byte_arena_is_out_of_memory_and_leaves_buffers_intact() {
         assert!(!r.has_producer());
         assert!(!g.backward(r));
     }
-    assert_eq!(tape.status(), Status::OutOfMemory, "the first error is kept");
+    assert_eq!(
+        tape.status(),
+        Status::OutOfMemory,
+        "the first error is kept"
+    );
     assert_eq!(wv, [1.5, -2.0]);
     assert_eq!(yv, [7.0, 7.0]);
     assert_eq!(tape.used(), 0);
@@ -42,7 +46,11 @@ fn one_byte_arena_is_out_of_memory_and_leaves_buffers_intact() {
     let mut g = tape.graph();
     relu(&mut g, &x, &mut y);
     assert_eq!(tape.status(), Status::OutOfMemory);
-    assert_eq!(y.values(), &[7.0, 7.0], "an operation that cannot record writes nothing");
+    assert_eq!(
+        y.values(),
+        &[7.0, 7.0],
+        "an operation that cannot record writes nothing"
+    );
 }
 
 /// Gradients of a 4-element parameter and outputs, records of relu and sum: the arena that
@@ -50,7 +58,11 @@ fn one_byte_arena_is_out_of_memory_and_leaves_buffers_intact() {
 const GRADS: usize = 16 + 16 + ALIGN; // w, y (4 × f32 each), loss (1 × f32, rounded)
 const NEEDED: usize = GRADS + record_size::<f32, Relu<f32>>() + record_size::<f32, Sum<f32>>();
 
-fn relu_sum<const BYTES: usize>(wv: &mut [f32; 4], yv: &mut [f32; 4], lv: &mut [f32; 1]) -> (Status, usize) {
+fn relu_sum<const BYTES: usize>(
+    wv: &mut [f32; 4],
+    yv: &mut [f32; 4],
+    lv: &mut [f32; 1],
+) -> (Status, usize) {
     let mut arena = Arena::<BYTES>::new();
     let tape: Tape<f32> = Tape::new(&mut arena);
     tape.register_operator::<Relu<f32>>();
@@ -80,7 +92,11 @@ fn an_arena_one_record_too_small_is_out_of_memory() {
     let (status, _) = relu_sum::<{ NEEDED - 1 }>(&mut w, &mut y, &mut l);
     assert_eq!(status, Status::OutOfMemory);
     assert_eq!(w, [1.0, -2.0, 3.0, -4.0], "parameters intact");
-    assert_eq!(l, [-1.0], "the operation whose record did not fit wrote nothing");
+    assert_eq!(
+        l,
+        [-1.0],
+        "the operation whose record did not fit wrote nothing"
+    );
 }
 
 #[test]
@@ -115,7 +131,10 @@ fn full_registry_and_registrations_survive_reset() {
     let mut arena = Arena::<256>::new();
     let mut tape: Tape<f32, 2> = Tape::new(&mut arena);
     assert!(tape.register_operator::<Relu<f32>>());
-    assert!(tape.register_operator::<Relu<f32>>(), "registering twice takes no slot");
+    assert!(
+        tape.register_operator::<Relu<f32>>(),
+        "registering twice takes no slot"
+    );
     assert!(tape.register_operator::<Sum<f32>>());
     assert!(tape.good());
     assert!(!tape.register_operator::<Tanh<f32>>());
@@ -203,7 +222,11 @@ fn status_is_sticky_until_cleared() {
         let mut g = tape.graph();
         relu(&mut g, &x, &mut y);
     }
-    assert_eq!(tape.status(), Status::OutOfMemory, "a later error does not overwrite");
+    assert_eq!(
+        tape.status(),
+        Status::OutOfMemory,
+        "a later error does not overwrite"
+    );
     assert!(!tape.good());
     tape.clear_status();
     assert!(tape.good());
@@ -334,7 +357,11 @@ fn backward_visits_only_records_reachable_from_the_root() {
     assert_eq!(q.grad(), &[1.0, 0.0]);
     assert_eq!(p.grad(), &[0.0, 0.0]);
     assert_eq!(r.grad(), &[0.0, 0.0]);
-    assert_eq!(e.grad(), &[0.0, 0.0], "unreached outputs keep the zero gradient");
+    assert_eq!(
+        e.grad(),
+        &[0.0, 0.0],
+        "unreached outputs keep the zero gradient"
+    );
     assert_eq!(b.grad(), &[0.0, 0.0]);
     assert_eq!(a.grad(), &[1.0, 1.0]);
 }
@@ -410,7 +437,11 @@ fn caller_owned_gradients_use_no_arena() {
     let mut w = tape.parameter_with_grad(&mut wv, &mut gw);
     let mut l = tape.output_with_grad(&mut lv, &mut gl);
     assert_eq!(tape.used(), 0);
-    assert_eq!(w.grad(), &[0.0, 0.0], "a new view's gradient starts at zero");
+    assert_eq!(
+        w.grad(),
+        &[0.0, 0.0],
+        "a new view's gradient starts at zero"
+    );
     {
         let mut g = tape.graph();
         let lv = sum(&mut g, &w, &mut l);

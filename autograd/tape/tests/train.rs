@@ -39,12 +39,29 @@ fn training_reaches_its_accuracy_in_its_arena_without_heap_allocations() {
     let before = ALLOCATIONS.load(Ordering::SeqCst);
     let report = tape_train::train();
     let after = ALLOCATIONS.load(Ordering::SeqCst);
-    assert_eq!(after - before, 0, "heap allocations during training: {}", after - before);
+    assert_eq!(
+        after - before,
+        0,
+        "heap allocations during training: {}",
+        after - before
+    );
     assert!(report.all_good, "a step left the tape's status not ok");
-    assert!(report.train_accuracy >= 0.95, "training accuracy {}", report.train_accuracy);
-    assert!(report.test_accuracy >= 0.95, "held-out accuracy {}", report.test_accuracy);
+    assert!(
+        report.train_accuracy >= 0.95,
+        "training accuracy {}",
+        report.train_accuracy
+    );
+    assert!(
+        report.test_accuracy >= 0.95,
+        "held-out accuracy {}",
+        report.test_accuracy
+    );
     assert!(report.peak_bytes <= tape_train::ARENA_BYTES);
     #[cfg(target_pointer_width = "64")]
-    assert_eq!(report.peak_bytes, tape_train::ARENA_BYTES, "the arena is sized to the peak");
+    assert_eq!(
+        report.peak_bytes,
+        tape_train::ARENA_BYTES,
+        "the arena is sized to the peak"
+    );
     println!("{report:?}");
 }

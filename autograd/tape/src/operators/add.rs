@@ -42,7 +42,8 @@ pub fn add<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
 ) -> &'g BufferView<'y, T, Output> {
     let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
     let fits = ar.len >= n && br.len >= n;
-    let Some(pending) = g.begin::<Add<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n) else {
+    let Some(pending) = g.begin::<Add<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n)
+    else {
         y.raw.record = NO_RECORD;
         return y;
     };

@@ -45,7 +45,9 @@ pub fn linear<'g, 'w, 'x, 'b, 'y, T: TapeScalar, RW: Role, RX: Role, RB: Role, c
     let (wr, xr, br, rows, cols) = (&w.raw, &x.raw, &b.raw, w.rows(), w.cols());
     let (fits, exact) = fits(wr, rows, cols, xr, &y.raw);
     let inputs = [wr, xr, br];
-    let Some(pending) = g.begin::<Linear<T>>(&inputs, &y.raw, fits && br.len >= rows, || exact && br.len == rows) else {
+    let Some(pending) = g.begin::<Linear<T>>(&inputs, &y.raw, fits && br.len >= rows, || {
+        exact && br.len == rows
+    }) else {
         y.raw.record = NO_RECORD;
         return y;
     };

@@ -32,8 +32,18 @@ impl<T: TapeScalar> MatVecSaved<T> {
     /// The backward rule of `y = W · x` (the bias of `linear` is handled by the caller).
     pub(crate) unsafe fn backward(&self, acc_w: Acc, acc_x: Acc) {
         let (rows, cols) = (self.rows, self.cols);
-        let (w, x, gy) = unsafe { (slice_of(self.w, rows * cols), slice_of(self.x, cols), slice_of(self.gy, rows)) };
-        unsafe { emit(self.gw, rows * cols, acc_w, |k| (T::ZERO + gy[k / cols] * x[k % cols]).canon()) };
+        let (w, x, gy) = unsafe {
+            (
+                slice_of(self.w, rows * cols),
+                slice_of(self.x, cols),
+                slice_of(self.gy, rows),
+            )
+        };
+        unsafe {
+            emit(self.gw, rows * cols, acc_w, |k| {
+                (T::ZERO + gy[k / cols] * x[k % cols]).canon()
+            })
+        };
         unsafe {
             emit(self.gx, cols, acc_x, |j| {
                 let mut s = T::ZERO;
@@ -56,7 +66,13 @@ impl<T: TapeScalar> Operator<T> for MatVec<T> {
 }
 
 /// Whether `w` (`rows × cols`), `x` and `y` are long enough, and whether they agree exactly.
-pub(crate) fn fits<T>(w: &Raw<T>, rows: usize, cols: usize, x: &Raw<T>, y: &Raw<T>) -> (bool, bool) {
+pub(crate) fn fits<T>(
+    w: &Raw<T>,
+    rows: usize,
+    cols: usize,
+    x: &Raw<T>,
+    y: &Raw<T>,
+) -> (bool, bool) {
     let fits = rows.checked_mul(cols).is_some_and(|n| w.len >= n) && x.len >= cols && y.len >= rows;
     (fits, w.len == rows * cols && x.len == cols && y.len == rows)
 }
@@ -74,7 +90,13 @@ pub fn matvec<'g, 'w, 'x, 'y, T: TapeScalar, RW: Role, RX: Role, const M: usize>
         y.raw.record = NO_RECORD;
         return y;
     };
-    T::matvec(wr.values(), rows, cols, xr.values(), &mut y.values_mut()[..rows]);
+    T::matvec(
+        wr.values(),
+        rows,
+        cols,
+        xr.values(),
+        &mut y.values_mut()[..rows],
+    );
     for v in y.values_mut()[..rows].iter_mut() {
         *v = v.canon();
     }

@@ -123,7 +123,12 @@ pub(crate) unsafe fn slice_of<'x, T>(p: *const T, len: usize) -> &'x [T] {
 ///
 /// # Safety
 /// `grad` must be null or point to `len` elements that nothing else accesses meanwhile.
-pub(crate) unsafe fn emit<T: TapeScalar>(grad: *mut T, len: usize, acc: Acc, mut contribution: impl FnMut(usize) -> T) {
+pub(crate) unsafe fn emit<T: TapeScalar>(
+    grad: *mut T,
+    len: usize,
+    acc: Acc,
+    mut contribution: impl FnMut(usize) -> T,
+) {
     if grad.is_null() || len == 0 {
         return;
     }
@@ -172,7 +177,11 @@ pub(crate) mod unary {
     pub(crate) unsafe fn backward<T: TapeScalar, Op: Rule<T>>(s: &Saved<T>, acc: [Acc; 3]) {
         let saved = unsafe { slice_of(s.saved, s.len) };
         let gy = unsafe { slice_of(s.gy, s.len) };
-        unsafe { emit(s.gx, s.len, acc[0], |i| Op::backward(saved[i], gy[i]).canon()) };
+        unsafe {
+            emit(s.gx, s.len, acc[0], |i| {
+                Op::backward(saved[i], gy[i]).canon()
+            })
+        };
     }
 
     /// Records `y = f(x)` element-wise.
@@ -197,7 +206,11 @@ pub(crate) mod unary {
             *o = Op::forward(v).canon();
         }
         let saved = Saved {
-            saved: if Op::READS_INPUT { xr.values } else { y.raw.values },
+            saved: if Op::READS_INPUT {
+                xr.values
+            } else {
+                y.raw.values
+            },
             gx: xr.grad,
             gy: y.raw.grad,
             len,

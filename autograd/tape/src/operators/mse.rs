@@ -38,7 +38,9 @@ pub fn mse<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
 ) -> &'g BufferView<'y, T, Output> {
     let (ar, br, n) = (&a.raw, &b.raw, a.raw.len);
     let fits = br.len >= n && y.raw.len >= 1;
-    let Some(pending) = g.begin::<Mse<T>>(&[ar, br], &y.raw, fits, || br.len == n && y.raw.len == 1) else {
+    let Some(pending) =
+        g.begin::<Mse<T>>(&[ar, br], &y.raw, fits, || br.len == n && y.raw.len == 1)
+    else {
         y.raw.record = NO_RECORD;
         return y;
     };

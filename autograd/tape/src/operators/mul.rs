@@ -29,7 +29,13 @@ impl<T: TapeScalar> Operator<T> for Mul<T> {
     const INPUTS: usize = 2;
     type Saved = PairSaved<T>;
     unsafe fn backward(s: &PairSaved<T>, acc: [Acc; 3]) {
-        let (a, b, gy) = unsafe { (slice_of(s.a, s.len), slice_of(s.b, s.len), slice_of(s.gy, s.len)) };
+        let (a, b, gy) = unsafe {
+            (
+                slice_of(s.a, s.len),
+                slice_of(s.b, s.len),
+                slice_of(s.gy, s.len),
+            )
+        };
         unsafe { emit(s.ga, s.len, acc[0], |i| (gy[i] * b[i]).canon()) };
         unsafe { emit(s.gb, s.len, acc[1], |i| (gy[i] * a[i]).canon()) };
     }
@@ -44,7 +50,8 @@ pub fn mul<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
 ) -> &'g BufferView<'y, T, Output> {
     let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
     let fits = ar.len >= n && br.len >= n;
-    let Some(pending) = g.begin::<Mul<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n) else {
+    let Some(pending) = g.begin::<Mul<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n)
+    else {
         y.raw.record = NO_RECORD;
         return y;
     };
