@@ -109,11 +109,11 @@ fn apply_view(view: View, x: &T) -> Result<T> {
         }
         View::Strided => x.slice(-1, 0, x.dims()[x.rank() - 1] as isize, 2),
         View::Expanded => {
-            // Expand a leading broadcast dimension of size 3, then take a strided slice
-            // of it so every output still depends on several copies.
+            // Expand a leading broadcast dimension of size 3 and average it away: every
+            // output depends on three stride-0 copies, and the values stay those of x.
             let mut s = vec![3];
             s.extend_from_slice(x.dims());
-            x.unsqueeze(0)?.expand(&s)?.sum_dims(&[0], false)
+            x.unsqueeze(0)?.expand(&s)?.mean_dims(&[0], false)
         }
     }
 }

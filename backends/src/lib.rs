@@ -18,3 +18,5 @@ pub mod transcendental;
 
 #[cfg(feature = "alloc")]
 pub use scalar_ref::ScalarRefBackend;
+#[cfg(feature = "std")]
+pub use scalar_ref::FastScalarRefBackend;

@@ -1,20 +1,31 @@
-//! `ScalarRefBackend`: the in-tree oracle. Plain loops over [`crate::scalar`], no SIMD, no
-//! threads. Every other backend's exact mode must reproduce its bits.
+//! The scalar reference backends: plain loops over [`crate::scalar`], no SIMD, no threads.
+//!
+//! [`ScalarRefBackend`] is the exact-mode oracle: every other backend's exact mode must
+//! reproduce its bits. [`FastScalarRefBackend`] is the same code with fused multiply-add
+//! in products and polynomials and no NaN canonicalisation: it defines the bits of
+//! `FastBackend` on every FMA path.
 
-use crate::scalar::{self, canon};
+use crate::lane::Exact;
+use crate::scalar::{self, ModeSpec};
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::marker::PhantomData;
 use exactgrad_core::backend::MatmulSpec;
-use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+use exactgrad_core::{BinaryOp, Layout, UnaryOp};
 
 /// The scalar reference backend (exact mode): the definition of every kernel's bits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ScalarRefBackend;
 
+/// The fast-mode scalar reference: `f32::mul_add` in products and polynomials.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FastScalarRefBackend;
+
 /// Calls `f` with the storage offsets of every element of several layouts of one shape,
 /// walked together in row-major order.
-pub(crate) fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usize; N])) {
+pub fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usize; N])) {
     let shape = &layouts[0].shape;
     let n = shape.numel();
     if n == 0 {
@@ -60,7 +71,7 @@ pub(crate) fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usi
 }
 
 /// Splits a layout into the layout of its kept dimensions and that of its reduced ones.
-pub(crate) fn split_reduce(layout: &Layout, reduce: &[bool]) -> (Layout, Layout) {
+pub fn split_reduce(layout: &Layout, reduce: &[bool]) -> (Layout, Layout) {
     assert_eq!(
         reduce.len(),
         layout.rank(),
@@ -87,26 +98,13 @@ pub(crate) fn split_reduce(layout: &Layout, reduce: &[bool]) -> (Layout, Layout)
     )
 }
 
-impl Backend for ScalarRefBackend {
-    type Storage = Vec<f32>;
+/// The reference kernels of one mode, shared by both scalar backends.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefKernels<M: ModeSpec>(PhantomData<M>);
 
-    fn name(&self) -> String {
-        String::from("scalar-ref")
-    }
-
-    fn mode(&self) -> ComputeMode {
-        ComputeMode::Exact
-    }
-
-    fn zeros(&self, len: usize) -> Vec<f32> {
-        vec![0.0; len]
-    }
-
-    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
-        data
-    }
-
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+impl<M: ModeSpec> RefKernels<M> {
+    /// Gathers `src` under `layout` into `out` (bits unchanged).
+    pub fn copy_strided(src: &[f32], layout: &Layout, out: &mut [f32]) {
         assert_eq!(out.len(), layout.numel(), "copy_strided: output length");
         let mut i = 0;
         layout.for_each_index(|s| {
@@ -115,29 +113,24 @@ impl Backend for ScalarRefBackend {
         });
     }
 
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    /// Element-wise unary operation.
+    pub fn unary(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         assert_eq!(x.len(), out.len(), "unary: lengths differ");
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = canon(scalar::unary(op, v));
+            *o = M::out(scalar::unary_in::<M>(op, v));
         }
     }
 
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+    /// Element-wise backward rule of a unary operation.
+    pub fn unary_backward(op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
         assert!(x.len() == g.len() && y.len() == g.len() && out.len() == g.len());
         for i in 0..g.len() {
-            out[i] = canon(scalar::unary_backward(op, x[i], y[i], g[i]));
+            out[i] = M::out(scalar::unary_backward_in::<M>(op, x[i], y[i], g[i]));
         }
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) {
+    /// Element-wise binary operation on broadcast layouts.
+    pub fn binary(op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]) {
         assert_eq!(out.len(), la.numel(), "binary: output length");
         assert_eq!(
             la.shape, lb.shape,
@@ -145,13 +138,14 @@ impl Backend for ScalarRefBackend {
         );
         let mut i = 0;
         walk([la, lb], |[ia, ib]| {
-            out[i] = canon(scalar::binary(op, a[ia], b[ib]));
+            out[i] = M::out(scalar::binary(op, a[ia], b[ib]));
             i += 1;
         });
     }
 
-    fn select(
-        &self,
+    /// Element-wise select on broadcast layouts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn select(
         cond: &[f32],
         lc: &Layout,
         a: &[f32],
@@ -168,7 +162,8 @@ impl Backend for ScalarRefBackend {
         });
     }
 
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+    /// Sum over flagged dimensions (f64, increasing order, rounded once).
+    pub fn sum(x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
         let (kept, red) = split_reduce(layout, reduce);
         assert_eq!(out.len(), kept.numel(), "sum: output length");
         let mut i = 0;
@@ -179,19 +174,20 @@ impl Backend for ScalarRefBackend {
                 ..red.clone()
             };
             inner.for_each_index(|s| acc += f64::from(x[s]));
-            out[i] = canon(acc as f32);
+            out[i] = M::out(acc as f32);
             i += 1;
         });
     }
 
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+    /// Batched matrix product in the canonical order.
+    pub fn matmul(spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
         let MatmulSpec { batch, m, k, n, .. } = *spec;
         assert_eq!(out.len(), batch * m * n, "matmul: output length");
         for bi in 0..batch {
             let ao = spec.a_offset + bi * spec.a_strides[0];
             let bo = spec.b_offset + bi * spec.b_strides[0];
             let c = &mut out[bi * m * n..(bi + 1) * m * n];
-            scalar::gemm(
+            scalar::gemm_in::<M>(
                 m,
                 k,
                 n,
@@ -205,12 +201,13 @@ impl Backend for ScalarRefBackend {
                 n,
             );
             for v in c.iter_mut() {
-                *v = canon(*v);
+                *v = M::out(*v);
             }
         }
     }
 
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+    /// Softmax or log-softmax of each row.
+    pub fn softmax(x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
         assert!(
             x.len() == rows * cols && out.len() == rows * cols,
             "softmax: lengths"
@@ -221,18 +218,18 @@ impl Backend for ScalarRefBackend {
                 &mut out[r * cols..(r + 1) * cols],
             );
             if log {
-                scalar::log_softmax_row(xs, os);
+                scalar::log_softmax_row_in::<M>(xs, os);
             } else {
-                scalar::softmax_row(xs, os);
+                scalar::softmax_row_in::<M>(xs, os);
             }
             for v in os.iter_mut() {
-                *v = canon(*v);
+                *v = M::out(*v);
             }
         }
     }
 
-    fn softmax_backward(
-        &self,
+    /// Backward of [`Self::softmax`].
+    pub fn softmax_backward(
         y: &[f32],
         g: &[f32],
         rows: usize,
@@ -245,13 +242,111 @@ impl Backend for ScalarRefBackend {
             let s = r * cols..(r + 1) * cols;
             let os = &mut out[s.clone()];
             if log {
-                scalar::log_softmax_row_backward(&y[s.clone()], &g[s], os);
+                scalar::log_softmax_row_backward_in::<M>(&y[s.clone()], &g[s], os);
             } else {
                 scalar::softmax_row_backward(&y[s.clone()], &g[s], os);
             }
             for v in os.iter_mut() {
-                *v = canon(*v);
+                *v = M::out(*v);
             }
         }
     }
 }
+
+/// Implements [`exactgrad_core::Backend`] for a unit-struct scalar backend by forwarding
+/// to [`RefKernels`] of the given mode.
+macro_rules! scalar_backend {
+    ($ty:ty, $mode:ty, $name:expr) => {
+        impl exactgrad_core::Backend for $ty {
+            type Storage = Vec<f32>;
+
+            fn name(&self) -> String {
+                String::from($name)
+            }
+
+            fn mode(&self) -> exactgrad_core::ComputeMode {
+                <$mode as ModeSpec>::MODE
+            }
+
+            fn zeros(&self, len: usize) -> Vec<f32> {
+                vec![0.0; len]
+            }
+
+            fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
+                data
+            }
+
+            fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+                RefKernels::<$mode>::copy_strided(src, layout, out)
+            }
+
+            fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+                RefKernels::<$mode>::unary(op, x, out)
+            }
+
+            fn unary_backward(
+                &self,
+                op: UnaryOp,
+                x: &[f32],
+                y: &[f32],
+                g: &[f32],
+                out: &mut [f32],
+            ) {
+                RefKernels::<$mode>::unary_backward(op, x, y, g, out)
+            }
+
+            fn binary(
+                &self,
+                op: BinaryOp,
+                a: &[f32],
+                la: &Layout,
+                b: &[f32],
+                lb: &Layout,
+                out: &mut [f32],
+            ) {
+                RefKernels::<$mode>::binary(op, a, la, b, lb, out)
+            }
+
+            fn select(
+                &self,
+                cond: &[f32],
+                lc: &Layout,
+                a: &[f32],
+                la: &Layout,
+                b: &[f32],
+                lb: &Layout,
+                out: &mut [f32],
+            ) {
+                RefKernels::<$mode>::select(cond, lc, a, la, b, lb, out)
+            }
+
+            fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+                RefKernels::<$mode>::sum(x, layout, reduce, out)
+            }
+
+            fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+                RefKernels::<$mode>::matmul(spec, a, b, out)
+            }
+
+            fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+                RefKernels::<$mode>::softmax(x, rows, cols, log, out)
+            }
+
+            fn softmax_backward(
+                &self,
+                y: &[f32],
+                g: &[f32],
+                rows: usize,
+                cols: usize,
+                log: bool,
+                out: &mut [f32],
+            ) {
+                RefKernels::<$mode>::softmax_backward(y, g, rows, cols, log, out)
+            }
+        }
+    };
+}
+
+scalar_backend!(ScalarRefBackend, Exact, "scalar-ref");
+#[cfg(feature = "std")]
+scalar_backend!(FastScalarRefBackend, crate::lane::Fast, "scalar-ref-fast");

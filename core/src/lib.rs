@@ -16,15 +16,17 @@ pub mod backend;
 pub mod error;
 pub mod hash;
 pub mod mode;
+pub mod ops;
 pub mod rng;
 #[cfg(feature = "alloc")]
 pub mod shape;
 
 #[cfg(feature = "alloc")]
-pub use backend::{Backend, BinaryOp, UnaryOp};
+pub use backend::Backend;
 pub use error::{Error, Result};
 pub use hash::GradHasher;
 pub use mode::ComputeMode;
+pub use ops::{BinaryOp, UnaryOp};
 pub use rng::Philox;
 #[cfg(feature = "alloc")]
 pub use shape::{Layout, Shape};

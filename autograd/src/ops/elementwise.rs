@@ -235,14 +235,14 @@ impl<B: Backend> Tensor<B> {
         Ok(unary_op(self, UnaryOp::Pow(exponent)))
     }
 
-    /// `|self|`; the gradient at 0 is 0.
+    /// `|self|`; the gradient at 0 (and at NaN) is 0, as PyTorch's.
     pub fn abs(&self) -> Result<Tensor<B>> {
         Ok(unary_op(self, UnaryOp::Abs))
     }
 
     /// Clamps into `[min, max]` (either bound optional). NaN stays NaN; where `min > max`
-    /// every element becomes `max`, as in PyTorch. The gradient passes where
-    /// `min ≤ x ≤ max`.
+    /// every element becomes `max`, as in PyTorch. The gradient passes strictly inside the
+    /// given bounds (`min < x < max`) and is 0 at them, as PyTorch's.
     pub fn clamp(&self, min: Option<f32>, max: Option<f32>) -> Result<Tensor<B>> {
         if min.is_none() && max.is_none() {
             return Err(Error::invalid(

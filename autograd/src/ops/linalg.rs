@@ -116,6 +116,28 @@ impl<B: Backend> Tensor<B> {
                 "both operands need at least one dimension",
             ));
         }
+        // Validate on the shapes as given, so errors name them.
+        let ka = self.dims()[ra - 1];
+        let kb = other.dims()[rb.saturating_sub(2)];
+        if ka != kb {
+            return Err(Error::mismatch(
+                op,
+                self.dims(),
+                other.dims(),
+                format!("the contracted dimensions differ ({ka} and {kb})"),
+            ));
+        }
+        if ra > 2
+            && rb > 2
+            && Shape::broadcast(op, &self.dims()[..ra - 2], &other.dims()[..rb - 2]).is_err()
+        {
+            return Err(Error::mismatch(
+                op,
+                self.dims(),
+                other.dims(),
+                "the batch dimensions cannot be broadcast together",
+            ));
+        }
         if ra == 1 {
             let r = self.unsqueeze(0)?.matmul(other)?;
             let d = r.rank().saturating_sub(2);
@@ -154,11 +176,37 @@ impl<B: Backend> Tensor<B> {
     /// (PyTorch's `nn.functional.linear`).
     pub fn linear(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>) -> Result<Tensor<B>> {
         let op = "linear";
+        if weight.rank() == 1 {
+            // A single output feature without its dimension, as PyTorch allows.
+            let in_f = weight.dims()[0];
+            if self.rank() == 0 || self.dims()[self.rank() - 1] != in_f {
+                return Err(Error::mismatch(
+                    op,
+                    self.dims(),
+                    weight.dims(),
+                    format!("the input's last dimension must equal in_features = {in_f}"),
+                ));
+            }
+            let y = self.matmul(weight)?;
+            return match bias {
+                None => Ok(y),
+                Some(b) if b.rank() == 0 => y.add(b),
+                Some(b) => Err(Error::mismatch(
+                    op,
+                    b.dims(),
+                    weight.dims(),
+                    "with a 1-D weight the bias must be 0-dimensional",
+                )),
+            };
+        }
         if weight.rank() != 2 {
             return Err(Error::invalid(
                 op,
                 "weight",
-                format!("must be 2-D [out, in], got shape {:?}", weight.dims()),
+                format!(
+                    "must be 1-D or 2-D [out, in], got shape {:?}",
+                    weight.dims()
+                ),
             ));
         }
         let (out_f, in_f) = (weight.dims()[0], weight.dims()[1]);

@@ -250,19 +250,12 @@ impl<B: Backend> Tensor<B> {
         ))
     }
 
-    /// Removes dimension `dim`, which must have size 1.
+    /// Removes dimension `dim` if it has size 1; otherwise returns the tensor unchanged,
+    /// as PyTorch does.
     pub fn squeeze(&self, dim: isize) -> Result<Tensor<B>> {
         let d = normalize_dim("squeeze", dim, self.rank())?;
         if self.dims()[d] != 1 {
-            return Err(Error::invalid(
-                "squeeze",
-                "dim",
-                format!(
-                    "dimension {d} has size {}, not 1 (shape {:?})",
-                    self.dims()[d],
-                    self.dims()
-                ),
-            ));
+            return Ok(self.clone());
         }
         let mut dims = self.dims().to_vec();
         dims.remove(d);

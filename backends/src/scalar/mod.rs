@@ -8,6 +8,32 @@ use crate::lane::{Exact, Madd};
 use crate::transcendental::generic as tr;
 use exactgrad_core::{BinaryOp, UnaryOp, CANONICAL_NAN};
 
+/// What a compute mode means for the kernels: its multiply-add and whether NaN results
+/// are canonicalised. Implemented by the markers [`Exact`] and [`crate::lane::Fast`].
+pub trait ModeSpec: Madd<f32> + Copy + Default + Send + Sync + core::fmt::Debug + 'static {
+    /// The mode this marker stands for.
+    const MODE: exactgrad_core::ComputeMode;
+
+    /// `canon(v)` in exact mode, `v` unchanged in fast mode.
+    #[inline(always)]
+    fn out(v: f32) -> f32 {
+        if matches!(Self::MODE, exactgrad_core::ComputeMode::Exact) {
+            canon(v)
+        } else {
+            v
+        }
+    }
+}
+
+impl ModeSpec for Exact {
+    const MODE: exactgrad_core::ComputeMode = exactgrad_core::ComputeMode::Exact;
+}
+
+#[cfg(feature = "std")]
+impl ModeSpec for crate::lane::Fast {
+    const MODE: exactgrad_core::ComputeMode = exactgrad_core::ComputeMode::Fast;
+}
+
 /// Rewrites any NaN to the canonical NaN `0x7FC00000`; other values pass unchanged.
 #[inline]
 pub fn canon(x: f32) -> f32 {
@@ -92,7 +118,8 @@ pub fn sqrt_digits(x: f32) -> f32 {
 }
 
 /// `x^p` for a scalar exponent, as exact mode defines it (`docs/arithmetic.md`):
-/// `p = 0` gives 1; `p = 0.5` the IEEE square root; an integer `|p| <= 64` repeated
+/// `p = 0` gives 1; `p = 0.5` the IEEE square root and `p = −0.5` its reciprocal (as
+/// PyTorch does); an integer `|p| <= 64` repeated
 /// squaring (then one reciprocal for negative `p`); anything else `exp(p · log(x))` with the
 /// exact polynomials, NaN for negative `x`.
 pub fn powf(x: f32, p: f32) -> f32 {
@@ -108,10 +135,10 @@ pub fn powf_in<M: Madd<f32>>(x: f32, p: f32) -> f32 {
         return x;
     }
     if p == 0.5 {
-        if x == f32::NEG_INFINITY {
-            return f32::INFINITY;
-        }
-        return sqrt(x) + 0.0;
+        return sqrt(x);
+    }
+    if p == -0.5 {
+        return 1.0 / sqrt(x);
     }
     if p == (p as i32) as f32 && p.abs() <= 64.0 {
         let mut n = (p as i32).unsigned_abs();
@@ -215,10 +242,9 @@ pub fn unary_backward_in<M: Madd<f32>>(op: UnaryOp, x: f32, y: f32, g: f32) -> f
                 g
             } else if x < 0.0 {
                 -g
-            } else if x == 0.0 {
-                0.0
             } else {
-                g * x
+                // Zero and NaN: PyTorch's sgn gives 0 for both.
+                0.0
             }
         }
         UnaryOp::Relu => {
@@ -250,7 +276,9 @@ pub fn unary_backward_in<M: Madd<f32>>(op: UnaryOp, x: f32, y: f32, g: f32) -> f
             }
         }
         UnaryOp::Clamp(lo, hi) => {
-            if x >= lo && x <= hi {
+            // PyTorch passes the gradient strictly inside the bounds; an absent bound
+            // (infinite) does not stop it.
+            if (x > lo || lo == f32::NEG_INFINITY) && (x < hi || hi == f32::INFINITY) {
                 g
             } else {
                 0.0
@@ -340,18 +368,20 @@ pub fn gemm_in<M: Madd<f32>>(
     }
 }
 
-/// Largest element of a row (the first NaN if any, so NaN propagates).
-fn row_max(x: &[f32]) -> f32 {
+/// Largest element of a row, NaN if any element is NaN, with a zero maximum taken as
+/// `+0` (`m + 0`), so the result does not depend on the order in which elements are
+/// compared. Every SIMD path computes the same value.
+pub fn row_max(x: &[f32]) -> f32 {
     let mut m = f32::NEG_INFINITY;
     for &v in x {
         if v.is_nan() {
-            return v;
+            return CANONICAL_NAN;
         }
         if v > m {
             m = v;
         }
     }
-    m
+    m + 0.0
 }
 
 /// Softmax of one row: `m = max x`, `e_i = exp(x_i - m)`, `s = Σ e_i` in f64 rounded once,
