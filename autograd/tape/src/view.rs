@@ -110,8 +110,8 @@ impl<'t, T, R: Role> BufferView<'t, T, R> {
         self.raw.valid
     }
 
-    /// Whether the last operator that wrote this view recorded it in a graph that is
-    /// still open (such a view can be the root of `backward`).
+    /// Whether the last operation that wrote this view recorded itself (false for a view
+    /// never written, written with recording off, or whose operation failed).
     pub fn has_producer(&self) -> bool {
         self.raw.record != NO_RECORD
     }

@@ -14,6 +14,7 @@ operator_type!(
 );
 
 /// The record of [`add()`] and [`sub()`](super::sub()).
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct AddSaved<T> {
     pub(crate) ga: *mut T,

@@ -18,6 +18,7 @@ operator_type!(
 );
 
 /// The record of [`cross_entropy()`].
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct CrossEntropySaved<T> {
     z: *const T,

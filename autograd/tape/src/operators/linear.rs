@@ -17,6 +17,7 @@ operator_type!(
 );
 
 /// The record of [`linear()`].
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct LinearSaved<T> {
     mv: MatVecSaved<T>,

@@ -17,6 +17,7 @@ operator_type!(
 );
 
 /// The record of [`matvec()`] and [`linear()`](super::linear()).
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct MatVecSaved<T> {
     pub(crate) w: *const T,

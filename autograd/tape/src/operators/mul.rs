@@ -14,6 +14,7 @@ operator_type!(
 );
 
 /// The record of [`mul()`], [`dot()`](super::dot()) and [`mse()`](super::mse()).
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct PairSaved<T> {
     pub(crate) a: *const T,

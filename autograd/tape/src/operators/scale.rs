@@ -14,6 +14,7 @@ operator_type!(
 );
 
 /// The record of [`scale()`].
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct ScaleSaved<T> {
     gx: *mut T,

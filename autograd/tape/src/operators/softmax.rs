@@ -16,6 +16,7 @@ operator_type!(
 );
 
 /// The record of [`softmax()`].
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct SoftmaxSaved<T> {
     y: *const T,

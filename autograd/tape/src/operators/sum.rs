@@ -15,6 +15,7 @@ operator_type!(
 );
 
 /// The record of [`sum()`].
+#[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct SumSaved<T> {
     gx: *mut T,
