@@ -43,8 +43,8 @@
 //!
 //! # What the compiler guarantees
 //!
-//! The seed this crate implements leaves four duties to the caller; here they are checked
-//! at compile time by borrowing.
+//! The specification this crate implements (seed 004) leaves these duties to the caller;
+//! here they are compile-time errors, by borrowing.
 //!
 //! A buffer must stay alive until `backward` has finished:
 //!

@@ -74,8 +74,9 @@ pub(crate) fn fits<T>(
     x: &Raw<T>,
     y: &Raw<T>,
 ) -> (bool, bool) {
-    let fits = rows.checked_mul(cols).is_some_and(|n| w.len >= n) && x.len >= cols && y.len >= rows;
-    (fits, w.len == rows * cols && x.len == cols && y.len == rows)
+    let n = rows.checked_mul(cols);
+    let fits = n.is_some_and(|n| w.len >= n) && x.len >= cols && y.len >= rows;
+    (fits, n == Some(w.len) && x.len == cols && y.len == rows)
 }
 
 /// Records `y = W · x`; `x` has `W.cols()` elements and `y` has `W.rows()`.
