@@ -10,12 +10,16 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+#[cfg(feature = "std")]
+pub mod cpu;
 pub mod lane;
 pub mod scalar;
 #[cfg(feature = "alloc")]
 pub mod scalar_ref;
 pub mod transcendental;
 
+#[cfg(feature = "std")]
+pub use cpu::{ExactBackend, FastBackend, Isa};
 #[cfg(feature = "alloc")]
 pub use scalar_ref::ScalarRefBackend;
 #[cfg(feature = "std")]

@@ -1,0 +1,538 @@
+//! `ExactBackend` and `FastBackend`: SIMD kernels on the best ISA path of the machine (or
+//! a path chosen by the caller), with a thread pool per compute context.
+//!
+//! Every kernel is written once, generic over a [`simd::SimdLane`] and the mode's
+//! multiply-add, and instantiated per ISA path inside a function compiled with that
+//! path's `#[target_feature]`. Work is split over independent outputs in chunks whose
+//! size is a constant of the kernel and the shape, so the thread count changes only the
+//! speed. In exact mode every path gives the bits of [`crate::ScalarRefBackend`]; in fast
+//! mode every FMA path gives the bits of [`crate::FastScalarRefBackend`].
+
+pub mod elementwise;
+pub mod simd;
+
+use crate::lane::{Exact, Fast};
+use crate::scalar::ModeSpec;
+use crate::scalar_ref::{walk, RefKernels};
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::marker::PhantomData;
+use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+
+/// An instruction-set path of the CPU backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// 512-bit AVX-512F lanes (16 × f32).
+    Avx512,
+    /// 256-bit AVX2 lanes with FMA (8 × f32).
+    Avx2,
+    /// 128-bit lanes (4 × f32): SSE2 on x86-64 (plus FMA in fast mode).
+    V128,
+    /// One f32 at a time, no SIMD.
+    Scalar,
+}
+
+impl Isa {
+    /// Every path, widest first.
+    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::Avx2, Isa::V128, Isa::Scalar];
+
+    /// The path's name as printed in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::V128 => "v128",
+            Isa::Scalar => "scalar",
+        }
+    }
+
+    /// Whether this CPU can run the path in `mode` (fast mode on the 128-bit path also
+    /// needs FMA, so that it is an FMA path).
+    pub fn is_supported(self, mode: ComputeMode) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Isa::Avx512 => std::is_x86_feature_detected!("avx512f"),
+                Isa::Avx2 => {
+                    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+                }
+                Isa::V128 => mode == ComputeMode::Exact || std::is_x86_feature_detected!("fma"),
+                Isa::Scalar => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = mode;
+            self == Isa::Scalar
+        }
+    }
+
+    /// The widest path this CPU supports in `mode`.
+    pub fn best(mode: ComputeMode) -> Isa {
+        Isa::ALL
+            .into_iter()
+            .find(|i| i.is_supported(mode))
+            .unwrap_or(Isa::Scalar)
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of choosing a path this CPU lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the {isa} path is not supported by this CPU in {mode} mode")]
+pub struct UnsupportedIsa {
+    /// The path asked for.
+    pub isa: Isa,
+    /// The mode asked for.
+    pub mode: ComputeMode,
+}
+
+/// The threads of a compute context: its own rayon pool (never the global one).
+pub struct ComputeContext {
+    threads: usize,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl fmt::Debug for ComputeContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ComputeContext")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl ComputeContext {
+    /// A context running kernels on `threads` threads (at least 1; 1 runs on the caller).
+    pub fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
+        let pool = (threads > 1).then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| alloc::format!("exactgrad-{i}"))
+                .build()
+                .expect("exactgrad: cannot start the compute thread pool")
+        });
+        Self { threads, pool }
+    }
+
+    /// Number of threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f(chunk_index, chunk)` over `out` cut into chunks of `chunk` elements (the
+    /// last may be shorter), on this context's threads. The chunking does not depend on
+    /// the thread count.
+    pub fn for_each_chunk(
+        &self,
+        out: &mut [f32],
+        chunk: usize,
+        f: impl Fn(usize, &mut [f32]) + Sync + Send,
+    ) {
+        let chunk = chunk.max(1);
+        match &self.pool {
+            Some(pool) if out.len() > chunk => pool.install(|| {
+                use rayon::prelude::*;
+                out.par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(i, c)| f(i, c));
+            }),
+            _ => out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c)),
+        }
+    }
+}
+
+/// Elements per parallel chunk of the element-wise kernels (a multiple of every lane
+/// width, and a constant: chunking never depends on the thread count).
+const ELEMENTWISE_CHUNK: usize = 1 << 14;
+
+/// The CPU backend in mode `M` ([`Exact`] or [`Fast`]): an ISA path and a compute context.
+pub struct CpuBackend<M: ModeSpec> {
+    isa: Isa,
+    ctx: Arc<ComputeContext>,
+    _mode: PhantomData<M>,
+}
+
+/// The exact-mode CPU backend: bit-identical to `ScalarRefBackend` on every path.
+pub type ExactBackend = CpuBackend<Exact>;
+/// The fast-mode CPU backend: FMA in products and polynomials.
+pub type FastBackend = CpuBackend<Fast>;
+
+impl<M: ModeSpec> Clone for CpuBackend<M> {
+    fn clone(&self) -> Self {
+        Self {
+            isa: self.isa,
+            ctx: Arc::clone(&self.ctx),
+            _mode: PhantomData,
+        }
+    }
+}
+
+impl<M: ModeSpec> fmt::Debug for CpuBackend<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuBackend")
+            .field("mode", &M::MODE)
+            .field("isa", &self.isa)
+            .field("threads", &self.ctx.threads)
+            .finish()
+    }
+}
+
+impl<M: ModeSpec> Default for CpuBackend<M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<M: ModeSpec> CpuBackend<M> {
+    /// The best path of this CPU, one thread per available core.
+    pub fn new() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_threads(threads)
+    }
+
+    /// The best path of this CPU on `threads` threads.
+    pub fn with_threads(threads: usize) -> Self {
+        Self {
+            isa: Isa::best(M::MODE),
+            ctx: Arc::new(ComputeContext::new(threads)),
+            _mode: PhantomData,
+        }
+    }
+
+    /// A given path on `threads` threads; fails if this CPU lacks the path.
+    pub fn with_isa(isa: Isa, threads: usize) -> Result<Self, UnsupportedIsa> {
+        if !isa.is_supported(M::MODE) {
+            return Err(UnsupportedIsa { isa, mode: M::MODE });
+        }
+        Ok(Self {
+            isa,
+            ctx: Arc::new(ComputeContext::new(threads)),
+            _mode: PhantomData,
+        })
+    }
+
+    /// The ISA path in use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The number of threads of the compute context.
+    pub fn threads(&self) -> usize {
+        self.ctx.threads
+    }
+
+    /// The compute context (thread pool).
+    pub fn context(&self) -> &ComputeContext {
+        &self.ctx
+    }
+}
+
+/// Instantiates the generic kernels for one ISA path inside functions compiled with the
+/// path's target features.
+macro_rules! isa_kernels {
+    ($module:ident, $lane:ty, $($feature:literal)?) => {
+        #[allow(dead_code)]
+        pub(crate) mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(#[target_feature(enable = $feature)])?
+            pub(crate) unsafe fn unary<M: ModeSpec + crate::lane::Madd<$lane>>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+                elementwise::unary_slice::<$lane, M>(op, x, out)
+            }
+
+            $(#[target_feature(enable = $feature)])?
+            pub(crate) unsafe fn unary_backward<M: ModeSpec + crate::lane::Madd<$lane>>(
+                op: UnaryOp,
+                x: &[f32],
+                y: &[f32],
+                g: &[f32],
+                out: &mut [f32],
+            ) {
+                elementwise::unary_backward_slice::<$lane, M>(op, x, y, g, out)
+            }
+
+            $(#[target_feature(enable = $feature)])?
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) unsafe fn binary_row<M: ModeSpec>(
+                op: BinaryOp,
+                a: &[f32],
+                ia: usize,
+                sa: usize,
+                b: &[f32],
+                ib: usize,
+                sb: usize,
+                out: &mut [f32],
+            ) {
+                elementwise::binary_row::<$lane, M>(op, a, ia, sa, b, ib, sb, out)
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+isa_kernels!(k_avx512, simd::F32x16, "avx512f");
+#[cfg(target_arch = "x86_64")]
+isa_kernels!(k_avx2, simd::F32x8, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+isa_kernels!(k_v128, simd::F32x4, "sse2");
+#[cfg(target_arch = "x86_64")]
+isa_kernels!(k_v128_fma, simd::F32x4, "sse2,fma");
+isa_kernels!(k_scalar, f32,);
+
+/// The mode-specific parts of dispatch: which instantiation runs on which path.
+pub trait CpuMode: ModeSpec {
+    /// Runs the unary kernel on `isa`.
+    fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]);
+    /// Runs the unary backward kernel on `isa`.
+    fn unary_backward(isa: Isa, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]);
+}
+
+macro_rules! cpu_mode {
+    ($mode:ty, $v128:ident) => {
+        impl CpuMode for $mode {
+            fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+                // SAFETY: a backend only holds an `isa` that `Isa::is_supported` confirmed
+                // for this mode, so the target features of the chosen kernel are present.
+                unsafe {
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512 => k_avx512::unary::<$mode>(op, x, out),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => k_avx2::unary::<$mode>(op, x, out),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::V128 => $v128::unary::<$mode>(op, x, out),
+                        _ => k_scalar::unary::<$mode>(op, x, out),
+                    }
+                }
+            }
+
+            fn unary_backward(
+                isa: Isa,
+                op: UnaryOp,
+                x: &[f32],
+                y: &[f32],
+                g: &[f32],
+                out: &mut [f32],
+            ) {
+                // SAFETY: as in `unary`.
+                unsafe {
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512 => k_avx512::unary_backward::<$mode>(op, x, y, g, out),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2 => k_avx2::unary_backward::<$mode>(op, x, y, g, out),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::V128 => $v128::unary_backward::<$mode>(op, x, y, g, out),
+                        _ => k_scalar::unary_backward::<$mode>(op, x, y, g, out),
+                    }
+                }
+            }
+        }
+    };
+}
+
+cpu_mode!(Exact, k_v128);
+cpu_mode!(Fast, k_v128_fma);
+
+/// Runs one broadcast binary row on `isa` (binary ops form no FMA, so both modes share it).
+#[allow(clippy::too_many_arguments)]
+fn binary_row<M: ModeSpec>(
+    isa: Isa,
+    op: BinaryOp,
+    a: &[f32],
+    ia: usize,
+    sa: usize,
+    b: &[f32],
+    ib: usize,
+    sb: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the backend's `isa` was confirmed by `Isa::is_supported`; the plain 128-bit
+    // kernel needs only SSE2, which every x86-64 CPU has.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => k_avx512::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => k_avx2::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V128 => k_v128::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
+            _ => k_scalar::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
+        }
+    }
+}
+
+/// Merges adjacent dimensions that are contiguous with each other in every layout, so the
+/// innermost loop is as long as possible. Returns the merged shape and strides.
+fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [Vec<usize>; N]) {
+    let shape = &layouts[0].shape;
+    let mut dims: Vec<usize> = Vec::new();
+    let mut strides: [Vec<usize>; N] = core::array::from_fn(|_| Vec::new());
+    for d in 0..shape.rank() {
+        if shape[d] == 1 {
+            continue;
+        }
+        let mergeable = !dims.is_empty()
+            && (0..N).all(|i| {
+                let last = *strides[i].last().unwrap();
+                last == layouts[i].strides[d] * shape[d]
+            });
+        if mergeable {
+            let n = dims.len() - 1;
+            dims[n] *= shape[d];
+            for (i, s) in strides.iter_mut().enumerate() {
+                let l = s.len() - 1;
+                s[l] = layouts[i].strides[d];
+            }
+        } else {
+            dims.push(shape[d]);
+            for (i, s) in strides.iter_mut().enumerate() {
+                s.push(layouts[i].strides[d]);
+            }
+        }
+    }
+    if dims.is_empty() {
+        dims.push(1);
+        for s in strides.iter_mut() {
+            s.push(0);
+        }
+    }
+    (dims, strides)
+}
+
+impl<M: CpuMode> Backend for CpuBackend<M> {
+    type Storage = Vec<f32>;
+
+    fn name(&self) -> String {
+        alloc::format!("{}/{}/{}t", M::MODE, self.isa, self.ctx.threads)
+    }
+
+    fn mode(&self) -> ComputeMode {
+        M::MODE
+    }
+
+    fn zeros(&self, len: usize) -> Vec<f32> {
+        vec![0.0; len]
+    }
+
+    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
+        data
+    }
+
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+        RefKernels::<M>::copy_strided(src, layout, out)
+    }
+
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+        assert_eq!(x.len(), out.len(), "unary: lengths differ");
+        let isa = self.isa;
+        self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
+            let s = i * ELEMENTWISE_CHUNK;
+            M::unary(isa, op, &x[s..s + o.len()], o);
+        });
+    }
+
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+        assert!(
+            x.len() == g.len() && y.len() == g.len() && out.len() == g.len(),
+            "unary_backward: lengths"
+        );
+        let isa = self.isa;
+        self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
+            let s = i * ELEMENTWISE_CHUNK;
+            let e = s + o.len();
+            M::unary_backward(isa, op, &x[s..e], &y[s..e], &g[s..e], o);
+        });
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        assert_eq!(out.len(), la.numel(), "binary: output length");
+        assert_eq!(
+            la.shape, lb.shape,
+            "binary: layouts not broadcast to one shape"
+        );
+        if out.is_empty() {
+            return;
+        }
+        let (dims, [sa, sb]) = coalesce([la, lb]);
+        let inner = *dims.last().unwrap();
+        let (isa_, sa_in, sb_in) = (self.isa, *sa.last().unwrap(), *sb.last().unwrap());
+        // Row offsets of both operands, in row-major order of the outer dimensions.
+        let outer = Layout {
+            shape: dims[..dims.len() - 1].to_vec().into(),
+            strides: sa[..sa.len() - 1].to_vec(),
+            offset: la.offset,
+        };
+        let outer_b = Layout {
+            shape: outer.shape.clone(),
+            strides: sb[..sb.len() - 1].to_vec(),
+            offset: lb.offset,
+        };
+        let mut rows = Vec::with_capacity(outer.numel());
+        walk([&outer, &outer_b], |[ia, ib]| rows.push((ia, ib)));
+        let rows_per_chunk = ELEMENTWISE_CHUNK.div_ceil(inner).max(1);
+        self.ctx
+            .for_each_chunk(out, rows_per_chunk * inner, |ci, o| {
+                for (r, orow) in o.chunks_mut(inner).enumerate() {
+                    let (ia, ib) = rows[ci * rows_per_chunk + r];
+                    binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow);
+                }
+            });
+    }
+
+    fn select(
+        &self,
+        cond: &[f32],
+        lc: &Layout,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        RefKernels::<M>::select(cond, lc, a, la, b, lb, out)
+    }
+
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+        RefKernels::<M>::sum(x, layout, reduce, out)
+    }
+
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+        RefKernels::<M>::matmul(spec, a, b, out)
+    }
+
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+        RefKernels::<M>::softmax(x, rows, cols, log, out)
+    }
+
+    fn softmax_backward(
+        &self,
+        y: &[f32],
+        g: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) {
+        RefKernels::<M>::softmax_backward(y, g, rows, cols, log, out)
+    }
+}
