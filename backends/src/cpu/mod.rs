@@ -9,11 +9,13 @@
 //! mode every FMA path gives the bits of [`crate::FastScalarRefBackend`].
 
 pub mod elementwise;
+mod gemm;
+mod rows;
 pub mod simd;
 
 use crate::lane::{Exact, Fast};
 use crate::scalar::ModeSpec;
-use crate::scalar_ref::{walk, RefKernels};
+use crate::scalar_ref::walk;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec;
@@ -431,7 +433,7 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
     }
 
     fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
-        RefKernels::<M>::copy_strided(src, layout, out)
+        rows::copy_strided::<M>(self.isa, &self.ctx, src, layout, out)
     }
 
     fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
@@ -509,19 +511,19 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         lb: &Layout,
         out: &mut [f32],
     ) {
-        RefKernels::<M>::select(cond, lc, a, la, b, lb, out)
+        rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out)
     }
 
     fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
-        RefKernels::<M>::sum(x, layout, reduce, out)
+        rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out)
     }
 
     fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
-        RefKernels::<M>::matmul(spec, a, b, out)
+        gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out)
     }
 
     fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
-        RefKernels::<M>::softmax(x, rows, cols, log, out)
+        rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out)
     }
 
     fn softmax_backward(
@@ -533,6 +535,6 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         log: bool,
         out: &mut [f32],
     ) {
-        RefKernels::<M>::softmax_backward(y, g, rows, cols, log, out)
+        rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out)
     }
 }
