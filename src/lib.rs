@@ -33,8 +33,12 @@ pub mod prelude {
     pub use exactgrad_autograd::{
         hash_tensors, no_grad, CrossEntropyOptions, GeluApproximation, GradCheck, Reduction, Tensor,
     };
-    pub use exactgrad_backends::ScalarRefBackend;
+    pub use exactgrad_backends::{
+        ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
+    };
     pub use exactgrad_core::{Backend, ComputeMode, Philox, Shape};
-    pub use exactgrad_nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
+    pub use exactgrad_nn::optim::{
+        Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig,
+    };
     pub use exactgrad_nn::{Gelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh};
 }

@@ -1,0 +1,251 @@
+//! Every operator, forward and backward, on every ISA path and thread count of
+//! ExactBackend gives the bits of ScalarRefBackend (and every FMA path of FastBackend
+//! those of FastScalarRefBackend). Each case hashes its output and all input gradients.
+
+use exactgrad::prelude::*;
+use exactgrad::Result;
+
+/// Values with a sprinkling of special values (NaN only where `specials`).
+fn values(n: usize, seed: u64, specials: bool) -> Vec<f32> {
+    let mut r = Philox::new(seed);
+    let sp = [
+        0.0f32,
+        -0.0,
+        1e-40,
+        -3e-39,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    (0..n)
+        .map(|i| {
+            if specials && i % 11 == 5 {
+                sp[r.below(sp.len() as u32) as usize]
+            } else {
+                r.uniform(-3.0, 3.0)
+            }
+        })
+        .collect()
+}
+
+struct Cases<'a, B: Backend> {
+    b: &'a B,
+    out: Vec<(String, u64)>,
+}
+
+impl<B: Backend> Cases<'_, B> {
+    fn leaf(&self, shape: &[usize], seed: u64, specials: bool) -> Tensor<B> {
+        let n = shape.iter().product();
+        Tensor::from_vec(self.b, values(n, seed, specials), shape)
+            .unwrap()
+            .requires_grad()
+            .unwrap()
+    }
+
+    /// Runs `f` on fresh leaves of the given shapes, backward with a fixed seed
+    /// gradient, and records the hash of output and gradients.
+    fn case(
+        &mut self,
+        name: &str,
+        shapes: &[&[usize]],
+        specials: bool,
+        f: impl Fn(&[Tensor<B>]) -> Result<Tensor<B>>,
+    ) {
+        let leaves: Vec<Tensor<B>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| self.leaf(s, 1000 + i as u64, specials))
+            .collect();
+        let y = f(&leaves).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let seed =
+            Tensor::from_vec(self.b, values(y.numel(), 77, false), y.shape().clone()).unwrap();
+        y.backward(Some(&seed), false)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let grads: Vec<Tensor<B>> = leaves
+            .iter()
+            .map(|l| l.grad().unwrap_or_else(|| l.detach()))
+            .collect();
+        let mut all = vec![&y];
+        all.extend(grads.iter());
+        let h = hash_tensors(&all);
+        self.out.push((name.to_string(), h));
+    }
+}
+
+fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
+    let mut c = Cases { b, out: Vec::new() };
+    let unary: Vec<(&str, fn(&Tensor<B>) -> Result<Tensor<B>>)> = vec![
+        ("neg", |x| x.neg()),
+        ("abs", |x| x.abs()),
+        ("relu", |x| x.relu()),
+        ("leaky_relu", |x| x.leaky_relu(0.02)),
+        ("sigmoid", |x| x.sigmoid()),
+        ("tanh", |x| x.tanh()),
+        ("gelu", |x| x.gelu(GeluApproximation::None)),
+        ("gelu_tanh", |x| x.gelu(GeluApproximation::Tanh)),
+        ("exp", |x| x.exp()),
+        ("log", |x| x.abs()?.log()),
+        ("sqrt", |x| x.abs()?.sqrt()),
+        ("pow3", |x| x.pow(3.0)),
+        ("pow2.5", |x| x.abs()?.pow(2.5)),
+        ("clamp", |x| x.clamp(Some(-1.0), Some(0.5))),
+        ("add_scalar", |x| x.add_scalar(0.3)),
+        ("div_scalar", |x| x.div_scalar(7.0)),
+    ];
+    for len in [1usize, 3, 15, 16, 17, 33, 150] {
+        for (name, f) in &unary {
+            c.case(&format!("{name} [{len}]"), &[&[len]], true, |v| f(&v[0]));
+        }
+    }
+    for (name, f) in &unary {
+        c.case(&format!("{name} transposed"), &[&[17, 9]], true, |v| {
+            f(&v[0].t()?)
+        });
+    }
+    let bin: Vec<(&str, fn(&Tensor<B>, &Tensor<B>) -> Result<Tensor<B>>)> = vec![
+        ("add", |a, b| a.add(b)),
+        ("sub", |a, b| a.sub(b)),
+        ("mul", |a, b| a.mul(b)),
+        ("div", |a, b| a.div(b)),
+    ];
+    for (name, f) in &bin {
+        for (sa, sb) in [
+            (&[33usize][..], &[33usize][..]),
+            (&[7, 33], &[33]),
+            (&[5, 1, 17], &[4, 1]),
+            (&[3, 40], &[3, 1]),
+        ] {
+            c.case(&format!("{name} {sa:?} {sb:?}"), &[sa, sb], true, |v| {
+                f(&v[0], &v[1])
+            });
+        }
+        c.case(
+            &format!("{name} strided"),
+            &[&[6, 34], &[17, 6]],
+            false,
+            |v| f(&v[0].slice(1, 0, 34, 2)?, &v[1].t()?),
+        );
+    }
+    c.case("where", &[&[4, 33], &[33]], true, |v| {
+        let mask = Tensor::from_vec(
+            v[0].backend(),
+            values(33, 5, false)
+                .iter()
+                .map(|&u| (u > 0.0) as u8 as f32)
+                .collect(),
+            [33],
+        )?;
+        Tensor::where_cond(&mask, &v[0], &v[1])
+    });
+    for (dims, keep) in [
+        (&[0isize][..], false),
+        (&[1], true),
+        (&[0, 2], false),
+        (&[-1], false),
+    ] {
+        c.case(&format!("sum {dims:?}"), &[&[5, 17, 33]], false, |v| {
+            v[0].sum_dims(dims, keep)
+        });
+        c.case(&format!("mean {dims:?}"), &[&[5, 17, 33]], false, |v| {
+            v[0].mean_dims(dims, keep)
+        });
+    }
+    c.case("sum all", &[&[150, 3]], true, |v| v[0].sum());
+    for (m, k, n) in [(1, 1, 1), (3, 17, 33), (17, 64, 15), (65, 33, 129)] {
+        c.case(
+            &format!("matmul {m}x{k}x{n}"),
+            &[&[m, k], &[k, n]],
+            false,
+            |v| v[0].matmul(&v[1]),
+        );
+        c.case(
+            &format!("matmul transposed {m}x{k}x{n}"),
+            &[&[k, m], &[n, k]],
+            false,
+            |v| v[0].t()?.matmul(&v[1].t()?),
+        );
+    }
+    c.case(
+        "matmul batched broadcast",
+        &[&[3, 1, 5, 7], &[2, 7, 9]],
+        false,
+        |v| v[0].matmul(&v[1]),
+    );
+    c.case("linear", &[&[4, 6, 20], &[10, 20], &[10]], false, |v| {
+        v[0].linear(&v[1], Some(&v[2]))
+    });
+    for dim in [0isize, 1, -1] {
+        c.case(&format!("softmax {dim}"), &[&[9, 33]], false, |v| {
+            v[0].softmax(dim)
+        });
+        c.case(&format!("log_softmax {dim}"), &[&[9, 33]], false, |v| {
+            v[0].log_softmax(dim)
+        });
+    }
+    c.case("softmax with specials", &[&[4, 17]], true, |v| {
+        v[0].softmax(-1)
+    });
+    c.case("concat", &[&[3, 5], &[3, 2]], false, |v| {
+        Tensor::concat(&[&v[0], &v[1]], 1)
+    });
+    c.case("stack", &[&[3, 5], &[3, 5]], false, |v| {
+        Tensor::stack(&[&v[0], &v[1]], 0)
+    });
+    for reduction in [Reduction::None, Reduction::Mean, Reduction::Sum] {
+        let opts = CrossEntropyOptions {
+            reduction,
+            label_smoothing: 0.1,
+            ..Default::default()
+        };
+        c.case(
+            &format!("cross_entropy {reduction:?}"),
+            &[&[6, 17]],
+            false,
+            |v| v[0].cross_entropy(&[0, 16, -100, 3, 8, 1], opts),
+        );
+        c.case(
+            &format!("mse {reduction:?}"),
+            &[&[5, 33], &[5, 33]],
+            false,
+            |v| v[0].mse_loss(&v[1], reduction),
+        );
+    }
+    c.out
+}
+
+fn compare(reference: &[(String, u64)], got: &[(String, u64)], what: &str) {
+    assert_eq!(reference.len(), got.len());
+    for ((name, want), (_, have)) in reference.iter().zip(got) {
+        assert_eq!(want, have, "{what}: case `{name}` differs from the reference (hash {have:#018x}, want {want:#018x})");
+    }
+}
+
+#[test]
+fn exact_backend_matches_scalar_ref_on_every_path_and_thread_count() {
+    let reference = run(&ScalarRefBackend);
+    for isa in Isa::ALL {
+        if !isa.is_supported(ComputeMode::Exact) {
+            println!("skipped: exact {isa} is not supported by this CPU");
+            continue;
+        }
+        for threads in [1, 3, 8] {
+            let b = ExactBackend::with_isa(isa, threads).unwrap();
+            compare(&reference, &run(&b), &format!("exact/{isa}/{threads}t"));
+        }
+    }
+}
+
+#[test]
+fn fast_backend_matches_the_fast_reference_on_every_fma_path() {
+    let reference = run(&FastScalarRefBackend);
+    for isa in Isa::ALL {
+        if !isa.is_supported(ComputeMode::Fast) {
+            println!("skipped: fast {isa} is not supported by this CPU");
+            continue;
+        }
+        for threads in [1, 3, 8] {
+            let b = FastBackend::with_isa(isa, threads).unwrap();
+            compare(&reference, &run(&b), &format!("fast/{isa}/{threads}t"));
+        }
+    }
+}
