@@ -1,9 +1,13 @@
 //! Differentiable operators: each forward computation sits beside its backward rule,
 //! one file per family.
 
+pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod linalg;
 pub mod loss;
+pub mod misc;
+pub mod norm;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
