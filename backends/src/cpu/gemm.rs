@@ -1,11 +1,48 @@
 //! The blocked GEMM of the CPU backends (see `docs/gemm.md`).
+//!
+//! Every output element gets exactly the canonical sequence of
+//! [`crate::scalar::gemm_in`]: one f32 accumulator starting at `+0.0`, then
+//! `acc = M::madd(a[i,p], b[p,j], acc)` for `p = 0, 1, …, k−1`, then `M::out`. Blocking
+//! only changes *where* that accumulator lives between steps:
+//!
+//! - rows (`m`, with the batch folded in) are cut into parallel chunks and, inside a
+//!   chunk, into blocks of at most `MC` rows whose packed `A` stays in L2;
+//! - `k` is cut into blocks of at most `KC` steps. Between two k blocks the accumulator
+//!   is stored to the output as an f32 and loaded back: the store and the load are exact,
+//!   so the next block continues the same sequence. A k block never starts a new sum;
+//!   nothing is ever added across threads or registers;
+//! - columns are cut into panels of `NR` (a few vector lanes) and rows into micro-panels
+//!   of `MR`: the micro-kernel keeps the `MR × NR` accumulators in registers.
+//!
+//! `B` is packed once per call (in parallel, pure data movement) into zero-padded panels
+//! `k × NR`; each chunk packs its rows of `A` into zero-padded micro-panels `kc × MR`.
+//! Packing is also how transposed and strided operands are handled: they are copied into
+//! the row-major scratch layout that the micro-kernel reads. Padded lanes compute values
+//! that are never stored.
 
+use super::simd::SimdLane;
 use super::{ComputeContext, Isa};
+use crate::lane::{Exact, Fast, Madd};
 use crate::scalar::ModeSpec;
-use crate::scalar_ref::RefKernels;
+use alloc::vec;
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::ComputeMode;
+
+/// Steps of `k` per block: a `KC × NR` panel of packed `B` stays in L1.
+const KC: usize = 256;
+/// Rows per block of packed `A` (an `MC × KC` block stays in L2).
+const MC: usize = 192;
+/// Fewest multiply-adds worth a parallel chunk (a few microseconds of work).
+const MIN_CHUNK_MADDS: usize = 1 << 17;
+/// Parallel chunks aimed at when the product is large enough (a constant, so that the
+/// chunking depends only on the shape).
+const TARGET_CHUNKS: usize = 8;
+/// Capacity of the scratch tile of partial (edge) micro-tiles: at least `MR × NR`.
+const TILE_MAX: usize = 512;
 
 /// The batched product of [`MatmulSpec`] on `isa`, in the canonical order of `M`.
+///
+/// The mode's multiply-add is that of [`Exact`] or [`Fast`], chosen by `M::MODE`.
 pub(crate) fn matmul<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
@@ -14,6 +51,392 @@ pub(crate) fn matmul<M: ModeSpec>(
     b: &[f32],
     out: &mut [f32],
 ) {
-    let _ = (isa, ctx);
-    RefKernels::<M>::matmul(spec, a, b, out)
+    match M::MODE {
+        ComputeMode::Exact => match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => run::<Avx512Exact>(ctx, spec, a, b, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => run::<Avx2Exact>(ctx, spec, a, b, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V128 => run::<V128Exact>(ctx, spec, a, b, out),
+            _ => run::<ScalarExact>(ctx, spec, a, b, out),
+        },
+        ComputeMode::Fast => match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => run::<Avx512Fast>(ctx, spec, a, b, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => run::<Avx2Fast>(ctx, spec, a, b, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V128 => run::<V128Fast>(ctx, spec, a, b, out),
+            _ => run::<ScalarFast>(ctx, spec, a, b, out),
+        },
+    }
+}
+
+/// What a chunk of rows needs to know about the product.
+struct Job<'a> {
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &'a [f32],
+    a_offset: usize,
+    a_strides: [usize; 3],
+    /// Packed `B`: per batch of `B`, `n / NR` (rounded up) panels of `k × NR`.
+    bpack: &'a [f32],
+    /// Elements of `bpack` per batch, 0 when every batch shares one `B`.
+    b_batch_len: usize,
+}
+
+/// One instantiation of the blocked product: a lane type, a mode and a micro-tile shape.
+trait Kernel {
+    /// Rows of a micro-tile.
+    const MR: usize;
+    /// Columns of a micro-tile (a whole number of lanes).
+    const NR: usize;
+
+    /// Computes the output rows `r0 .. r0 + out.len() / n` (rows of the batch-folded
+    /// output) into `out`, using `apack` (at least `MC` rounded up to `MR`, times `KC`
+    /// elements) as scratch.
+    ///
+    /// # Safety
+    /// The CPU must have the target features of the kernel's ISA path.
+    unsafe fn rows(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]);
+}
+
+/// Declares a [`Kernel`]: the generic row driver instantiated inside a function compiled
+/// with the path's target features.
+macro_rules! kernel {
+    ($name:ident, $lane:ty, $mode:ty, $mr:literal, $nv:literal $(, $feature:literal)?) => {
+        struct $name;
+
+        impl Kernel for $name {
+            const MR: usize = $mr;
+            const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
+
+            unsafe fn rows(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
+                $(#[target_feature(enable = $feature)])?
+                unsafe fn imp(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
+                    rows::<$lane, $mode, $mr, $nv>(job, r0, out, apack)
+                }
+                // SAFETY: the caller guarantees the target features.
+                unsafe { imp(job, r0, out, apack) }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+use super::simd::{F32x16, F32x4, F32x8};
+
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx512Exact, F32x16, Exact, 12, 2, "avx512f");
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx512Fast, F32x16, Fast, 12, 2, "avx512f");
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx2Exact, F32x8, Exact, 6, 2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx2Fast, F32x8, Fast, 6, 2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+kernel!(V128Exact, F32x4, Exact, 4, 2, "sse2");
+#[cfg(target_arch = "x86_64")]
+kernel!(V128Fast, F32x4, Fast, 4, 2, "sse2,fma");
+kernel!(ScalarExact, f32, Exact, 4, 4);
+kernel!(ScalarFast, f32, Fast, 4, 4);
+
+/// The driver: checks, packs `B`, cuts the rows into chunks and runs them on `ctx`.
+fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+    let MatmulSpec { batch, m, k, n, .. } = *spec;
+    assert_eq!(out.len(), batch * m * n, "matmul: output length");
+    if out.is_empty() {
+        return;
+    }
+    if k == 0 {
+        // An empty sum: every accumulator stays +0.
+        out.fill(0.0);
+        return;
+    }
+    let (mr, nr) = (K::MR, K::NR);
+    let npanels = n.div_ceil(nr);
+    let b_shared = batch == 1 || spec.b_strides[0] == 0;
+    let b_batches = if b_shared { 1 } else { batch };
+    let panel_len = k * nr;
+    let b_batch_len = npanels * panel_len;
+
+    // Pack B: panel `jp` of batch `bb` holds rows 0..k of columns jp*NR.. (zero-padded).
+    let mut bpack = vec![0.0f32; b_batches * b_batch_len];
+    let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
+    ctx.for_each_chunk(&mut bpack, panels_per_chunk * panel_len, |ci, chunk| {
+        for (pi, panel) in chunk.chunks_mut(panel_len).enumerate() {
+            let idx = ci * panels_per_chunk + pi;
+            pack_b(spec, b, idx / npanels, (idx % npanels) * nr, nr, panel);
+        }
+    });
+
+    let job = Job {
+        m,
+        k,
+        n,
+        a,
+        a_offset: spec.a_offset,
+        a_strides: spec.a_strides,
+        bpack: &bpack,
+        b_batch_len: if b_shared { 0 } else { b_batch_len },
+    };
+
+    // Chunks of whole rows of the batch-folded output: about TARGET_CHUNKS of them, none
+    // smaller than MIN_CHUNK_MADDS, a multiple of MR. Only the shape decides.
+    let total_rows = batch * m;
+    let min_rows = MIN_CHUNK_MADDS.div_ceil(n * k);
+    let rows_per_chunk = total_rows
+        .div_ceil(TARGET_CHUNKS)
+        .max(min_rows)
+        .div_ceil(mr)
+        * mr;
+    let apack_len = MC.div_ceil(mr) * mr * KC.min(k);
+    ctx.for_each_chunk(out, rows_per_chunk * n, |ci, chunk| {
+        let mut apack = vec![0.0f32; apack_len];
+        // SAFETY: `matmul` runs a kernel only on an `isa` that the backend confirmed with
+        // `Isa::is_supported`, so its target features are present.
+        unsafe { K::rows(&job, ci * rows_per_chunk, chunk, &mut apack) }
+    });
+}
+
+/// Packs the columns `j0 .. j0 + NR` of the `B` of batch `bb` into `panel` (`k × NR`,
+/// row-major, columns past `n` zero).
+fn pack_b(spec: &MatmulSpec, b: &[f32], bb: usize, j0: usize, nr: usize, panel: &mut [f32]) {
+    let (k, n) = (spec.k, spec.n);
+    let [sb0, sb1, sb2] = spec.b_strides;
+    let base = spec.b_offset + bb * sb0;
+    let cols = nr.min(n - j0);
+    if sb2 == 1 {
+        for (p, dst) in panel.chunks_exact_mut(nr).enumerate() {
+            let s = base + p * sb1 + j0;
+            dst[..cols].copy_from_slice(&b[s..s + cols]);
+        }
+    } else {
+        // Transposed or strided: walk each column of B (contiguous when sb1 == 1).
+        for c in 0..cols {
+            let s = base + (j0 + c) * sb2;
+            for p in 0..k {
+                panel[p * nr + c] = b[s + p * sb1];
+            }
+        }
+    }
+}
+
+/// Packs rows `r0 .. r0 + rows` (batch-folded) and steps `pc .. pc + kc` of `A` into
+/// micro-panels of `MR` rows (`kc × MR`, p-major; rows past the end zero).
+fn pack_a<const MR: usize>(
+    job: &Job<'_>,
+    r0: usize,
+    rows: usize,
+    pc: usize,
+    kc: usize,
+    apack: &mut [f32],
+) {
+    let [sa0, sa1, sa2] = job.a_strides;
+    let a = job.a;
+    for (ip, dst) in apack[..rows.div_ceil(MR) * MR * kc]
+        .chunks_exact_mut(MR * kc)
+        .enumerate()
+    {
+        let mut base = [0usize; MR];
+        let valid = MR.min(rows - ip * MR);
+        for (i, bs) in base.iter_mut().enumerate().take(valid) {
+            let r = r0 + ip * MR + i;
+            *bs = job.a_offset + (r / job.m) * sa0 + (r % job.m) * sa1 + pc * sa2;
+        }
+        if sa2 == 1 {
+            for (i, &s) in base.iter().enumerate().take(valid) {
+                for (p, &v) in a[s..s + kc].iter().enumerate() {
+                    dst[p * MR + i] = v;
+                }
+            }
+        } else {
+            for (p, d) in dst.chunks_exact_mut(MR).enumerate() {
+                for i in 0..valid {
+                    d[i] = a[base[i] + p * sa2];
+                }
+            }
+        }
+        if valid < MR {
+            for d in dst.chunks_exact_mut(MR) {
+                d[valid..].fill(0.0);
+            }
+        }
+    }
+}
+
+/// Computes output rows `r0 .. r0 + out.len() / n` of the batch-folded product.
+#[inline(always)]
+fn rows<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
+    job: &Job<'_>,
+    r0: usize,
+    out: &mut [f32],
+    apack: &mut [f32],
+) {
+    let (m, k, n) = (job.m, job.k, job.n);
+    let nr = NV * L::WIDTH;
+    let npanels = n.div_ceil(nr);
+    let nrows = out.len() / n;
+    let mut s = 0;
+    while s < nrows {
+        // A block: at most MC rows, inside one batch when the batches have their own B.
+        let r = r0 + s;
+        let mut e = nrows.min(s + MC);
+        let mut bpack = job.bpack;
+        if job.b_batch_len != 0 {
+            e = e.min(s + (m - r % m));
+            bpack = &bpack[(r / m) * job.b_batch_len..];
+        }
+        let block_rows = e - s;
+        let c = &mut out[s * n..e * n];
+        let mut pc = 0;
+        while pc < k {
+            let kc = KC.min(k - pc);
+            pack_a::<MR>(job, r, block_rows, pc, kc, apack);
+            let (load, last) = (pc > 0, pc + kc == k);
+            for jp in 0..npanels {
+                let j0 = jp * nr;
+                let cols = nr.min(n - j0);
+                let bpanel = &bpack[(jp * k + pc) * nr..][..kc * nr];
+                for (ip, apanel) in apack[..block_rows.div_ceil(MR) * MR * kc]
+                    .chunks_exact(MR * kc)
+                    .enumerate()
+                {
+                    let i0 = ip * MR;
+                    let rws = MR.min(block_rows - i0);
+                    tile::<L, M, MR, NV>(kc, apanel, bpanel, c, i0, j0, rws, cols, n, load, last);
+                }
+            }
+            pc += kc;
+        }
+        s = e;
+    }
+}
+
+/// One micro-tile at rows `i0..i0+rows`, columns `j0..j0+cols` of `c` (row stride `ldc`):
+/// full tiles run in place, edge tiles through a scratch tile.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tile<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
+    kc: usize,
+    apanel: &[f32],
+    bpanel: &[f32],
+    c: &mut [f32],
+    i0: usize,
+    j0: usize,
+    rows: usize,
+    cols: usize,
+    ldc: usize,
+    load: bool,
+    last: bool,
+) {
+    let nr = NV * L::WIDTH;
+    assert!(MR * nr <= TILE_MAX, "gemm: tile too large");
+    assert!(
+        apanel.len() >= kc * MR && bpanel.len() >= kc * nr,
+        "gemm: panels"
+    );
+    assert!(
+        rows >= 1 && cols >= 1 && (i0 + rows - 1) * ldc + j0 + cols <= c.len(),
+        "gemm: tile"
+    );
+    if rows == MR && cols == nr {
+        // SAFETY: the panels hold kc steps (checked above) and the tile's MR rows of nr
+        // columns at row stride ldc lie inside `c` (its last element is checked above).
+        unsafe {
+            micro::<L, M, MR, NV>(
+                kc,
+                apanel.as_ptr(),
+                bpanel.as_ptr(),
+                c.as_mut_ptr().add(i0 * ldc + j0),
+                ldc,
+                load,
+                last,
+            )
+        }
+    } else {
+        let mut t = [0.0f32; TILE_MAX];
+        if load {
+            for i in 0..rows {
+                let s = (i0 + i) * ldc + j0;
+                t[i * nr..i * nr + cols].copy_from_slice(&c[s..s + cols]);
+            }
+        }
+        // SAFETY: the panels hold kc steps (checked above); `t` holds MR × nr elements.
+        unsafe {
+            micro::<L, M, MR, NV>(
+                kc,
+                apanel.as_ptr(),
+                bpanel.as_ptr(),
+                t.as_mut_ptr(),
+                nr,
+                load,
+                last,
+            )
+        }
+        for i in 0..rows {
+            let s = (i0 + i) * ldc + j0;
+            c[s..s + cols].copy_from_slice(&t[i * nr..i * nr + cols]);
+        }
+    }
+}
+
+/// The register-tiled micro-kernel: `MR × NV` lanes of accumulators, `kc` steps.
+///
+/// Starts from `+0.0` (or, when `load`, from the f32 values in `c`: the same sequence
+/// continued), adds `a[i,p] × b[p,j]` with the mode's multiply-add for each step in
+/// increasing `p`, and stores to `c`, NaN-canonicalised in exact mode when `last`.
+///
+/// # Safety
+/// `a` must hold `kc × MR` and `b` `kc × NV × WIDTH` readable elements; `c` must have
+/// `MR` rows of `NV × WIDTH` elements at row stride `ldc`, readable and writable.
+#[inline(always)]
+unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    load: bool,
+    last: bool,
+) {
+    let w = L::WIDTH;
+    let mut acc = [[L::splat(0.0); NV]; MR];
+    if load {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (v, x) in row.iter_mut().enumerate() {
+                // SAFETY: inside the tile (the caller's contract).
+                *x = unsafe { L::load(c.add(i * ldc + v * w)) };
+            }
+        }
+    }
+    let (mut a, mut b) = (a, b);
+    for _ in 0..kc {
+        // SAFETY: step p reads a[p*MR .. p*MR+MR] and b[p*NR .. p*NR+NR], inside the
+        // panels (the caller's contract).
+        unsafe {
+            let bv: [L; NV] = core::array::from_fn(|v| L::load(b.add(v * w)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = L::splat(*a.add(i));
+                for (x, &bj) in row.iter_mut().zip(bv.iter()) {
+                    *x = <M as Madd<L>>::madd(av, bj, *x);
+                }
+            }
+            a = a.add(MR);
+            b = b.add(NV * w);
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (v, &x) in row.iter().enumerate() {
+            let x = if last {
+                super::elementwise::finish::<L, M>(x)
+            } else {
+                x
+            };
+            // SAFETY: inside the tile (the caller's contract).
+            unsafe { x.store(c.add(i * ldc + v * w)) };
+        }
+    }
 }
