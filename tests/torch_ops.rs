@@ -30,6 +30,7 @@ const FILES: &[&str] = &[
     "linalg.safetensors",
     "shape.safetensors",
     "softmax_loss.safetensors",
+    "conv.safetensors",
 ];
 
 /// Relative tolerance of every comparison.
@@ -326,7 +327,80 @@ fn call_op(c: &Case, x: &[T]) -> Result<T, String> {
             e(x[0].cross_entropy(c.target.as_deref().ok_or("no targets")?, options))
         }
         "mse_loss" => e(x[0].mse_loss(&x[1], c.reduction()?)),
+        "conv1d" | "conv2d" | "max_pool2d" | "avg_pool2d" | "adaptive_avg_pool2d" | "pad" => {
+            conv_call(c, x)
+        }
         _ => Err(format!("no runner for operator `{op}`")),
+    }
+}
+
+/// The convolution family's operators (`conv.safetensors`).
+fn conv_call(c: &Case, x: &[T]) -> Result<T, String> {
+    let e = |r: exactgrad::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
+    let pair = |key: &str| -> Result<[usize; 2], String> {
+        match c.ints(key)?[..] {
+            [a, b] => Ok([a as usize, b as usize]),
+            ref v => Err(format!("argument `{key}` should be two integers, got {v:?}")),
+        }
+    };
+    let one = |key: &str| c.int(key).map(|v| v as usize);
+    let stride = || -> Result<Option<[usize; 2]>, String> {
+        if c.arg("stride")? == "none" {
+            Ok(None)
+        } else {
+            pair("stride").map(Some)
+        }
+    };
+    match c.op() {
+        "conv2d" => {
+            let opts = exactgrad::autograd::Conv2dOptions {
+                stride: pair("stride")?,
+                padding: pair("padding")?,
+                dilation: pair("dilation")?,
+                groups: one("groups")?,
+            };
+            e(x[0].conv2d(&x[1], x.get(2), opts))
+        }
+        "conv1d" => {
+            let opts = exactgrad::autograd::Conv1dOptions {
+                stride: one("stride")?,
+                padding: one("padding")?,
+                dilation: one("dilation")?,
+                groups: one("groups")?,
+            };
+            e(x[0].conv1d(&x[1], x.get(2), opts))
+        }
+        "max_pool2d" => {
+            let opts = exactgrad::autograd::MaxPool2dOptions {
+                kernel_size: pair("kernel")?,
+                stride: stride()?,
+                padding: pair("padding")?,
+                dilation: pair("dilation")?,
+                ceil_mode: one("ceil_mode")? != 0,
+            };
+            e(x[0].max_pool2d(opts))
+        }
+        "avg_pool2d" => {
+            let divisor_override = match c.arg("divisor_override")? {
+                "none" => None,
+                _ => Some(one("divisor_override")?),
+            };
+            let opts = exactgrad::autograd::AvgPool2dOptions {
+                kernel_size: pair("kernel")?,
+                stride: stride()?,
+                padding: pair("padding")?,
+                ceil_mode: one("ceil_mode")? != 0,
+                count_include_pad: one("count_include_pad")? != 0,
+                divisor_override,
+            };
+            e(x[0].avg_pool2d(opts))
+        }
+        "adaptive_avg_pool2d" => e(x[0].adaptive_avg_pool2d(pair("output_size")?)),
+        "pad" => {
+            let pads: Vec<usize> = c.ints("pads")?.iter().map(|&p| p as usize).collect();
+            e(x[0].pad(&pads, c.float("value")?.ok_or("value")?))
+        }
+        op => Err(format!("no runner for operator `{op}`")),
     }
 }
 
@@ -576,6 +650,12 @@ op_tests! {
     op_log_softmax => "log_softmax",
     op_cross_entropy => "cross_entropy",
     op_mse_loss => "mse_loss",
+    op_conv1d => "conv1d",
+    op_conv2d => "conv2d",
+    op_max_pool2d => "max_pool2d",
+    op_avg_pool2d => "avg_pool2d",
+    op_adaptive_avg_pool2d => "adaptive_avg_pool2d",
+    op_pad => "pad",
 }
 
 #[test]

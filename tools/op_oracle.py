@@ -166,6 +166,21 @@ def run_op(op, x, args, target):
                                label_smoothing=args["label_smoothing"])
     if op == "mse_loss":
         return F.mse_loss(x[0], x[1], reduction=red(args["reduction"]))
+    # convolution family (tests/torch_ops.rs `conv_call`)
+    if op in ("conv1d", "conv2d"):
+        return getattr(F, op)(x[0], x[1], x[2] if len(x) > 2 else None, stride=args["stride"],
+                              padding=args["padding"], dilation=args["dilation"], groups=args["groups"])
+    if op == "max_pool2d":
+        return F.max_pool2d(x[0], args["kernel"], stride=args["stride"] or None, padding=args["padding"],
+                            dilation=args["dilation"], ceil_mode=bool(args["ceil_mode"]))
+    if op == "avg_pool2d":
+        return F.avg_pool2d(x[0], args["kernel"], stride=args["stride"] or None, padding=args["padding"],
+                            ceil_mode=bool(args["ceil_mode"]), count_include_pad=bool(args["count_include_pad"]),
+                            divisor_override=args["divisor_override"])
+    if op == "adaptive_avg_pool2d":
+        return F.adaptive_avg_pool2d(x[0], args["output_size"])
+    if op == "pad":
+        return F.pad(x[0], args["pads"], value=args["value"])
     raise ValueError(op)
 
 
@@ -542,6 +557,145 @@ case(SL, "mse_loss_transposed", "mse_loss", [U(4, 3), U(3, 4)], args={"reduction
      views={0: "transpose(0,1)"}, tol="scaled")
 
 # ----------------------------------------------------------------------------------
+
+# ----------------------------------------------------------------------------------
+# Convolution, pooling and pad (tests/torch_ops.rs: conv1d, conv2d, max_pool2d,
+# avg_pool2d, adaptive_avg_pool2d, pad). Spatial arguments are [h, w] lists (one value
+# for conv1d); a pool's `stride=none` means the kernel size.
+
+CV = "conv.safetensors"
+
+
+def CONV2D(name, x, w, b=True, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, views=None,
+           nograd=(), out_channels=None):
+    inputs = [U(*x), U(*w)] + ([U(out_channels or w[0])] if b else [])
+    case(CV, name, "conv2d", inputs, args={"stride": list(stride), "padding": list(padding),
+                                           "dilation": list(dilation), "groups": groups},
+         views=views, nograd=nograd, tol="scaled")
+
+
+def CONV1D(name, x, w, b=True, stride=1, padding=0, dilation=1, groups=1, views=None, nograd=()):
+    inputs = [U(*x), U(*w)] + ([U(w[0])] if b else [])
+    case(CV, name, "conv1d", inputs, args={"stride": stride, "padding": padding, "dilation": dilation,
+                                           "groups": groups},
+         views=views, nograd=nograd, tol="scaled")
+
+
+CONV2D("conv2d_basic", (2, 3, 7, 6), (4, 3, 3, 3))
+CONV2D("conv2d_no_bias", (2, 3, 7, 6), (4, 3, 3, 3), b=False)
+CONV2D("conv2d_stride2_pad1", (2, 3, 8, 7), (5, 3, 3, 3), stride=(2, 2), padding=(1, 1))
+CONV2D("conv2d_asymmetric", (1, 2, 9, 8), (3, 2, 3, 2), stride=(2, 1), padding=(0, 2), dilation=(2, 1))
+CONV2D("conv2d_dilation2", (2, 2, 9, 9), (3, 2, 3, 3), dilation=(2, 2), padding=(2, 1))
+CONV2D("conv2d_stride_gt_kernel", (1, 2, 11, 10), (2, 2, 2, 2), stride=(3, 4), padding=(1, 0))
+CONV2D("conv2d_groups2", (2, 4, 6, 6), (6, 2, 3, 3), groups=2, padding=(1, 1))
+CONV2D("conv2d_groups3_stride", (2, 6, 7, 7), (3, 2, 3, 3), groups=3, stride=(2, 2), dilation=(1, 2))
+CONV2D("conv2d_depthwise", (2, 3, 6, 5), (3, 1, 3, 3), groups=3, padding=(1, 1))
+CONV2D("conv2d_depthwise_multiplier2", (2, 3, 6, 5), (6, 1, 3, 3), groups=3, stride=(1, 2))
+CONV2D("conv2d_depthwise_no_bias", (1, 4, 5, 5), (4, 1, 2, 3), b=False, groups=4, dilation=(2, 1))
+CONV2D("conv2d_unbatched", (3, 6, 6), (4, 3, 3, 3), padding=(1, 1))
+CONV2D("conv2d_unbatched_groups", (4, 5, 6), (4, 2, 2, 2), groups=2, stride=(2, 1))
+CONV2D("conv2d_1x1", (2, 5, 4, 3), (3, 5, 1, 1))
+CONV2D("conv2d_kernel_fills_padded_input", (2, 2, 3, 4), (3, 2, 5, 4), padding=(1, 0))
+CONV2D("conv2d_wide_k", (2, 8, 10, 10), (16, 8, 3, 3), padding=(1, 1))
+CONV2D("conv2d_batch_sum", (6, 3, 5, 5), (2, 3, 3, 3), stride=(2, 2))
+CONV2D("conv2d_transposed_input", (2, 3, 6, 7), (4, 3, 3, 2), views={0: "transpose(2,3)"}, padding=(1, 0))
+CONV2D("conv2d_strided_input", (2, 3, 7, 12), (4, 3, 3, 3), views={0: "slice(3,1,12,2)"})
+CONV2D("conv2d_permuted_input", (3, 2, 6, 5), (4, 3, 2, 2), views={0: "permute(1,0,2,3)"}, stride=(2, 1))
+CONV2D("conv2d_transposed_weight", (2, 3, 6, 6), (3, 4, 3, 3), views={1: "transpose(0,1)"}, out_channels=4)
+CONV2D("conv2d_weight_only_grad", (2, 3, 5, 5), (4, 3, 3, 3), nograd=(0,), padding=(1, 1))
+CONV2D("conv2d_input_only_grad", (2, 3, 5, 5), (4, 3, 3, 3), nograd=(1, 2), stride=(2, 2))
+CONV2D("conv2d_bias_only_grad", (2, 3, 5, 5), (4, 3, 3, 3), nograd=(0, 1))
+CONV2D("conv2d_empty_batch", (0, 3, 5, 5), (4, 3, 3, 3))
+
+CONV1D("conv1d_basic", (2, 3, 10), (4, 3, 3))
+CONV1D("conv1d_no_bias", (2, 3, 10), (4, 3, 3), b=False)
+CONV1D("conv1d_stride_pad_dil", (2, 2, 13), (3, 2, 3), stride=2, padding=2, dilation=2)
+CONV1D("conv1d_groups2", (2, 4, 9), (6, 2, 2), groups=2, padding=1)
+CONV1D("conv1d_depthwise", (3, 5, 8), (5, 1, 3), groups=5, padding=1)
+CONV1D("conv1d_depthwise_multiplier3", (2, 2, 8), (6, 1, 4), groups=2, stride=3)
+CONV1D("conv1d_unbatched", (3, 9), (2, 3, 4), padding=1)
+CONV1D("conv1d_transposed_input", (2, 11, 3), (4, 3, 3), views={0: "transpose(1,2)"})
+CONV1D("conv1d_kernel_fills_padded_input", (2, 3, 4), (2, 3, 6), padding=1)
+
+
+def MAXPOOL(name, x, kernel, stride=None, padding=(0, 0), dilation=(1, 1), ceil_mode=False, views=None):
+    case(CV, name, "max_pool2d", [x if not isinstance(x, tuple) else U(*x)],
+         args={"kernel": list(kernel), "stride": None if stride is None else list(stride),
+               "padding": list(padding), "dilation": list(dilation), "ceil_mode": ceil_mode},
+         views=views)
+
+
+MAXPOOL("max_pool2d_2x2", (2, 3, 6, 8), (2, 2))
+MAXPOOL("max_pool2d_3x3_s2_p1", (2, 2, 7, 7), (3, 3), stride=(2, 2), padding=(1, 1))
+MAXPOOL("max_pool2d_ceil", (1, 2, 7, 6), (2, 2), ceil_mode=True)
+MAXPOOL("max_pool2d_ceil_pad", (1, 2, 8, 7), (3, 3), stride=(2, 2), padding=(1, 1), ceil_mode=True)
+MAXPOOL("max_pool2d_ceil_last_window_dropped", (1, 1, 5, 5), (2, 2), stride=(4, 4), ceil_mode=True)
+MAXPOOL("max_pool2d_dilation", (2, 2, 9, 8), (3, 2), stride=(1, 2), dilation=(2, 3))
+MAXPOOL("max_pool2d_dilation_pad_ceil", (1, 3, 8, 9), (3, 3), stride=(2, 2), padding=(1, 1), dilation=(2, 2),
+        ceil_mode=True)
+MAXPOOL("max_pool2d_overlapping", (2, 2, 6, 6), (3, 3), stride=(1, 1))
+MAXPOOL("max_pool2d_nonsquare", (2, 2, 5, 9), (1, 3), stride=(1, 2), padding=(0, 1))
+MAXPOOL("max_pool2d_unbatched", (3, 6, 6), (2, 2))
+MAXPOOL("max_pool2d_transposed_input", (2, 2, 6, 8), (2, 2), views={0: "transpose(2,3)"})
+MAXPOOL("max_pool2d_ties", lambda r: r.integers(0, 3, size=(2, 2, 6, 6)).astype(np.float32), (3, 3),
+        stride=(1, 1), padding=(1, 1))
+MAXPOOL("max_pool2d_nan_inf", [[[[1.0, NAN, 2.0, NAN], [-INF, -INF, 3.0, 3.0], [INF, 0.0, -1.0, -INF],
+                                 [-INF, -INF, -INF, -INF]]]], (2, 2), stride=(1, 1))
+
+
+def AVGPOOL(name, x, kernel, stride=None, padding=(0, 0), ceil_mode=False, count_include_pad=True,
+            divisor_override=None, views=None):
+    case(CV, name, "avg_pool2d", [U(*x)],
+         args={"kernel": list(kernel), "stride": None if stride is None else list(stride),
+               "padding": list(padding), "ceil_mode": ceil_mode, "count_include_pad": count_include_pad,
+               "divisor_override": divisor_override},
+         views=views, tol="scaled")
+
+
+AVGPOOL("avg_pool2d_2x2", (2, 3, 6, 8), (2, 2))
+for inc in (True, False):
+    t = "incl" if inc else "excl"
+    AVGPOOL(f"avg_pool2d_pad_{t}", (2, 2, 7, 7), (3, 3), stride=(2, 2), padding=(1, 1), count_include_pad=inc)
+    AVGPOOL(f"avg_pool2d_ceil_{t}", (1, 2, 7, 6), (2, 2), ceil_mode=True, count_include_pad=inc)
+    AVGPOOL(f"avg_pool2d_ceil_pad_{t}", (1, 2, 5, 5), (3, 3), stride=(2, 2), padding=(1, 1), ceil_mode=True,
+            count_include_pad=inc)
+    AVGPOOL(f"avg_pool2d_ceil_pad_stride3_{t}", (1, 2, 8, 7), (4, 3), stride=(3, 2), padding=(2, 1),
+            ceil_mode=True, count_include_pad=inc)
+    AVGPOOL(f"avg_pool2d_divisor_override_{t}", (2, 2, 6, 7), (3, 2), stride=(2, 2), padding=(1, 1),
+            ceil_mode=True, count_include_pad=inc, divisor_override=5)
+AVGPOOL("avg_pool2d_overlapping", (2, 2, 6, 6), (3, 3), stride=(1, 1))
+AVGPOOL("avg_pool2d_nonsquare", (2, 2, 5, 9), (1, 3), stride=(1, 2), padding=(0, 1))
+AVGPOOL("avg_pool2d_unbatched", (3, 6, 6), (2, 2))
+AVGPOOL("avg_pool2d_strided_input", (2, 2, 6, 12), (2, 2), views={0: "slice(3,0,12,2)"})
+
+
+def ADAPTIVE(name, x, out, views=None):
+    case(CV, name, "adaptive_avg_pool2d", [U(*x)], args={"output_size": list(out)}, views=views, tol="scaled")
+
+
+ADAPTIVE("adaptive_avg_pool2d_divisible", (2, 3, 8, 6), (4, 3))
+ADAPTIVE("adaptive_avg_pool2d_non_divisible", (2, 3, 7, 5), (3, 2))
+ADAPTIVE("adaptive_avg_pool2d_non_divisible_2", (1, 2, 10, 11), (4, 3))
+ADAPTIVE("adaptive_avg_pool2d_global", (2, 4, 5, 7), (1, 1))
+ADAPTIVE("adaptive_avg_pool2d_upsample", (1, 2, 3, 3), (5, 4))
+ADAPTIVE("adaptive_avg_pool2d_identity", (1, 2, 4, 3), (4, 3))
+ADAPTIVE("adaptive_avg_pool2d_unbatched", (3, 7, 6), (2, 4))
+ADAPTIVE("adaptive_avg_pool2d_transposed_input", (2, 2, 5, 7), (3, 2), views={0: "transpose(2,3)"})
+
+
+def PAD(name, x, pads, value=0.0, views=None):
+    case(CV, name, "pad", [U(*x)], args={"pads": list(pads), "value": value}, views=views)
+
+
+PAD("pad_last_dim", (2, 3, 4), (1, 2))
+PAD("pad_two_dims", (2, 3, 4), (1, 0, 2, 3))
+PAD("pad_all_dims", (2, 3, 4), (0, 1, 2, 0, 1, 1), value=-1.5)
+PAD("pad_1d", (5,), (3, 2), value=2.0)
+PAD("pad_zeros", (2, 3), (0, 0, 0, 0))
+PAD("pad_empty_list", (2, 3), ())
+PAD("pad_4d_nchw", (2, 2, 3, 3), (1, 1, 1, 1))
+PAD("pad_transposed_input", (4, 3), (2, 1, 0, 2), views={0: "transpose(0,1)"}, value=0.25)
+PAD("pad_nan_value", (2, 2), (1, 1), value=NAN)
 
 
 def write_safetensors(path, tensors, meta):
