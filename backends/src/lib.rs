@@ -11,6 +11,8 @@
 extern crate alloc;
 
 #[cfg(feature = "std")]
+pub mod conformance;
+#[cfg(feature = "std")]
 pub mod cpu;
 pub mod lane;
 pub mod scalar;
