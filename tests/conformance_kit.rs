@@ -1,0 +1,257 @@
+//! The conformance kit, used from outside the backends crate as a downstream crate would:
+//! a backend defined here (the scalar reference wrapped so that it counts its kernel
+//! calls) passes the whole suite and every kernel is exercised; a deliberately broken
+//! backend (exp off by one ulp) is caught and the report names kernel, backend, shape and
+//! the first differing element with its bits.
+
+use exactgrad::backends::conformance::{self, Config, Kernel, Mismatch};
+use exactgrad::backends::ScalarRefBackend;
+use exactgrad::core::backend::MatmulSpec;
+use exactgrad::core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The scalar reference with a call counter per kernel (indexed like `Kernel::ALL`).
+#[derive(Clone, Debug, Default)]
+struct Counting {
+    calls: Arc<[AtomicUsize; 9]>,
+}
+
+impl Counting {
+    fn hit(&self, k: Kernel) {
+        let i = Kernel::ALL.iter().position(|&x| x == k).unwrap();
+        self.calls[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count(&self, k: Kernel) -> usize {
+        let i = Kernel::ALL.iter().position(|&x| x == k).unwrap();
+        self.calls[i].load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for Counting {
+    type Storage = Vec<f32>;
+
+    fn name(&self) -> String {
+        "counting-scalar-ref".into()
+    }
+    fn mode(&self) -> ComputeMode {
+        ComputeMode::Exact
+    }
+    fn zeros(&self, len: usize) -> Vec<f32> {
+        vec![0.0; len]
+    }
+    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
+        data
+    }
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+        self.hit(Kernel::CopyStrided);
+        ScalarRefBackend.copy_strided(src, layout, out)
+    }
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+        self.hit(Kernel::Unary);
+        ScalarRefBackend.unary(op, x, out)
+    }
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+        self.hit(Kernel::UnaryBackward);
+        ScalarRefBackend.unary_backward(op, x, y, g, out)
+    }
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        self.hit(Kernel::Binary);
+        ScalarRefBackend.binary(op, a, la, b, lb, out)
+    }
+    fn select(
+        &self,
+        cond: &[f32],
+        lc: &Layout,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        self.hit(Kernel::Select);
+        ScalarRefBackend.select(cond, lc, a, la, b, lb, out)
+    }
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+        self.hit(Kernel::Sum);
+        ScalarRefBackend.sum(x, layout, reduce, out)
+    }
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+        self.hit(Kernel::Matmul);
+        ScalarRefBackend.matmul(spec, a, b, out)
+    }
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+        self.hit(Kernel::Softmax);
+        ScalarRefBackend.softmax(x, rows, cols, log, out)
+    }
+    fn softmax_backward(
+        &self,
+        y: &[f32],
+        g: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) {
+        self.hit(Kernel::SoftmaxBackward);
+        ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
+    }
+}
+
+/// The scalar reference, except that `exp` of a positive finite result is one ulp high.
+#[derive(Clone, Copy, Debug, Default)]
+struct ExpOffByOneUlp;
+
+impl Backend for ExpOffByOneUlp {
+    type Storage = Vec<f32>;
+
+    fn name(&self) -> String {
+        "exp-off-by-one-ulp".into()
+    }
+    fn mode(&self) -> ComputeMode {
+        ComputeMode::Exact
+    }
+    fn zeros(&self, len: usize) -> Vec<f32> {
+        vec![0.0; len]
+    }
+    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
+        data
+    }
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+        ScalarRefBackend.copy_strided(src, layout, out)
+    }
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+        ScalarRefBackend.unary(op, x, out);
+        if op == UnaryOp::Exp {
+            for v in out.iter_mut().filter(|v| v.is_finite() && **v > 0.0) {
+                *v = f32::from_bits(v.to_bits() + 1);
+            }
+        }
+    }
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+        ScalarRefBackend.unary_backward(op, x, y, g, out)
+    }
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        ScalarRefBackend.binary(op, a, la, b, lb, out)
+    }
+    fn select(
+        &self,
+        cond: &[f32],
+        lc: &Layout,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) {
+        ScalarRefBackend.select(cond, lc, a, la, b, lb, out)
+    }
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+        ScalarRefBackend.sum(x, layout, reduce, out)
+    }
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+        ScalarRefBackend.matmul(spec, a, b, out)
+    }
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+        ScalarRefBackend.softmax(x, rows, cols, log, out)
+    }
+    fn softmax_backward(
+        &self,
+        y: &[f32],
+        g: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) {
+        ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
+    }
+}
+
+fn config() -> Config {
+    if cfg!(debug_assertions) {
+        Config::quick()
+    } else {
+        Config::default()
+    }
+}
+
+#[test]
+fn a_conforming_backend_passes_and_every_kernel_is_exercised() {
+    let backend = Counting::default();
+    let report = conformance::check_backend(&backend, &ScalarRefBackend, &config())
+        .unwrap_or_else(|m| panic!("{m}"));
+    println!("{report}");
+    for (kernel, cases) in &report.cases {
+        assert!(*cases > 0, "no case of {kernel}");
+        assert!(
+            backend.count(*kernel) >= *cases,
+            "{kernel}: {} calls for {cases} cases",
+            backend.count(*kernel)
+        );
+    }
+    assert_eq!(report.cases.len(), Kernel::ALL.len());
+}
+
+#[test]
+fn a_broken_backend_is_caught_with_kernel_shape_and_element() {
+    let err: Mismatch = conformance::check_backend(&ExpOffByOneUlp, &ScalarRefBackend, &config())
+        .expect_err("the kit must catch an exp that is one ulp off");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert_eq!(err.kernel, "unary(Exp)");
+    assert_eq!(err.backend, "exp-off-by-one-ulp");
+    assert_eq!(err.reference, "scalar-ref");
+    let (got, want) = (err.got.unwrap(), err.want.unwrap());
+    assert_eq!(got.to_bits(), want.to_bits() + 1);
+    assert!(msg.contains(&format!("0x{:08X}", got.to_bits())), "{msg}");
+    assert!(msg.contains(&format!("element {}", err.index)), "{msg}");
+    assert!(msg.contains("shape ["), "{msg}");
+    // The mismatch reproduces from its case alone.
+    assert!(conformance::check_case(&ExpOffByOneUlp, &ScalarRefBackend, &err.case).is_err());
+    // The other kernels of the broken backend still pass.
+    for k in Kernel::ALL.into_iter().filter(|&k| k != Kernel::Unary) {
+        conformance::check_kernel(&ExpOffByOneUlp, &ScalarRefBackend, k, &Config::quick())
+            .unwrap_or_else(|m| panic!("{m}"));
+    }
+}
+
+#[test]
+fn the_generated_tests_panic_on_a_broken_backend() {
+    let r = std::panic::catch_unwind(|| {
+        conformance::assert_conforms(&ExpOffByOneUlp, &ScalarRefBackend, &Config::quick())
+    });
+    let payload = r.expect_err("assert_conforms must panic");
+    let msg = payload
+        .downcast_ref::<String>()
+        .expect("a formatted message");
+    assert!(
+        msg.contains("unary(Exp)") && msg.contains("exp-off-by-one-ulp"),
+        "{msg}"
+    );
+}
+
+// The macro form: one #[test] per kernel.
+exactgrad::backends::conformance_tests!(
+    counting_backend_conforms,
+    Counting::default(),
+    ScalarRefBackend,
+    Config::quick()
+);
