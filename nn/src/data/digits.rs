@@ -14,7 +14,9 @@ const CHECKSUM_LEN: usize = 8;
 /// The bundled file. It is embedded rather than read from a path so that examples, tests
 /// and downstream programs find it from any working directory and without a copy step;
 /// it costs 117 KB in binaries that call [`Digits::bundled`] (and nothing in others: the
-/// linker drops it when unused). [`Digits::load`] reads another copy from a path.
+/// linker drops it when unused). [`Digits::load`] reads another copy from a path. The
+/// file lives in the workspace's `testdata/`, outside this crate's directory, so
+/// publishing the crate on its own would need a copy of it inside the package.
 static BUNDLED: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../testdata/digits/digits.bin"
