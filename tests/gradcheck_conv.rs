@@ -1,0 +1,864 @@
+//! The convolution family: gradient checks (seed §6) on random shapes, strides, padding,
+//! dilation, groups, depthwise weights and strided/transposed input views; the orders
+//! of `docs/conv.md` checked bit for bit against a direct loop; and the errors of bad
+//! arguments.
+
+use exactgrad::autograd::{AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions};
+use exactgrad::prelude::*;
+use exactgrad::Result;
+use proptest::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+type T = Tensor<ScalarRefBackend>;
+const B: ScalarRefBackend = ScalarRefBackend;
+
+fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut r = Philox::new(seed);
+    (0..n).map(|_| r.uniform(lo, hi)).collect()
+}
+
+fn tensor(shape: &[usize], seed: u64) -> T {
+    T::from_vec(&B, values(shape.iter().product(), seed, -1.0, 1.0), shape).unwrap()
+}
+
+/// Distinct values `0.1·(π(i) − n/2)` for a seeded permutation π: no two elements are
+/// closer than 0.1, so a ±1e-2 perturbation never changes which one is a window's max.
+fn distinct(shape: &[usize], seed: u64) -> T {
+    let n: usize = shape.iter().product();
+    let mut perm: Vec<usize> = (0..n).collect();
+    let mut r = Philox::new(seed);
+    for i in (1..n).rev() {
+        perm.swap(i, r.below(i as u32 + 1) as usize);
+    }
+    let v = perm
+        .iter()
+        .map(|&p| 0.1 * (p as f32 - n as f32 / 2.0))
+        .collect();
+    T::from_vec(&B, v, shape).unwrap()
+}
+
+fn check(name: &str, inputs: &[T], f: impl Fn(&[T]) -> Result<T>) {
+    GradCheck::default()
+        .run(name, inputs, f)
+        .unwrap()
+        .assert_passed();
+}
+
+/// How the input reaches the operator.
+#[derive(Clone, Copy, Debug)]
+enum View {
+    /// The leaf itself.
+    Plain,
+    /// A leaf with the last two dimensions swapped, transposed back.
+    Transposed,
+    /// Every second element of a leaf twice as wide.
+    Strided,
+    /// A leaf with the first two dimensions swapped, permuted back.
+    Permuted,
+}
+
+fn view_strategy() -> impl Strategy<Value = View> {
+    prop_oneof![
+        Just(View::Plain),
+        Just(View::Transposed),
+        Just(View::Strided),
+        Just(View::Permuted)
+    ]
+}
+
+/// The leaf shape whose view under `view` has `shape`.
+fn leaf_shape(view: View, shape: &[usize]) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    let r = s.len();
+    match view {
+        View::Plain => {}
+        View::Transposed => s.swap(r - 2, r - 1),
+        View::Strided => s[r - 1] *= 2,
+        View::Permuted => s.swap(0, 1),
+    }
+    s
+}
+
+fn apply_view(view: View, x: &T) -> Result<T> {
+    let r = x.rank() as isize;
+    match view {
+        View::Plain => Ok(x.clone()),
+        View::Transposed => x.transpose(r - 2, r - 1),
+        View::Strided => x.slice(r - 1, 0, x.dims()[r as usize - 1] as isize, 2),
+        View::Permuted => x.transpose(0, 1),
+    }
+}
+
+/// A spatial size for which a kernel of `k` taps with dilation `d` and padding `p` fits.
+fn fitting(extra: usize, k: usize, d: usize, p: usize) -> usize {
+    (d * (k - 1) + 1).saturating_sub(2 * p).max(1) + extra
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn conv2d_random(
+        n in 1usize..3, groups in 1usize..4, cg in 1usize..3, og in 1usize..3,
+        k in (1usize..4, 1usize..4), s in (1usize..3, 1usize..4), p in (0usize..3, 0usize..2),
+        d in (1usize..3, 1usize..3), extra in (0usize..4, 0usize..4), bias in any::<bool>(),
+        view in view_strategy(), weight_transposed in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let (c, o) = (cg * groups, og * groups);
+        let h = fitting(extra.0, k.0, d.0, p.0);
+        let w = fitting(extra.1, k.1, d.1, p.1);
+        let x = tensor(&leaf_shape(view, &[n, c, h, w]), seed);
+        let wshape = if weight_transposed { [cg, o, k.0, k.1] } else { [o, cg, k.0, k.1] };
+        let wt = tensor(&wshape, seed ^ 1);
+        let opts = Conv2dOptions { stride: [s.0, s.1], padding: [p.0, p.1], dilation: [d.0, d.1], groups };
+        let name = format!("conv2d x[{n},{c},{h},{w}] {view:?} w{wshape:?} t={weight_transposed} {opts:?}");
+        let weight = move |t: &T| if weight_transposed { t.transpose(0, 1) } else { Ok(t.clone()) };
+        if bias {
+            check(&name, &[x, wt, tensor(&[o], seed ^ 2)], |v| {
+                apply_view(view, &v[0])?.conv2d(&weight(&v[1])?, Some(&v[2]), opts)
+            });
+        } else {
+            check(&name, &[x, wt], |v| apply_view(view, &v[0])?.conv2d(&weight(&v[1])?, None, opts));
+        }
+    }
+
+    #[test]
+    fn conv2d_depthwise(
+        n in 1usize..3, c in 1usize..5, mult in 1usize..3, k in (1usize..4, 1usize..4),
+        s in (1usize..3, 1usize..3), p in (0usize..2, 0usize..2), d in (1usize..3, 1usize..3),
+        extra in (0usize..3, 0usize..3), view in view_strategy(), unbatched in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let h = fitting(extra.0, k.0, d.0, p.0);
+        let w = fitting(extra.1, k.1, d.1, p.1);
+        let shape: Vec<usize> = if unbatched { vec![c, h, w] } else { vec![n, c, h, w] };
+        let x = tensor(&leaf_shape(view, &shape), seed);
+        let wt = tensor(&[c * mult, 1, k.0, k.1], seed ^ 1);
+        let b = tensor(&[c * mult], seed ^ 2);
+        let opts = Conv2dOptions { stride: [s.0, s.1], padding: [p.0, p.1], dilation: [d.0, d.1], groups: c };
+        check(&format!("depthwise conv2d {shape:?} {view:?} x{mult} {opts:?}"), &[x, wt, b], |v| {
+            apply_view(view, &v[0])?.conv2d(&v[1], Some(&v[2]), opts)
+        });
+    }
+
+    #[test]
+    fn conv1d_random(
+        n in 1usize..3, groups in 1usize..4, cg in 1usize..3, og in 1usize..3, k in 1usize..5,
+        s in 1usize..4, p in 0usize..3, d in 1usize..3, extra in 0usize..5, bias in any::<bool>(),
+        view in view_strategy(), unbatched in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let (c, o) = (cg * groups, og * groups);
+        let l = fitting(extra, k, d, p);
+        let shape: Vec<usize> = if unbatched { vec![c, l] } else { vec![n, c, l] };
+        let x = tensor(&leaf_shape(view, &shape), seed);
+        let wt = tensor(&[o, cg, k], seed ^ 1);
+        let b = tensor(&[o], seed ^ 2);
+        let opts = Conv1dOptions { stride: s, padding: p, dilation: d, groups };
+        let name = format!("conv1d {shape:?} {view:?} w[{o},{cg},{k}] {opts:?} bias={bias}");
+        check(&name, &[x, wt, b], |v| {
+            apply_view(view, &v[0])?.conv1d(&v[1], bias.then_some(&v[2]), opts)
+        });
+    }
+
+    #[test]
+    fn max_pool2d_random(
+        n in 1usize..3, c in 1usize..3, k in (1usize..4, 1usize..4), s in (1usize..4, 1usize..4),
+        default_stride in any::<bool>(), pad in (0usize..2, 0usize..2), d in (1usize..3, 1usize..3),
+        extra in (0usize..4, 0usize..4), ceil_mode in any::<bool>(), view in view_strategy(),
+        unbatched in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let padding = [pad.0.min(k.0 / 2), pad.1.min(k.1 / 2)];
+        let h = fitting(extra.0, k.0, d.0, padding[0]);
+        let w = fitting(extra.1, k.1, d.1, padding[1]);
+        let shape: Vec<usize> = if unbatched { vec![c, h, w] } else { vec![n, c, h, w] };
+        let x = distinct(&leaf_shape(view, &shape), seed);
+        let opts = MaxPool2dOptions {
+            kernel_size: [k.0, k.1],
+            stride: (!default_stride).then_some([s.0, s.1]),
+            padding,
+            dilation: [d.0, d.1],
+            ceil_mode,
+        };
+        // A dilated window can fall entirely into the padding: its output is −∞ and has
+        // no gradient, where central differences give NaN.
+        let y = apply_view(view, &x).unwrap().max_pool2d(opts).unwrap();
+        prop_assume!(y.to_vec().iter().all(|v| v.is_finite()));
+        check(&format!("max_pool2d {shape:?} {view:?} {opts:?}"), &[x], |v| {
+            apply_view(view, &v[0])?.max_pool2d(opts)
+        });
+    }
+
+    #[test]
+    fn avg_pool2d_random(
+        n in 1usize..3, c in 1usize..3, k in (1usize..4, 1usize..4), s in (1usize..4, 1usize..4),
+        default_stride in any::<bool>(), pad in (0usize..2, 0usize..2), extra in (0usize..4, 0usize..4),
+        ceil_mode in any::<bool>(), count_include_pad in any::<bool>(),
+        divisor in prop_oneof![Just(None), (1usize..7).prop_map(Some)], view in view_strategy(),
+        unbatched in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let padding = [pad.0.min(k.0 / 2), pad.1.min(k.1 / 2)];
+        let h = fitting(extra.0, k.0, 1, padding[0]);
+        let w = fitting(extra.1, k.1, 1, padding[1]);
+        let shape: Vec<usize> = if unbatched { vec![c, h, w] } else { vec![n, c, h, w] };
+        let x = tensor(&leaf_shape(view, &shape), seed);
+        let opts = AvgPool2dOptions {
+            kernel_size: [k.0, k.1],
+            stride: (!default_stride).then_some([s.0, s.1]),
+            padding,
+            ceil_mode,
+            count_include_pad,
+            divisor_override: divisor,
+        };
+        check(&format!("avg_pool2d {shape:?} {view:?} {opts:?}"), &[x], |v| {
+            apply_view(view, &v[0])?.avg_pool2d(opts)
+        });
+    }
+
+    #[test]
+    fn adaptive_avg_pool2d_random(
+        n in 1usize..3, c in 1usize..3, h in 1usize..8, w in 1usize..8, oh in 1usize..6,
+        ow in 1usize..6, view in view_strategy(), unbatched in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let shape: Vec<usize> = if unbatched { vec![c, h, w] } else { vec![n, c, h, w] };
+        let x = tensor(&leaf_shape(view, &shape), seed);
+        check(&format!("adaptive_avg_pool2d {shape:?} -> [{oh}, {ow}] {view:?}"), &[x], |v| {
+            apply_view(view, &v[0])?.adaptive_avg_pool2d([oh, ow])
+        });
+    }
+
+    #[test]
+    fn pad_random(
+        shape in prop::collection::vec(1usize..4, 2..=4), pads in prop::collection::vec(0usize..3, 0..=8),
+        value in -2.0f32..2.0, view in view_strategy(), seed in any::<u64>(),
+    ) {
+        let pairs = (pads.len() / 2).min(shape.len());
+        let pads = &pads[..2 * pairs];
+        let x = tensor(&leaf_shape(view, &shape), seed);
+        // A weighted consumer so that the padding's own (constant) values matter too.
+        check(&format!("pad {shape:?} {pads:?} {view:?}"), &[x], |v| {
+            let y = apply_view(view, &v[0])?.pad(pads, value)?;
+            y.mul(&tensor(y.dims(), 7))
+        });
+    }
+}
+
+// ----- the orders of docs/conv.md, bit for bit ----------------------------------------------
+
+/// Conv2d forward and every gradient computed by direct loops that follow the orders
+/// written in `docs/conv.md`, for comparison with the operator's bits.
+struct Direct {
+    y: Vec<f32>,
+    gx: Vec<f32>,
+    gw: Vec<f32>,
+    gb: Vec<f32>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn direct_conv2d(
+    x: &[f32],
+    xs: [usize; 4],
+    w: &[f32],
+    ws: [usize; 4],
+    b: &[f32],
+    gy: &[f32],
+    opts: Conv2dOptions,
+) -> Direct {
+    let [n, c, h, wd] = xs;
+    let [o, cg, kh, kw] = ws;
+    let g = opts.groups;
+    let og = o / g;
+    let [sh, sw] = opts.stride;
+    let [ph, pw] = opts.padding;
+    let [dh, dw] = opts.dilation;
+    let oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+    let ow = (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    // The padded input, zeros included: the GEMM multiplies them too.
+    let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
+    let mut xp = vec![0.0f32; n * c * hp * wp];
+    for i in 0..n * c {
+        for r in 0..h {
+            for q in 0..wd {
+                xp[(i * hp + r + ph) * wp + q + pw] = x[(i * h + r) * wd + q];
+            }
+        }
+    }
+    let xpad = |ni: usize, ci: usize, r: usize, q: usize| xp[((ni * c + ci) * hp + r) * wp + q];
+    let wat = |oi: usize, ci: usize, i: usize, j: usize| w[((oi * cg + ci) * kh + i) * kw + j];
+    let p = oh * ow;
+    let mut y = vec![0.0f32; n * o * p];
+    for ni in 0..n {
+        for oi in 0..o {
+            let gi = oi / og;
+            for (pi, yv) in y[(ni * o + oi) * p..(ni * o + oi + 1) * p]
+                .iter_mut()
+                .enumerate()
+            {
+                let (a, bq) = (pi / ow, pi % ow);
+                let mut acc = 0.0f32;
+                for ci in 0..cg {
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let t = wat(oi, ci, i, j)
+                                * xpad(ni, gi * cg + ci, a * sh + i * dh, bq * sw + j * dw);
+                            acc += t;
+                        }
+                    }
+                }
+                *yv = acc + b[oi];
+            }
+        }
+    }
+    // Weight: per item a GEMM over (oh, ow), items added in order from +0.
+    let mut gw = vec![0.0f32; o * cg * kh * kw];
+    for ni in 0..n {
+        for oi in 0..o {
+            let gi = oi / og;
+            for ci in 0..cg {
+                for i in 0..kh {
+                    for j in 0..kw {
+                        let mut acc = 0.0f32;
+                        for pi in 0..p {
+                            let (a, bq) = (pi / ow, pi % ow);
+                            acc += gy[(ni * o + oi) * p + pi]
+                                * xpad(ni, gi * cg + ci, a * sh + i * dh, bq * sw + j * dw);
+                        }
+                        gw[((oi * cg + ci) * kh + i) * kw + j] += acc;
+                    }
+                }
+            }
+        }
+    }
+    // Input: per item column gradients over the group's output channels, then each input
+    // element adds its contributions in increasing column order (oh, ow).
+    let mut gx = vec![0.0f32; n * c * h * wd];
+    for ni in 0..n {
+        for ci_all in 0..c {
+            let (gi, ci) = (ci_all / cg, ci_all % cg);
+            for pi in 0..p {
+                let (a, bq) = (pi / ow, pi % ow);
+                for i in 0..kh {
+                    for j in 0..kw {
+                        let (r, q) = (a * sh + i * dh, bq * sw + j * dw);
+                        if r < ph || r - ph >= h || q < pw || q - pw >= wd {
+                            continue;
+                        }
+                        let mut acc = 0.0f32;
+                        for oo in 0..og {
+                            let oi = gi * og + oo;
+                            acc += wat(oi, ci, i, j) * gy[(ni * o + oi) * p + pi];
+                        }
+                        gx[((ni * c + ci_all) * h + r - ph) * wd + q - pw] += acc;
+                    }
+                }
+            }
+        }
+    }
+    let gb = (0..o)
+        .map(|oi| {
+            let mut s = 0.0f64;
+            for ni in 0..n {
+                for pi in 0..p {
+                    s += f64::from(gy[(ni * o + oi) * p + pi]);
+                }
+            }
+            s as f32
+        })
+        .collect();
+    Direct { y, gx, gw, gb }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The operator's forward and gradients are exactly the orders of `docs/conv.md`.
+    #[test]
+    fn conv2d_follows_the_documented_order(
+        n in 1usize..4, groups in 1usize..3, cg in 1usize..4, og in 1usize..3,
+        k in (1usize..4, 1usize..4), s in (1usize..3, 1usize..3), p in (0usize..3, 0usize..3),
+        d in (1usize..3, 1usize..3), extra in (0usize..5, 0usize..5), seed in any::<u64>(),
+    ) {
+        let (c, o) = (cg * groups, og * groups);
+        let h = fitting(extra.0, k.0, d.0, p.0);
+        let w = fitting(extra.1, k.1, d.1, p.1);
+        let opts = Conv2dOptions { stride: [s.0, s.1], padding: [p.0, p.1], dilation: [d.0, d.1], groups };
+        let xs = [n, c, h, w];
+        let ws = [o, cg, k.0, k.1];
+        let x = tensor(&xs, seed).requires_grad().unwrap();
+        let wt = tensor(&ws, seed ^ 1).requires_grad().unwrap();
+        let b = tensor(&[o], seed ^ 2).requires_grad().unwrap();
+        let y = x.conv2d(&wt, Some(&b), opts).unwrap();
+        let gy = tensor(y.dims(), seed ^ 3);
+        y.backward(Some(&gy), false).unwrap();
+        let want = direct_conv2d(&x.to_vec(), xs, &wt.to_vec(), ws, &b.to_vec(), &gy.to_vec(), opts);
+        prop_assert_eq!(bits(&y.to_vec()), bits(&want.y), "forward");
+        prop_assert_eq!(bits(&x.grad().unwrap().to_vec()), bits(&want.gx), "grad input");
+        prop_assert_eq!(bits(&wt.grad().unwrap().to_vec()), bits(&want.gw), "grad weight");
+        prop_assert_eq!(bits(&b.grad().unwrap().to_vec()), bits(&want.gb), "grad bias");
+    }
+}
+
+/// Max pooling picks the first maximum on ties, and the last NaN of a window (PyTorch's
+/// CPU rule); gradients go to the selected element only.
+#[test]
+fn max_pool2d_ties_and_nan() {
+    let nan = f32::NAN;
+    let x = T::from_vec(
+        &B,
+        vec![
+            3.0,
+            1.0,
+            3.0,
+            nan,
+            2.0,
+            nan,
+            f32::NEG_INFINITY,
+            f32::NEG_INFINITY,
+        ],
+        [1, 1, 1, 8],
+    )
+    .unwrap()
+    .requires_grad()
+    .unwrap();
+    let opts = MaxPool2dOptions::new([1, 2]);
+    let y = x.max_pool2d(opts).unwrap();
+    let yv = y.to_vec();
+    assert_eq!(yv[0], 3.0);
+    assert!(yv[1].is_nan() && yv[2].is_nan());
+    assert_eq!(yv[3], f32::NEG_INFINITY);
+    y.backward(
+        Some(&T::from_vec(&B, vec![1.0, 2.0, 3.0, 4.0], [1, 1, 1, 4]).unwrap()),
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec(),
+        vec![1.0, 0.0, 0.0, 2.0, 0.0, 3.0, 4.0, 0.0]
+    );
+    // Overlapping windows: [3, 1, 3] then [1, 3, NaN]: first maximum, then the NaN.
+    let x = T::from_vec(&B, vec![3.0, 1.0, 3.0, nan, 5.0], [1, 1, 5])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let opts = MaxPool2dOptions {
+        stride: Some([1, 1]),
+        ..MaxPool2dOptions::new([1, 3])
+    };
+    let y = x.max_pool2d(opts).unwrap();
+    y.backward(
+        Some(&T::from_vec(&B, vec![1.0, 10.0, 100.0], [1, 1, 3]).unwrap()),
+        false,
+    )
+    .unwrap();
+    assert_eq!(x.grad().unwrap().to_vec(), vec![1.0, 0.0, 0.0, 110.0, 0.0]);
+    // A dilated window that lies entirely in the padding: −∞ and no gradient.
+    let x = T::from_vec(&B, vec![1.0, 2.0], [1, 1, 2, 1])
+        .unwrap()
+        .requires_grad()
+        .unwrap();
+    let opts = MaxPool2dOptions {
+        stride: Some([1, 1]),
+        padding: [0, 1],
+        dilation: [1, 2],
+        ..MaxPool2dOptions::new([1, 2])
+    };
+    let y = x.max_pool2d(opts).unwrap();
+    assert_eq!(y.to_vec(), vec![f32::NEG_INFINITY; 2]);
+    y.backward(Some(&T::ones(&B, [1, 1, 2, 1])), false).unwrap();
+    assert_eq!(x.grad().unwrap().to_vec(), vec![0.0, 0.0]);
+}
+
+/// PyTorch's ceil-mode rule: the last window must start inside the input or the left
+/// padding, so 5 columns with kernel 2 and stride 4 give 2 windows, not 3.
+#[test]
+fn pool_output_sizes() {
+    let x = tensor(&[1, 1, 5, 5], 1);
+    let s = |o: MaxPool2dOptions| x.max_pool2d(o).unwrap().dims().to_vec();
+    let ceil = |k, st, p| MaxPool2dOptions {
+        stride: Some([st, st]),
+        padding: [p, p],
+        ceil_mode: true,
+        ..MaxPool2dOptions::new([k, k])
+    };
+    assert_eq!(s(MaxPool2dOptions::new([2, 2])), [1, 1, 2, 2]);
+    assert_eq!(s(ceil(2, 2, 0)), [1, 1, 3, 3]);
+    assert_eq!(s(ceil(2, 4, 0)), [1, 1, 2, 2]);
+    assert_eq!(s(ceil(3, 2, 1)), [1, 1, 3, 3]);
+    let a = AvgPool2dOptions {
+        stride: Some([2, 2]),
+        padding: [1, 1],
+        ceil_mode: true,
+        ..AvgPool2dOptions::new([3, 3])
+    };
+    assert_eq!(
+        tensor(&[1, 1, 4, 4], 2).avg_pool2d(a).unwrap().dims(),
+        [1, 1, 3, 3]
+    );
+    assert_eq!(
+        tensor(&[2, 3, 7, 5], 3)
+            .adaptive_avg_pool2d([3, 2])
+            .unwrap()
+            .dims(),
+        [2, 3, 3, 2]
+    );
+}
+
+// ----- errors -----------------------------------------------------------------------------
+
+/// `f` must return an `Err` (not panic) whose message names the operator and contains
+/// every needle.
+#[track_caller]
+fn expect_err(what: &str, f: impl FnOnce() -> Result<T>, needles: &[&str]) {
+    let r = catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|_| panic!("{what}: panicked instead of returning Err"));
+    match r {
+        Ok(t) => panic!("{what}: expected an error, got shape {:?}", t.dims()),
+        Err(e) => {
+            let msg = e.to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{what}: `{msg}` does not mention `{n}`");
+            }
+        }
+    }
+}
+
+#[test]
+fn conv_errors() {
+    let c2 = |x: &[usize], w: &[usize], b: Option<&[usize]>, o: Conv2dOptions| {
+        let (x, w) = (tensor(x, 1), tensor(w, 2));
+        let b = b.map(|s| tensor(s, 3));
+        move || x.conv2d(&w, b.as_ref(), o)
+    };
+    let d = Conv2dOptions::default();
+    expect_err(
+        "channels",
+        c2(&[1, 3, 5, 5], &[2, 2, 3, 3], None, d),
+        &["conv2d", "[1, 3, 5, 5]", "[2, 2, 3, 3]", "channels"],
+    );
+    expect_err(
+        "channels with groups",
+        c2(
+            &[1, 4, 5, 5],
+            &[2, 1, 3, 3],
+            None,
+            Conv2dOptions { groups: 2, ..d },
+        ),
+        &["conv2d", "[1, 4, 5, 5]", "[2, 1, 3, 3]", "groups = 2"],
+    );
+    expect_err(
+        "groups do not divide input channels",
+        c2(
+            &[1, 3, 5, 5],
+            &[4, 1, 3, 3],
+            None,
+            Conv2dOptions { groups: 2, ..d },
+        ),
+        &["conv2d", "groups = 2", "3 input channels"],
+    );
+    expect_err(
+        "groups do not divide output channels",
+        c2(
+            &[1, 4, 5, 5],
+            &[3, 2, 3, 3],
+            None,
+            Conv2dOptions { groups: 2, ..d },
+        ),
+        &["conv2d", "groups = 2", "3 output channels", "[3, 2, 3, 3]"],
+    );
+    expect_err(
+        "zero groups",
+        c2(
+            &[1, 4, 5, 5],
+            &[3, 2, 3, 3],
+            None,
+            Conv2dOptions { groups: 0, ..d },
+        ),
+        &["conv2d", "groups"],
+    );
+    expect_err(
+        "kernel larger than the padded input",
+        c2(&[1, 1, 5, 5], &[1, 1, 6, 6], None, d),
+        &[
+            "conv2d",
+            "[1, 1, 5, 5]",
+            "[1, 1, 6, 6]",
+            "larger than the padded input",
+        ],
+    );
+    expect_err(
+        "dilated kernel larger than the padded input",
+        c2(
+            &[1, 1, 5, 5],
+            &[1, 1, 3, 3],
+            None,
+            Conv2dOptions {
+                dilation: [4, 1],
+                padding: [1, 1],
+                ..d
+            },
+        ),
+        &["conv2d", "9 x 3", "7 x 7"],
+    );
+    expect_err(
+        "zero stride",
+        c2(
+            &[1, 1, 5, 5],
+            &[1, 1, 3, 3],
+            None,
+            Conv2dOptions {
+                stride: [1, 0],
+                ..d
+            },
+        ),
+        &["conv2d", "stride", "[1, 0]"],
+    );
+    expect_err(
+        "zero dilation",
+        c2(
+            &[1, 1, 5, 5],
+            &[1, 1, 3, 3],
+            None,
+            Conv2dOptions {
+                dilation: [0, 1],
+                ..d
+            },
+        ),
+        &["conv2d", "dilation"],
+    );
+    expect_err(
+        "5-D input",
+        c2(&[1, 1, 1, 5, 5], &[1, 1, 3, 3], None, d),
+        &["conv2d", "[1, 1, 1, 5, 5]"],
+    );
+    expect_err(
+        "2-D input",
+        c2(&[5, 5], &[1, 1, 3, 3], None, d),
+        &["conv2d", "[5, 5]"],
+    );
+    expect_err(
+        "3-D weight",
+        c2(&[1, 1, 5, 5], &[1, 1, 3], None, d),
+        &["conv2d", "weight", "[1, 1, 3]"],
+    );
+    expect_err(
+        "bias of the wrong length",
+        c2(&[1, 2, 5, 5], &[4, 2, 3, 3], Some(&[3]), d),
+        &["conv2d", "[3]", "[4]"],
+    );
+    expect_err(
+        "2-D bias",
+        c2(&[1, 2, 5, 5], &[4, 2, 3, 3], Some(&[4, 1]), d),
+        &["conv2d", "[4, 1]", "bias"],
+    );
+    expect_err(
+        "zero kernel",
+        c2(&[1, 2, 5, 5], &[4, 2, 0, 3], None, d),
+        &["conv2d", "kernel"],
+    );
+    expect_err(
+        "no output channels",
+        c2(&[1, 2, 5, 5], &[0, 2, 3, 3], None, d),
+        &["conv2d", "output channel"],
+    );
+
+    let c1 = |x: &[usize], w: &[usize], b: Option<&[usize]>, o: Conv1dOptions| {
+        let (x, w) = (tensor(x, 1), tensor(w, 2));
+        let b = b.map(|s| tensor(s, 3));
+        move || x.conv1d(&w, b.as_ref(), o)
+    };
+    let d1 = Conv1dOptions::default();
+    expect_err(
+        "conv1d channels",
+        c1(&[2, 3, 8], &[4, 2, 3], None, d1),
+        &["conv1d", "[2, 3, 8]", "[4, 2, 3]", "channels"],
+    );
+    expect_err(
+        "conv1d kernel too large",
+        c1(
+            &[2, 3, 4],
+            &[4, 3, 7],
+            None,
+            Conv1dOptions { padding: 1, ..d1 },
+        ),
+        &["conv1d", "larger than the padded input", "7", "6"],
+    );
+    expect_err(
+        "conv1d zero stride",
+        c1(
+            &[2, 3, 8],
+            &[4, 3, 3],
+            None,
+            Conv1dOptions { stride: 0, ..d1 },
+        ),
+        &["conv1d", "stride", "0"],
+    );
+    expect_err(
+        "conv1d zero dilation",
+        c1(
+            &[2, 3, 8],
+            &[4, 3, 3],
+            None,
+            Conv1dOptions { dilation: 0, ..d1 },
+        ),
+        &["conv1d", "dilation"],
+    );
+    expect_err(
+        "conv1d groups",
+        c1(
+            &[2, 4, 8],
+            &[3, 2, 3],
+            None,
+            Conv1dOptions { groups: 2, ..d1 },
+        ),
+        &["conv1d", "groups = 2"],
+    );
+    expect_err(
+        "conv1d 4-D input",
+        c1(&[1, 2, 4, 8], &[3, 2, 3], None, d1),
+        &["conv1d", "[1, 2, 4, 8]"],
+    );
+    expect_err(
+        "conv1d 4-D weight",
+        c1(&[2, 4, 8], &[3, 2, 3, 3], None, d1),
+        &["conv1d", "weight", "[3, 2, 3, 3]"],
+    );
+    expect_err(
+        "conv1d bias",
+        c1(&[2, 3, 8], &[4, 3, 3], Some(&[3]), d1),
+        &["conv1d", "[3]", "[4]"],
+    );
+}
+
+#[test]
+fn pool_and_pad_errors() {
+    let x = tensor(&[1, 2, 5, 5], 1);
+    let mp = |o: MaxPool2dOptions| {
+        let x = x.clone();
+        move || x.max_pool2d(o)
+    };
+    let ap = |o: AvgPool2dOptions| {
+        let x = x.clone();
+        move || x.avg_pool2d(o)
+    };
+    let m = MaxPool2dOptions::new([3, 3]);
+    let a = AvgPool2dOptions::new([3, 3]);
+    expect_err(
+        "max pad > k/2",
+        mp(MaxPool2dOptions {
+            padding: [2, 0],
+            ..m
+        }),
+        &["max_pool2d", "padding", "half"],
+    );
+    expect_err(
+        "max pad > k/2 even with dilation",
+        mp(MaxPool2dOptions {
+            padding: [2, 2],
+            dilation: [2, 2],
+            ..m
+        }),
+        &["max_pool2d", "padding"],
+    );
+    expect_err(
+        "max zero kernel",
+        mp(MaxPool2dOptions::new([0, 2])),
+        &["max_pool2d", "kernel_size"],
+    );
+    expect_err(
+        "max zero stride",
+        mp(MaxPool2dOptions {
+            stride: Some([1, 0]),
+            ..m
+        }),
+        &["max_pool2d", "stride"],
+    );
+    expect_err(
+        "max zero dilation",
+        mp(MaxPool2dOptions {
+            dilation: [1, 0],
+            ..m
+        }),
+        &["max_pool2d", "dilation"],
+    );
+    expect_err(
+        "max kernel too large",
+        mp(MaxPool2dOptions::new([6, 6])),
+        &["max_pool2d", "[1, 2, 5, 5]", "too small"],
+    );
+    expect_err(
+        "avg pad > k/2",
+        ap(AvgPool2dOptions {
+            padding: [0, 2],
+            ..a
+        }),
+        &["avg_pool2d", "padding"],
+    );
+    expect_err(
+        "avg kernel too large",
+        ap(AvgPool2dOptions::new([2, 6])),
+        &["avg_pool2d", "too small"],
+    );
+    expect_err(
+        "avg zero divisor",
+        ap(AvgPool2dOptions {
+            divisor_override: Some(0),
+            ..a
+        }),
+        &["avg_pool2d", "divisor_override"],
+    );
+    expect_err(
+        "avg zero stride",
+        ap(AvgPool2dOptions {
+            stride: Some([0, 1]),
+            ..a
+        }),
+        &["avg_pool2d", "stride"],
+    );
+    for (what, shape) in [
+        ("2-D", &[5usize, 5][..]),
+        ("5-D", &[1, 1, 1, 5, 5]),
+        ("empty channel", &[1, 0, 5, 5]),
+        ("empty H", &[2, 0, 5]),
+    ] {
+        let x = tensor(shape, 4);
+        let dims = format!("{shape:?}");
+        expect_err(what, || x.max_pool2d(m), &["max_pool2d", &dims]);
+        expect_err(what, || x.avg_pool2d(a), &["avg_pool2d", &dims]);
+        expect_err(
+            what,
+            || x.adaptive_avg_pool2d([2, 2]),
+            &["adaptive_avg_pool2d", &dims],
+        );
+    }
+    let y = tensor(&[2, 3], 5);
+    expect_err(
+        "pad odd length",
+        || y.pad(&[1, 2, 3], 0.0),
+        &["pad", "even"],
+    );
+    expect_err(
+        "pad too long",
+        || y.pad(&[1, 1, 1, 1, 1, 1], 0.0),
+        &["pad", "[2, 3]", "at most 4"],
+    );
+    let s = T::scalar(&B, 1.0);
+    expect_err(
+        "pad of a scalar",
+        || s.pad(&[1, 1], 0.0),
+        &["pad", "at most 0"],
+    );
+    // What PyTorch accepts: an empty batch, an empty pad list, a zero-sized output size.
+    assert_eq!(
+        tensor(&[0, 2, 5, 5], 6).max_pool2d(m).unwrap().dims(),
+        [0, 2, 1, 1]
+    );
+    assert_eq!(y.pad(&[], 1.0).unwrap().to_vec(), y.to_vec());
+    assert_eq!(x.adaptive_avg_pool2d([0, 2]).unwrap().dims(), [1, 2, 0, 2]);
+    let e = tensor(&[0, 3, 5, 5], 7)
+        .conv2d(&tensor(&[4, 3, 3, 3], 8), None, Conv2dOptions::default())
+        .unwrap();
+    assert_eq!(e.dims(), [0, 4, 3, 3]);
+}
