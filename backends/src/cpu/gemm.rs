@@ -24,7 +24,7 @@ use super::simd::SimdLane;
 use super::{ComputeContext, Isa};
 use crate::lane::{Exact, Fast, Madd};
 use crate::scalar::ModeSpec;
-use alloc::vec;
+use core::cell::Cell;
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::ComputeMode;
 
@@ -37,6 +37,8 @@ const MIN_CHUNK_MADDS: usize = 1 << 17;
 /// Parallel chunks aimed at when the product is large enough (a constant, so that the
 /// chunking depends only on the shape).
 const TARGET_CHUNKS: usize = 8;
+/// Steps of `k` per block of the transposing packer.
+const TRANSPOSE_RUN: usize = 32;
 /// Capacity of the scratch tile of partial (edge) micro-tiles: at least `MR × NR`.
 const TILE_MAX: usize = 512;
 
@@ -163,9 +165,10 @@ fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32],
     let b_batch_len = npanels * panel_len;
 
     // Pack B: panel `jp` of batch `bb` holds rows 0..k of columns jp*NR.. (zero-padded).
-    let mut bpack = vec![0.0f32; b_batches * b_batch_len];
+    let mut bbuf = Scratch::take(&SCRATCH_B, b_batches * b_batch_len);
+    let bpack = &mut bbuf.buf[..b_batches * b_batch_len];
     let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
-    ctx.for_each_chunk(&mut bpack, panels_per_chunk * panel_len, |ci, chunk| {
+    ctx.for_each_chunk(bpack, panels_per_chunk * panel_len, |ci, chunk| {
         for (pi, panel) in chunk.chunks_mut(panel_len).enumerate() {
             let idx = ci * panels_per_chunk + pi;
             pack_b(spec, b, idx / npanels, (idx % npanels) * nr, nr, panel);
@@ -179,7 +182,7 @@ fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32],
         a,
         a_offset: spec.a_offset,
         a_strides: spec.a_strides,
-        bpack: &bpack,
+        bpack,
         b_batch_len: if b_shared { 0 } else { b_batch_len },
     };
 
@@ -194,31 +197,76 @@ fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32],
         * mr;
     let apack_len = MC.div_ceil(mr) * mr * KC.min(k);
     ctx.for_each_chunk(out, rows_per_chunk * n, |ci, chunk| {
-        let mut apack = vec![0.0f32; apack_len];
+        let mut abuf = Scratch::take(&SCRATCH_A, apack_len);
         // SAFETY: `matmul` runs a kernel only on an `isa` that the backend confirmed with
         // `Isa::is_supported`, so its target features are present.
-        unsafe { K::rows(&job, ci * rows_per_chunk, chunk, &mut apack) }
+        unsafe { K::rows(&job, ci * rows_per_chunk, chunk, &mut abuf.buf[..apack_len]) }
     });
 }
 
+std::thread_local! {
+    /// This thread's packing buffer for `B` (kept between calls, so that a training loop
+    /// does not map and fault in fresh pages for every product).
+    static SCRATCH_B: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// This thread's packing buffer for `A`.
+    static SCRATCH_A: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// Largest buffer (in f32 elements) a thread keeps after a call: 16 MiB.
+const SCRATCH_KEEP: usize = 1 << 22;
+
+/// A per-thread scratch buffer taken out of its slot for one use and put back on drop.
+/// Its contents are never read before they are written: the packers write every
+/// element, padding included.
+struct Scratch {
+    buf: Vec<f32>,
+    slot: &'static std::thread::LocalKey<Cell<Vec<f32>>>,
+}
+
+impl Scratch {
+    fn take(slot: &'static std::thread::LocalKey<Cell<Vec<f32>>>, len: usize) -> Self {
+        let mut buf = slot.take();
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        Scratch { buf, slot }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.buf.len() <= SCRATCH_KEEP {
+            self.slot.set(core::mem::take(&mut self.buf));
+        }
+    }
+}
+
 /// Packs the columns `j0 .. j0 + NR` of the `B` of batch `bb` into `panel` (`k × NR`,
-/// row-major, columns past `n` zero).
+/// row-major, columns past `n` zero). Writes every element of `panel`.
 fn pack_b(spec: &MatmulSpec, b: &[f32], bb: usize, j0: usize, nr: usize, panel: &mut [f32]) {
     let (k, n) = (spec.k, spec.n);
     let [sb0, sb1, sb2] = spec.b_strides;
     let base = spec.b_offset + bb * sb0;
     let cols = nr.min(n - j0);
+    if cols < nr {
+        panel.fill(0.0);
+    }
     if sb2 == 1 {
         for (p, dst) in panel.chunks_exact_mut(nr).enumerate() {
             let s = base + p * sb1 + j0;
             dst[..cols].copy_from_slice(&b[s..s + cols]);
         }
     } else {
-        // Transposed or strided: walk each column of B (contiguous when sb1 == 1).
-        for c in 0..cols {
-            let s = base + (j0 + c) * sb2;
-            for p in 0..k {
-                panel[p * nr + c] = b[s + p * sb1];
+        // Transposed or strided: a blocked transpose, so that the block of the panel being
+        // written stays in L1 while each column of B is read in runs of TRANSPOSE_RUN.
+        for p0 in (0..k).step_by(TRANSPOSE_RUN) {
+            let pn = TRANSPOSE_RUN.min(k - p0);
+            let dst = &mut panel[p0 * nr..(p0 + pn) * nr];
+            for c in 0..cols {
+                let s = base + (j0 + c) * sb2 + p0 * sb1;
+                for p in 0..pn {
+                    dst[p * nr + c] = b[s + p * sb1];
+                }
             }
         }
     }
