@@ -16,6 +16,7 @@
 //! first differing element. Run with `--nocapture` to see the worst error of each operator.
 //! The `errors_*` tests check that what PyTorch rejects is an `Err` naming the operator.
 
+use exactgrad::autograd::AttentionMask;
 use exactgrad::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ const FILES: &[&str] = &[
     "shape.safetensors",
     "softmax_loss.safetensors",
     "conv.safetensors",
+    "norm_attention.safetensors",
 ];
 
 /// Relative tolerance of every comparison.
@@ -330,6 +332,8 @@ fn call_op(c: &Case, x: &[T]) -> Result<T, String> {
         "conv1d" | "conv2d" | "max_pool2d" | "avg_pool2d" | "adaptive_avg_pool2d" | "pad" => {
             conv_call(c, x)
         }
+        "batch_norm" | "layer_norm" | "group_norm" | "embedding" | "index_select" | "split"
+        | "split_sizes" | "chunk" | "scaled_dot_product_attention" => norm_attention_call(c, x),
         _ => Err(format!("no runner for operator `{op}`")),
     }
 }
@@ -399,6 +403,108 @@ fn conv_call(c: &Case, x: &[T]) -> Result<T, String> {
         "pad" => {
             let pads: Vec<usize> = c.ints("pads")?.iter().map(|&p| p as usize).collect();
             e(x[0].pad(&pads, c.float("value")?.ok_or("value")?))
+        }
+        op => Err(format!("no runner for operator `{op}`")),
+    }
+}
+
+/// The normalisation, embedding, index_select, split/chunk and attention operators
+/// (`norm_attention.safetensors`). Optional inputs follow the required ones in the order
+/// of their flags; a batch_norm case `with_stats` returns `[y.flatten(), running_mean,
+/// running_var]` after the update, and a split case the used pieces, flattened and scaled
+/// by their position + 1 (each piece must be a view of the input).
+fn norm_attention_call(c: &Case, x: &[T]) -> Result<T, String> {
+    let e = |r: exactgrad::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
+    let flag = |key: &str| c.int(key).map(|v| v != 0);
+    let float = |key: &str| -> Result<f32, String> {
+        c.float(key)?.ok_or_else(|| format!("argument `{key}` is none"))
+    };
+    let usizes = |key: &str| -> Result<Vec<usize>, String> {
+        Ok(c.ints(key)?.iter().map(|&v| v as usize).collect())
+    };
+    let i64s = |key: &str| -> Result<Vec<i64>, String> {
+        Ok(c.ints(key)?.iter().map(|&v| v as i64).collect())
+    };
+    let mut rest = x[1..].iter();
+    let mut opt = |present: bool| if present { rest.next() } else { None };
+    match c.op() {
+        "batch_norm" => {
+            let stats = flag("stats")?;
+            let (rm, rv) = (opt(stats), opt(stats));
+            let (w, b) = (opt(flag("weight")?), opt(flag("bias")?));
+            let y = e(x[0].batch_norm(
+                rm,
+                rv,
+                w,
+                b,
+                flag("training")?,
+                float("momentum")?,
+                float("eps")?,
+            ))?;
+            if !flag("with_stats")? {
+                return Ok(y);
+            }
+            let (rm, rv) = (rm.ok_or("no running_mean")?, rv.ok_or("no running_var")?);
+            e(T::concat(&[&e(y.reshape(&[-1]))?, rm, rv], 0))
+        }
+        "layer_norm" => {
+            let (w, b) = (opt(flag("weight")?), opt(flag("bias")?));
+            e(x[0].layer_norm(&usizes("normalized_shape")?, w, b, float("eps")?))
+        }
+        "group_norm" => {
+            let (w, b) = (opt(flag("weight")?), opt(flag("bias")?));
+            let groups = c.int("num_groups")? as usize;
+            e(x[0].group_norm(groups, w, b, float("eps")?))
+        }
+        "embedding" => {
+            let padding_idx = match c.arg("padding_idx")? {
+                "none" => None,
+                _ => Some(c.int("padding_idx")? as i64),
+            };
+            e(T::embedding(
+                &x[0],
+                &i64s("indices")?,
+                &usizes("ishape")?,
+                padding_idx,
+            ))
+        }
+        "index_select" => e(x[0].index_select(c.int("dim")?, &i64s("indices")?)),
+        "split" | "split_sizes" | "chunk" => {
+            let dim = c.int("dim")?;
+            let pieces = match c.op() {
+                "split" => x[0].split(c.int("split_size")? as usize, dim),
+                "split_sizes" => x[0].split_sizes(&usizes("sizes")?, dim),
+                _ => x[0].chunk(c.int("chunks")? as usize, dim),
+            }
+            .map_err(|e| format!("returned an error: {e}"))?;
+            let want = c.int("npieces")? as usize;
+            if pieces.len() != want {
+                return Err(format!("{} pieces, torch has {want}", pieces.len()));
+            }
+            if let Some(k) = pieces.iter().position(|p| !p.shares_storage(&x[0])) {
+                return Err(format!("piece {k} is a copy, not a view of the input"));
+            }
+            let used = usizes("use")?
+                .into_iter()
+                .map(|k| e(pieces[k].reshape(&[-1]).and_then(|p| p.mul_scalar((k + 1) as f32))))
+                .collect::<Result<Vec<T>, String>>()?;
+            e(T::concat(&used.iter().collect::<Vec<_>>(), 0))
+        }
+        "scaled_dot_product_attention" => {
+            let mask = match c.arg("mask")? {
+                "none" => None,
+                "bool" => Some(AttentionMask::Bool(&x[3])),
+                "additive" => Some(AttentionMask::Additive(&x[3])),
+                m => return Err(format!("unknown mask kind `{m}`")),
+            };
+            e(T::scaled_dot_product_attention(
+                &x[0],
+                &x[1],
+                &x[2],
+                mask,
+                flag("causal")?,
+                c.float("scale")?,
+            ))
         }
         op => Err(format!("no runner for operator `{op}`")),
     }
@@ -656,6 +762,15 @@ op_tests! {
     op_avg_pool2d => "avg_pool2d",
     op_adaptive_avg_pool2d => "adaptive_avg_pool2d",
     op_pad => "pad",
+    op_batch_norm => "batch_norm",
+    op_layer_norm => "layer_norm",
+    op_group_norm => "group_norm",
+    op_embedding => "embedding",
+    op_index_select => "index_select",
+    op_split => "split",
+    op_split_sizes => "split_sizes",
+    op_chunk => "chunk",
+    op_scaled_dot_product_attention => "scaled_dot_product_attention",
 }
 
 #[test]

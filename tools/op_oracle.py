@@ -181,6 +181,10 @@ def run_op(op, x, args, target):
         return F.adaptive_avg_pool2d(x[0], args["output_size"])
     if op == "pad":
         return F.pad(x[0], args["pads"], value=args["value"])
+    # normalisation, embedding, index_select, split/chunk, attention (tests/torch_ops.rs
+    # `norm_attention_call`)
+    if op in NORM_ATTENTION_OPS:
+        return norm_attention_op(op, x, args)
     raise ValueError(op)
 
 
@@ -696,6 +700,273 @@ PAD("pad_empty_list", (2, 3), ())
 PAD("pad_4d_nchw", (2, 2, 3, 3), (1, 1, 1, 1))
 PAD("pad_transposed_input", (4, 3), (2, 1, 0, 2), views={0: "transpose(0,1)"}, value=0.25)
 PAD("pad_nan_value", (2, 2), (1, 1), value=NAN)
+
+# ----------------------------------------------------------------------------------
+# Normalisation, embedding, index_select, split/chunk and scaled dot-product attention
+# (tests/torch_ops.rs: batch_norm, layer_norm, group_norm, embedding, index_select, split,
+# split_sizes, chunk, scaled_dot_product_attention). Optional inputs follow the required
+# ones in the order the flags list them; integer indices travel as arguments.
+
+NA = "norm_attention.safetensors"
+NORM_ATTENTION_OPS = ("batch_norm", "layer_norm", "group_norm", "embedding", "index_select", "split",
+                      "split_sizes", "chunk", "scaled_dot_product_attention")
+
+
+def norm_attention_op(op, x, args):
+    if op == "batch_norm":
+        rest = list(x[1:])
+        rm = rest.pop(0) if args["stats"] else None
+        rv = rest.pop(0) if args["stats"] else None
+        w = rest.pop(0) if args["weight"] else None
+        b = rest.pop(0) if args["bias"] else None
+        y = F.batch_norm(x[0], rm, rv, w, b, training=bool(args["training"]), momentum=args["momentum"],
+                         eps=args["eps"])
+        if args["with_stats"]:
+            # The updated running statistics are checked as part of the output.
+            return torch.cat([y.reshape(-1), rm.detach().clone(), rv.detach().clone()])
+        return y
+    if op == "layer_norm":
+        rest = list(x[1:])
+        w = rest.pop(0) if args["weight"] else None
+        b = rest.pop(0) if args["bias"] else None
+        return F.layer_norm(x[0], args["normalized_shape"], w, b, eps=args["eps"])
+    if op == "group_norm":
+        rest = list(x[1:])
+        w = rest.pop(0) if args["weight"] else None
+        b = rest.pop(0) if args["bias"] else None
+        return F.group_norm(x[0], args["num_groups"], w, b, eps=args["eps"])
+    if op == "embedding":
+        idx = torch.tensor(args["indices"], dtype=torch.int64).reshape(args["ishape"])
+        return F.embedding(idx, x[0], padding_idx=args["padding_idx"])
+    if op == "index_select":
+        return torch.index_select(x[0], args["dim"], torch.tensor(args["indices"], dtype=torch.int64))
+    if op in ("split", "split_sizes", "chunk"):
+        if op == "split":
+            pieces = torch.split(x[0], args["split_size"], dim=args["dim"])
+        elif op == "split_sizes":
+            pieces = torch.split(x[0], list(args["sizes"]), dim=args["dim"])
+        else:
+            pieces = torch.chunk(x[0], args["chunks"], dim=args["dim"])
+        assert len(pieces) == args["npieces"], (op, len(pieces), args["npieces"])
+        # Each used piece, flattened and scaled by (its position + 1), so that the
+        # gradient tells the pieces apart.
+        return torch.cat([pieces[k].reshape(-1) * float(k + 1) for k in args["use"]])
+    if op == "scaled_dot_product_attention":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        mask = None
+        if args["mask"] == "bool":
+            mask = x[3] != 0
+        elif args["mask"] == "additive":
+            mask = x[3]
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(x[0], x[1], x[2], attn_mask=mask,
+                                                  is_causal=bool(args["causal"]), scale=args["scale"])
+    raise ValueError(op)
+
+
+def BN(name, shape, stats=True, weight=True, bias=True, training=True, momentum=0.1, eps=1e-5, views=None,
+       nograd=(), x=None):
+    c = shape[1]
+    inputs = [x if x is not None else U(*shape)]
+    ng = set(nograd)
+    if stats:
+        inputs += [U(c, lo=-0.5, hi=0.5), POS(c, lo=0.5, hi=2.0)]
+        ng |= {1, 2}
+    if weight:
+        inputs.append(U(c, lo=0.5, hi=1.5))
+    if bias:
+        inputs.append(U(c))
+    case(NA, name, "batch_norm", inputs,
+         args={"stats": stats, "weight": weight, "bias": bias, "training": training, "momentum": momentum,
+               "eps": eps, "with_stats": stats and training},
+         views=views, nograd=tuple(sorted(ng)), tol="scaled")
+
+
+BN("batch_norm_train_2d", (6, 4))
+BN("batch_norm_train_3d", (3, 4, 5))
+BN("batch_norm_train_4d", (2, 3, 4, 5))
+BN("batch_norm_train_5d", (2, 2, 3, 2, 2), momentum=0.3)
+BN("batch_norm_train_no_affine", (3, 4, 5), weight=False, bias=False)
+BN("batch_norm_train_weight_only", (3, 4, 5), bias=False)
+BN("batch_norm_train_bias_only", (3, 4, 5), weight=False)
+BN("batch_norm_train_no_running_stats", (4, 3, 6), stats=False)
+BN("batch_norm_train_momentum_1", (4, 3, 2), momentum=1.0)
+BN("batch_norm_train_momentum_0", (4, 3, 2), momentum=0.0)
+BN("batch_norm_train_eps_large", (4, 3, 2), eps=0.5)
+BN("batch_norm_train_two_values", (2, 3))
+BN("batch_norm_train_one_sample_spatial", (1, 3, 4, 4))
+BN("batch_norm_train_offset_data", (8, 3, 3), x=lambda r: r.uniform(99.0, 101.0, size=(8, 3, 3)))
+BN("batch_norm_train_transposed_input", (3, 4, 5), views={0: "transpose(0,2)"}, x=U(5, 4, 3))
+BN("batch_norm_train_permuted_nhwc", (2, 3, 4, 5), views={0: "permute(0,3,1,2)"}, x=U(2, 4, 5, 3))
+BN("batch_norm_train_input_only_grad", (3, 4, 5), nograd=(3, 4))
+BN("batch_norm_train_params_only_grad", (3, 4, 5), nograd=(0,))
+BN("batch_norm_eval_4d", (2, 3, 4, 5), training=False)
+BN("batch_norm_eval_2d", (5, 4), training=False)
+BN("batch_norm_eval_no_affine", (3, 4, 5), training=False, weight=False, bias=False)
+BN("batch_norm_eval_one_value", (1, 3), training=False)
+BN("batch_norm_eval_transposed_input", (3, 4, 5), training=False, views={0: "transpose(0,2)"}, x=U(5, 4, 3))
+
+
+def LN(name, shape, normalized, weight=True, bias=True, eps=1e-5, views=None, nograd=(), x=None, w=None):
+    inputs = [x if x is not None else U(*shape)]
+    if weight:
+        inputs.append(w if w is not None else U(*normalized, lo=0.5, hi=1.5))
+    if bias:
+        inputs.append(U(*normalized))
+    case(NA, name, "layer_norm", inputs,
+         args={"normalized_shape": list(normalized), "weight": weight, "bias": bias, "eps": eps},
+         views=views, nograd=nograd, tol="scaled")
+
+
+LN("layer_norm_last", (4, 6), (6,))
+LN("layer_norm_3d_last", (2, 3, 8), (8,))
+LN("layer_norm_two_dims", (2, 3, 4), (3, 4))
+LN("layer_norm_three_dims", (2, 3, 2, 4), (3, 2, 4))
+LN("layer_norm_all_dims", (3, 5), (3, 5))
+LN("layer_norm_no_affine", (3, 7), (7,), weight=False, bias=False)
+LN("layer_norm_weight_only", (3, 7), (7,), bias=False)
+LN("layer_norm_bias_only", (3, 7), (7,), weight=False)
+# One value per group: the exact results are y = b and dx = 0, which exactgrad gives; with
+# eps = 1e-5 PyTorch's own rounding, amplified by 1/sqrt(eps), exceeds the tolerance, so
+# these cases use a larger eps (tests/gradcheck_norm_attention.rs checks the exact values).
+LN("layer_norm_one_element", (4, 1), (1,), eps=1e-3)
+LN("layer_norm_eps_large", (3, 5), (5,), eps=0.25)
+# A large offset against the spread (at offset 1000 PyTorch's own error exceeds the
+# tolerance; tests/gradcheck_norm_attention.rs compares that case with an f64 reference).
+LN("layer_norm_offset_data", (3, 16), (16,), x=lambda r: r.uniform(99.0, 101.0, size=(3, 16)))
+LN("layer_norm_1d_input", (6,), (6,))
+LN("layer_norm_transposed_input", (4, 6), (4,), views={0: "transpose(0,1)"}, x=U(4, 6))
+LN("layer_norm_strided_input", (3, 5), (5,), views={0: "slice(1,0,10,2)"}, x=U(3, 10))
+LN("layer_norm_transposed_weight", (2, 3, 4), (3, 4), views={1: "transpose(0,1)"}, w=U(4, 3))
+LN("layer_norm_params_only_grad", (3, 6), (6,), nograd=(0,))
+LN("layer_norm_input_only_grad", (3, 6), (6,), nograd=(1, 2))
+
+
+def GN(name, shape, groups, weight=True, bias=True, eps=1e-5, views=None, nograd=(), x=None):
+    c = shape[1]
+    inputs = [x if x is not None else U(*shape)]
+    if weight:
+        inputs.append(U(c, lo=0.5, hi=1.5))
+    if bias:
+        inputs.append(U(c))
+    case(NA, name, "group_norm", inputs,
+         args={"num_groups": groups, "weight": weight, "bias": bias, "eps": eps},
+         views=views, nograd=nograd, tol="scaled")
+
+
+GN("group_norm_4d", (2, 6, 3, 4), 3)
+GN("group_norm_3d", (3, 4, 5), 2)
+GN("group_norm_2d_input", (4, 6), 2)
+GN("group_norm_one_group", (2, 4, 3, 3), 1)
+GN("group_norm_instance_like", (2, 4, 3, 3), 4)
+GN("group_norm_no_affine", (2, 6, 5), 3, weight=False, bias=False)
+GN("group_norm_weight_only", (2, 6, 5), 2, bias=False)
+GN("group_norm_one_value_per_group", (2, 4), 4, eps=1e-3)  # see layer_norm_one_element
+GN("group_norm_5d", (2, 4, 2, 3, 2), 2)
+GN("group_norm_transposed_input", (2, 4, 5), 2, views={0: "transpose(1,2)"}, x=U(2, 5, 4))
+GN("group_norm_params_only_grad", (2, 6, 4), 3, nograd=(0,))
+
+
+def EMB(name, num, dim, indices, ishape, padding_idx=None, views=None, w=None):
+    case(NA, name, "embedding", [w if w is not None else U(num, dim)],
+         args={"indices": list(indices), "ishape": list(ishape), "padding_idx": padding_idx}, views=views)
+
+
+EMB("embedding_1d", 6, 4, [1, 0, 5, 2], [4])
+EMB("embedding_2d_repeated", 5, 3, [1, 3, 1, 1, 0, 3], [2, 3])
+EMB("embedding_many_repeats", 3, 4, [2] * 7 + [0] * 5, [3, 4])
+EMB("embedding_padding_idx", 6, 3, [0, 2, 0, 5, 2, 1], [3, 2], padding_idx=0)
+EMB("embedding_padding_idx_negative", 6, 3, [5, 2, 0, 5, 2, 1], [6], padding_idx=-1)
+EMB("embedding_padding_unused", 4, 2, [1, 2, 3], [3], padding_idx=0)
+EMB("embedding_scalar_index", 4, 3, [2], [])
+EMB("embedding_3d_indices", 5, 2, [4, 0, 1, 1, 3, 2, 0, 0], [2, 2, 2])
+EMB("embedding_empty_indices", 4, 3, [], [0])
+EMB("embedding_transposed_weight", 5, 3, [4, 1, 1], [3], views={0: "transpose(0,1)"}, w=U(3, 5))
+
+
+def ISEL(name, shape, dim, indices, views=None, x=None):
+    case(NA, name, "index_select", [x if x is not None else U(*shape)],
+         args={"dim": dim, "indices": list(indices)}, views=views)
+
+
+ISEL("index_select_dim0", (5, 3), 0, [4, 0, 2])
+ISEL("index_select_dim1_repeated", (3, 5), 1, [1, 1, 4, 0, 1])
+ISEL("index_select_last_3d", (2, 3, 4), -1, [3, 3, 0])
+ISEL("index_select_middle_3d", (2, 4, 3), 1, [2, 0, 2, 3, 2])
+ISEL("index_select_empty", (3, 4), 1, [])
+ISEL("index_select_1d", (6,), 0, [5, 5, 5, 1])
+ISEL("index_select_transposed", (4, 3), 0, [2, 1, 2], views={0: "transpose(0,1)"}, x=U(4, 3))
+
+
+def SPLIT(name, op, shape, dim, npieces, use, views=None, x=None, **kw):
+    args = {"dim": dim, "npieces": npieces, "use": list(use)}
+    args.update(kw)
+    case(NA, name, op, [x if x is not None else U(*shape)], args=args, views=views)
+
+
+SPLIT("split_even", "split", (6, 3), 0, 3, [0, 1, 2], split_size=2)
+SPLIT("split_uneven", "split", (3, 7), 1, 3, [0, 1, 2], split_size=3)
+SPLIT("split_partial_use", "split", (2, 7, 2), 1, 4, [1, 3], split_size=2)
+SPLIT("split_larger_than_dim", "split", (3, 4), -1, 1, [0], split_size=10)
+SPLIT("split_transposed", "split", (4, 5), 0, 2, [0, 1], split_size=3, views={0: "transpose(0,1)"},
+      x=U(4, 5))
+SPLIT("split_sizes_basic", "split_sizes", (7, 2), 0, 3, [0, 1, 2], sizes=[2, 4, 1])
+SPLIT("split_sizes_with_zero", "split_sizes", (2, 5), 1, 3, [0, 1, 2], sizes=[3, 0, 2])
+SPLIT("split_sizes_negative_dim_partial", "split_sizes", (2, 3, 6), -1, 3, [2, 0], sizes=[1, 2, 3])
+SPLIT("chunk_even", "chunk", (2, 6), 1, 3, [0, 1, 2], chunks=3)
+SPLIT("chunk_uneven", "chunk", (5, 3), 0, 3, [0, 1, 2], chunks=3)
+SPLIT("chunk_fewer_pieces", "chunk", (5, 2), 0, 3, [0, 2], chunks=4)
+SPLIT("chunk_more_than_size", "chunk", (2, 3), 1, 3, [2, 1], chunks=5)
+SPLIT("chunk_qkv_projection", "chunk", (2, 4, 12), -1, 3, [0, 1, 2], chunks=3)
+
+
+def SDPA(name, q, k, v, mask=None, mask_kind="none", causal=False, scale=None, views=None, nograd=()):
+    inputs = [U(*q), U(*k), U(*v)]
+    ng = set(nograd)
+    if mask is not None:
+        inputs.append(mask)
+        if mask_kind == "bool":
+            ng.add(3)
+    case(NA, name, "scaled_dot_product_attention", inputs,
+         args={"mask": mask_kind, "causal": causal, "scale": scale}, views=views, nograd=tuple(sorted(ng)),
+         tol="scaled")
+
+
+def BOOLMASK(*shape, p_keep=0.7):
+    return lambda r: (r.uniform(0, 1, size=shape) < p_keep).astype(np.float32)
+
+
+SDPA("sdpa_basic_4d", (2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6))
+SDPA("sdpa_3d", (2, 5, 4), (2, 5, 4), (2, 5, 3))
+SDPA("sdpa_2d", (4, 6), (7, 6), (7, 5))
+SDPA("sdpa_scale", (2, 3, 4), (2, 6, 4), (2, 6, 4), scale=0.37)
+SDPA("sdpa_scale_large", (1, 4, 3), (1, 4, 3), (1, 4, 2), scale=2.5)
+SDPA("sdpa_causal_square", (2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3), causal=True)
+SDPA("sdpa_causal_more_queries", (2, 6, 4), (2, 4, 4), (2, 4, 3), causal=True)
+SDPA("sdpa_causal_more_keys", (2, 3, 4), (2, 6, 4), (2, 6, 3), causal=True, scale=0.5)
+SDPA("sdpa_bool_full", (2, 2, 4, 4), (2, 2, 6, 4), (2, 2, 6, 3), mask=BOOLMASK(2, 2, 4, 6), mask_kind="bool")
+SDPA("sdpa_bool_broadcast_ls", (2, 2, 4, 4), (2, 2, 6, 4), (2, 2, 6, 3), mask=BOOLMASK(4, 6), mask_kind="bool")
+SDPA("sdpa_bool_key_padding", (2, 2, 4, 4), (2, 2, 5, 4), (2, 2, 5, 3),
+     mask=[[[[1, 1, 1, 0, 0]]], [[[1, 1, 1, 1, 0]]]], mask_kind="bool")
+SDPA("sdpa_bool_fully_masked_rows", (1, 2, 4, 3), (1, 2, 5, 3), (1, 2, 5, 2),
+     mask=[[1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], mask_kind="bool")
+SDPA("sdpa_additive_full", (2, 3, 4), (2, 5, 4), (2, 5, 3), mask=U(2, 3, 5), mask_kind="additive")
+SDPA("sdpa_additive_broadcast", (2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3), mask=U(2, 1, 1, 5),
+     mask_kind="additive")
+SDPA("sdpa_additive_no_grad", (2, 3, 4), (2, 5, 4), (2, 5, 3), mask=U(3, 5), mask_kind="additive",
+     nograd=(3,))
+SDPA("sdpa_additive_neg_inf", (1, 3, 4), (1, 4, 4), (1, 4, 2),
+     mask=[[0.0, -INF, 0.5, -1.0], [-INF, -INF, -INF, -INF], [-INF, 0.0, -INF, 0.0]], mask_kind="additive")
+SDPA("sdpa_batch_broadcast", (2, 3, 4, 4), (1, 3, 5, 4), (2, 1, 5, 3))
+SDPA("sdpa_rank_broadcast", (3, 4, 4), (2, 3, 5, 4), (5, 2))
+SDPA("sdpa_heads_transposed", (2, 4, 3, 6), (2, 5, 3, 6), (2, 5, 3, 4),
+     views={0: "transpose(1,2)", 1: "transpose(1,2)", 2: "transpose(1,2)"})
+SDPA("sdpa_key_transposed_storage", (2, 3, 4), (2, 4, 5), (2, 5, 3), views={1: "transpose(1,2)"})
+SDPA("sdpa_strided_query", (2, 6, 4), (2, 5, 4), (2, 5, 3), views={0: "slice(1,0,6,2)"})
+SDPA("sdpa_value_only_grad", (2, 3, 4), (2, 5, 4), (2, 5, 3), nograd=(0, 1))
+SDPA("sdpa_query_only_grad", (2, 3, 4), (2, 5, 4), (2, 5, 3), nograd=(1, 2), causal=True)
+SDPA("sdpa_single_key", (2, 3, 4), (2, 1, 4), (2, 1, 3))
+SDPA("sdpa_large_scores", (1, 4, 8), (1, 6, 8), (1, 6, 3), scale=4.0)
 
 
 def write_safetensors(path, tensors, meta):

@@ -16,6 +16,7 @@ pub mod tensor;
 pub use error::{Error, Result};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};
+pub use ops::attention::AttentionMask;
 pub use ops::conv::{AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions};
 pub use ops::elementwise::GeluApproximation;
 pub use ops::{CrossEntropyOptions, Reduction};

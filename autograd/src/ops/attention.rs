@@ -1,33 +1,475 @@
-//! Operators of this family (being written).
+//! Scaled dot-product attention: a fused operator whose backward recomputes the attention
+//! weights instead of saving them (Dao et al. 2022).
+//!
+//! The API shared by the engineers of issue 3 is written at the top of `norm.rs`.
+//!
+//! With `Q: [B, L, E]`, `K: [B, S, E]`, `V: [B, S, Ev]` (batch dimensions broadcast and
+//! folded into `B`), every product on the backend's matmul kernel (canonical GEMM) and
+//! the softmax on its softmax row kernels:
+//!
+//! forward:
+//! 1. `T = Q·Kᵀ`; `S_ij = T_ij ⊗ scale`, then `⊕ M_ij` for an additive mask; `−∞` where a
+//!    boolean mask is 0 or, when causal, where `j > i`
+//! 2. `P = softmax(S)` by rows; a row whose scores are all `−∞` gives `P = 0` (as
+//!    PyTorch 2.15.0's math path, `_safe_softmax`)
+//! 3. `O = P·V`
+//!
+//! backward (`dO` the incoming gradient; `P` recomputed by steps 1–2):
+//! - `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = softmax_backward(P, dP)`
+//! - `dQ = (dS·K) ⊗ scale`, `dK = (dSᵀ·Q) ⊗ scale`
+//! - an additive mask that requires grad gets `dS` summed (Σ64) over the dimensions it
+//!   was broadcast along.
 
-// The API shared by every engineer of issue 3 (signatures to implement exactly):
-// ## Shared API for issue 3 (all engineers code against exactly these signatures)
-// All methods are on `exactgrad_autograd::Tensor<B>` (generic over `B: Backend`), return `Result<Tensor<B>>` (or `Result<Vec<Tensor<B>>>`), follow PyTorch's semantics, and record their backward rule beside the forward (see autograd/src/engine.rs `record`, `Saved`).
-// Option structs derive `Clone, Copy, Debug, PartialEq` and `Default` with PyTorch's defaults, and are re-exported from `exactgrad_autograd` (one `pub use` line each in autograd/src/lib.rs).
-//
-// autograd/src/ops/conv.rs (engineer A):
-// - `Conv1dOptions { stride: usize, padding: usize, dilation: usize, groups: usize }` (default 1,0,1,1)
-// - `Conv2dOptions { stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize }` (default [1,1],[0,0],[1,1],1)
-// - `fn conv1d(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>, opts: Conv1dOptions)`  input [N, C, L] (or unbatched [C, L]), weight [O, C/groups, K]
-// - `fn conv2d(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>, opts: Conv2dOptions)`  input [N, C, H, W] (or [C, H, W]), weight [O, C/groups, KH, KW]
-// - `MaxPool2dOptions { kernel_size: [usize; 2], stride: Option<[usize; 2]> /* None = kernel_size */, padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool }` with `MaxPool2dOptions::new(kernel_size)`
-// - `fn max_pool2d(&self, opts: MaxPool2dOptions)`
-// - `AvgPool2dOptions { kernel_size: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2], ceil_mode: bool, count_include_pad: bool /* default true */, divisor_override: Option<usize> }` with `AvgPool2dOptions::new(kernel_size)`
-// - `fn avg_pool2d(&self, opts: AvgPool2dOptions)`
-// - `fn adaptive_avg_pool2d(&self, output_size: [usize; 2])`
-// - `fn pad(&self, pads: &[usize], value: f32)`  (constant mode; PyTorch F.pad order: last dim's (left, right) first, then the previous dim's, …)
-//
-// autograd/src/ops/norm.rs (engineer B):
-// - `fn batch_norm(&self, running_mean: Option<&Tensor<B>>, running_var: Option<&Tensor<B>>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, training: bool, momentum: f32, eps: f32)`  (F.batch_norm: input [N, C, *]; in training the batch statistics normalise with the biased variance, and running stats — updated in place, unrecorded — use the unbiased variance: r = (1−momentum)·r + momentum·stat)
-// - `fn layer_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f32)`
-// - `fn group_norm(&self, num_groups: usize, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f32)`
-//
-// autograd/src/ops/misc.rs (engineer B):
-// - `fn dropout(&self, p: f32, training: bool, rng: &mut Philox)`  (draws one u64 key from rng; element i kept iff a Philox-derived uniform of (key, i) ≥ p; kept elements scaled by 1/(1−p); p = 1 gives zeros; not training = identity)
-// - `fn embedding(weight: &Tensor<B>, indices: &[i64], indices_shape: &[usize], padding_idx: Option<i64>)` (associated fn; output indices_shape + [dim]; padding_idx rows get no gradient)
-// - `fn index_select(&self, dim: isize, indices: &[i64])`
-// - `fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor<B>>>`, `fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor<B>>>`, `fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor<B>>>`
-//
-// autograd/src/ops/attention.rs (engineer B):
-// - `enum AttentionMask<'a, B: Backend> { Bool(&'a Tensor<B>) /* non-zero = take part, as PyTorch's True */, Additive(&'a Tensor<B>) }`
-// - `fn scaled_dot_product_attention(query: &Tensor<B>, key: &Tensor<B>, value: &Tensor<B>, mask: Option<AttentionMask<'_, B>>, is_causal: bool, scale: Option<f32>)` (associated fn; q [..., L, E], k [..., S, E], v [..., S, Ev]; mask broadcastable to [..., L, S]; scale default 1/√E; backward recomputes the attention weights with the softmax row kernel instead of saving them — Dao et al. 2022)
+use super::{canon, sum_to};
+use crate::engine::{record, Saved};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::{Backend, Layout, Shape, UnaryOp};
+use std::fmt;
+
+/// An attention mask for [`Tensor::scaled_dot_product_attention`], broadcastable to the
+/// scores' shape `[…, L, S]`.
+pub enum AttentionMask<'a, B: Backend> {
+    /// Positions whose value is non-zero take part (PyTorch's `True`); the others are
+    /// excluded (score `−∞`).
+    Bool(&'a Tensor<B>),
+    /// Added to the scaled scores (use `−∞` to exclude a position). It receives a
+    /// gradient when it requires one.
+    Additive(&'a Tensor<B>),
+}
+
+impl<B: Backend> Clone for AttentionMask<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for AttentionMask<'_, B> {}
+
+impl<B: Backend> fmt::Debug for AttentionMask<'_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttentionMask::Bool(t) => f.debug_tuple("Bool").field(t).finish(),
+            AttentionMask::Additive(t) => f.debug_tuple("Additive").field(t).finish(),
+        }
+    }
+}
+
+/// The mask kinds as the fused operator stores them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MaskKind {
+    Bool,
+    Additive,
+}
+
+/// Sizes of one attention call: `batch` matrices of `L × E` queries, `S × E` keys and
+/// `S × Ev` values.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    batch: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+}
+
+/// `out[b] = a[b] · b[b]` for contiguous-in-storage operands given by their strides
+/// (offset 0), on the backend's matmul kernel.
+#[allow(clippy::too_many_arguments)]
+fn bmm<B: Backend>(
+    be: &B,
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    a_strides: [usize; 3],
+    b: &[f32],
+    b_strides: [usize; 3],
+) -> B::Storage {
+    let mut out = be.zeros(batch * m * n);
+    if batch * m * n > 0 {
+        let spec = MatmulSpec {
+            batch,
+            m,
+            k,
+            n,
+            a_offset: 0,
+            a_strides,
+            b_offset: 0,
+            b_strides,
+        };
+        be.matmul(&spec, a, b, out.as_mut());
+    }
+    out
+}
+
+/// Steps 1–2: the attention weights `P` (`[batch, L, S]`, contiguous) from contiguous `q`
+/// and `k`.
+#[allow(clippy::too_many_arguments)]
+fn attention_weights<B: Backend>(
+    be: &B,
+    d: Dims,
+    qs: &[f32],
+    ks: &[f32],
+    mask: Option<(MaskKind, &[f32], &Layout)>,
+    causal: bool,
+    scale: f32,
+) -> B::Storage {
+    let Dims { batch, l, s, e, .. } = d;
+    let mode = be.mode();
+    let mut scores = bmm(be, batch, l, e, s, qs, [l * e, e, 1], ks, [s * e, 1, e]);
+    {
+        let sc = scores.as_mut();
+        // x = (T ⊗ scale) [⊕ M | −∞ where M = 0], then −∞ above the diagonal if causal.
+        let finish = |idx: usize, t: f32, m: Option<(MaskKind, f32)>| {
+            let mut x = t * scale;
+            if let Some((kind, mv)) = m {
+                x = match kind {
+                    MaskKind::Additive => x + mv,
+                    MaskKind::Bool if mv == 0.0 => f32::NEG_INFINITY,
+                    MaskKind::Bool => x,
+                };
+            }
+            if causal && idx % s > (idx / s) % l {
+                x = f32::NEG_INFINITY;
+            }
+            canon(mode, x)
+        };
+        match mask {
+            Some((kind, m, layout)) => {
+                let mut idx = 0;
+                layout.for_each_index(|mi| {
+                    sc[idx] = finish(idx, sc[idx], Some((kind, m[mi])));
+                    idx += 1;
+                });
+            }
+            None => {
+                for (idx, v) in sc.iter_mut().enumerate() {
+                    *v = finish(idx, *v, None);
+                }
+            }
+        }
+    }
+    let rows = batch * l;
+    let mut p = be.zeros(rows * s);
+    if rows * s > 0 {
+        be.softmax(scores.as_ref(), rows, s, false, p.as_mut());
+    }
+    // Rows that every position is excluded from give zero weights.
+    let (sc, pm) = (scores.as_ref(), p.as_mut());
+    for r in 0..rows {
+        let row = &sc[r * s..(r + 1) * s];
+        if row.iter().all(|&v| v == f32::NEG_INFINITY) {
+            pm[r * s..(r + 1) * s].fill(0.0);
+        }
+    }
+    p
+}
+
+impl<B: Backend> Tensor<B> {
+    /// Scaled dot-product attention (PyTorch's
+    /// `nn.functional.scaled_dot_product_attention`, math path): `softmax(Q·Kᵀ·scale +
+    /// mask)·V` for `query [..., L, E]`, `key [..., S, E]`, `value [..., S, Ev]`, whose
+    /// batch dimensions broadcast; the output is `[..., L, Ev]`.
+    ///
+    /// `mask` broadcasts to `[..., L, S]` (see [`AttentionMask`]); `is_causal` lets query
+    /// `i` attend to keys `j ≤ i` only (and excludes an explicit mask, as PyTorch);
+    /// `scale` defaults to `1/√E`. A query that no key may attend to gets a zero output
+    /// and zero gradients. The backward pass recomputes the attention weights with the
+    /// softmax row kernel instead of saving them; the exact order of operations is in
+    /// the module documentation.
+    ///
+    /// Fails when an operand has fewer than 2 dimensions, when the embedding sizes of
+    /// `query` and `key` or the sequence lengths of `key` and `value` differ, when the
+    /// batch dimensions do not broadcast, when the mask does not broadcast to
+    /// `[..., L, S]`, or when both a mask and `is_causal` are given.
+    pub fn scaled_dot_product_attention(
+        query: &Tensor<B>,
+        key: &Tensor<B>,
+        value: &Tensor<B>,
+        mask: Option<AttentionMask<'_, B>>,
+        is_causal: bool,
+        scale: Option<f32>,
+    ) -> Result<Tensor<B>> {
+        let op = "scaled_dot_product_attention";
+        let (rq, rk, rv) = (query.rank(), key.rank(), value.rank());
+        if rq < 2 || rk < 2 || rv < 2 {
+            return Err(Error::invalid(
+                op,
+                "query/key/value",
+                format!(
+                    "expects query, key and value of at least 2 dimensions, got shapes {:?}, {:?} and {:?}",
+                    query.dims(),
+                    key.dims(),
+                    value.dims()
+                ),
+            ));
+        }
+        let (l, e) = (query.dims()[rq - 2], query.dims()[rq - 1]);
+        let (s, ek) = (key.dims()[rk - 2], key.dims()[rk - 1]);
+        let (sv, ev) = (value.dims()[rv - 2], value.dims()[rv - 1]);
+        if ek != e {
+            return Err(Error::mismatch(
+                op,
+                query.dims(),
+                key.dims(),
+                format!("query and key must have the same embedding size (last dimension), got {e} and {ek}"),
+            ));
+        }
+        if sv != s {
+            return Err(Error::mismatch(
+                op,
+                key.dims(),
+                value.dims(),
+                format!("key and value must have the same sequence length (second-to-last dimension), got {s} and {sv}"),
+            ));
+        }
+        let batch_err = || {
+            Error::invalid(
+                op,
+                "query/key/value",
+                format!(
+                    "the batch dimensions of query {:?}, key {:?} and value {:?} cannot be broadcast together",
+                    query.dims(),
+                    key.dims(),
+                    value.dims()
+                ),
+            )
+        };
+        let bqk = Shape::broadcast(op, &query.dims()[..rq - 2], &key.dims()[..rk - 2])
+            .map_err(|_| batch_err())?;
+        let batch_shape =
+            Shape::broadcast(op, &bqk, &value.dims()[..rv - 2]).map_err(|_| batch_err())?;
+        if is_causal && mask.is_some() {
+            return Err(Error::invalid(
+                op,
+                "mask",
+                "an explicit mask must not be given together with is_causal = true",
+            ));
+        }
+        let mut score_shape = batch_shape.to_vec();
+        score_shape.extend([l, s]);
+        let mask = match mask {
+            None => None,
+            Some(m) => {
+                let (kind, t) = match m {
+                    AttentionMask::Bool(t) => (MaskKind::Bool, t),
+                    AttentionMask::Additive(t) => (MaskKind::Additive, t),
+                };
+                if t.layout().broadcast_to(op, &score_shape).is_err() {
+                    return Err(Error::mismatch(
+                        op,
+                        t.dims(),
+                        &score_shape,
+                        format!(
+                            "the attention mask must broadcast to the scores' shape [..., L, S] = {score_shape:?} (query {:?}, key {:?})",
+                            query.dims(),
+                            key.dims()
+                        ),
+                    ));
+                }
+                Some((kind, t))
+            }
+        };
+        let scale = scale.unwrap_or_else(|| (1.0 / (e as f64).sqrt()) as f32);
+        let expand = |t: &Tensor<B>, a: usize, b: usize| {
+            let mut shape = batch_shape.to_vec();
+            shape.extend([a, b]);
+            t.expand(&shape)
+        };
+        let (q, k, v) = (
+            expand(query, l, e)?,
+            expand(key, s, e)?,
+            expand(value, s, ev)?,
+        );
+        let d = Dims {
+            batch: batch_shape.numel(),
+            l,
+            s,
+            e,
+            ev,
+        };
+        sdpa(op, &q, &k, &v, mask, is_causal, scale, d, score_shape)
+    }
+}
+
+/// The fused operator on operands with equal batch dimensions.
+#[allow(clippy::too_many_arguments)]
+fn sdpa<B: Backend>(
+    op: &'static str,
+    q: &Tensor<B>,
+    k: &Tensor<B>,
+    v: &Tensor<B>,
+    mask: Option<(MaskKind, &Tensor<B>)>,
+    causal: bool,
+    scale: f32,
+    d: Dims,
+    score_shape: Vec<usize>,
+) -> Result<Tensor<B>> {
+    let be = q.backend();
+    let mask_layout = match mask {
+        Some((_, t)) => Some(t.layout().broadcast_to(op, &score_shape)?),
+        None => None,
+    };
+    let p = q.with_contiguous(|qs| {
+        k.with_contiguous(|ks| {
+            let m = mask.map(|(kind, t)| (kind, t.read()));
+            let m = m
+                .as_ref()
+                .zip(mask_layout.as_ref())
+                .map(|((kind, data), lay)| (*kind, data.as_ref(), lay));
+            attention_weights(be, d, qs, ks, m, causal, scale)
+        })
+    });
+    let o = v.with_contiguous(|vs| {
+        bmm(
+            be,
+            d.batch,
+            d.l,
+            d.s,
+            d.ev,
+            p.as_ref(),
+            [d.l * d.s, d.s, 1],
+            vs,
+            [d.s * d.ev, d.ev, 1],
+        )
+    });
+    drop(p);
+    let mut out_shape = score_shape[..score_shape.len() - 2].to_vec();
+    out_shape.extend([d.l, d.ev]);
+    let out = Tensor::from_storage(be, o, Shape::from(out_shape));
+    let mut inputs = vec![q, k, v];
+    let additive = match mask {
+        Some((MaskKind::Additive, t)) => Some(t),
+        _ => None,
+    };
+    inputs.extend(additive);
+    let need = [
+        q.is_requires_grad(),
+        k.is_requires_grad(),
+        v.is_requires_grad(),
+        additive.is_some_and(Tensor::is_requires_grad),
+    ];
+    let has_additive = additive.is_some();
+    let (qk, kk, vk) = (q.clone(), k.clone(), v.clone());
+    let mask_keep = mask.map(|(kind, t)| (kind, t.clone()));
+    Ok(record(op, out, &inputs, move || {
+        let sq = Saved::new(op, &qk);
+        let sk = Saved::new(op, &kk);
+        let sv = (need[0] || need[1] || need[3]).then(|| Saved::new(op, &vk));
+        let sm = mask_keep.map(|(kind, t)| (kind, Saved::new(op, &t), t.dims().to_vec()));
+        move |g: &Tensor<B>| {
+            let be = g.backend();
+            let Dims { batch, l, s, e, ev } = d;
+            let (q, k) = (sq.get()?, sk.get()?);
+            let qc = q.with_contiguous(|x| x.to_vec());
+            let kc = k.with_contiguous(|x| x.to_vec());
+            let p = match &sm {
+                Some((kind, saved, _)) => {
+                    let t = saved.get()?;
+                    let lay = t.layout().broadcast_to(op, &score_shape)?;
+                    let data = t.read();
+                    attention_weights(
+                        be,
+                        d,
+                        &qc,
+                        &kc,
+                        Some((*kind, data.as_ref(), &lay)),
+                        causal,
+                        scale,
+                    )
+                }
+                None => attention_weights(be, d, &qc, &kc, None, causal, scale),
+            };
+            let gc = g.with_contiguous(|x| x.to_vec());
+            let mut grads: Vec<Option<Tensor<B>>> = vec![None, None, None];
+            if need[2] {
+                // dV = Pᵀ·dO
+                let dv = bmm(
+                    be,
+                    batch,
+                    s,
+                    l,
+                    ev,
+                    p.as_ref(),
+                    [l * s, 1, s],
+                    &gc,
+                    [l * ev, ev, 1],
+                );
+                let mut v_shape = score_shape[..score_shape.len() - 2].to_vec();
+                v_shape.extend([s, ev]);
+                grads[2] = Some(Tensor::from_storage(be, dv, Shape::from(v_shape)));
+            }
+            if need[0] || need[1] || need[3] {
+                let saved_v = sv.as_ref().expect("saved when a score gradient is needed");
+                let vt = saved_v.get()?;
+                // dP = dO·Vᵀ
+                let dp = vt.with_contiguous(|vs| {
+                    bmm(
+                        be,
+                        batch,
+                        l,
+                        ev,
+                        s,
+                        &gc,
+                        [l * ev, ev, 1],
+                        vs,
+                        [s * ev, 1, ev],
+                    )
+                });
+                let mut ds = be.zeros(batch * l * s);
+                if batch * l * s > 0 {
+                    be.softmax_backward(p.as_ref(), dp.as_ref(), batch * l, s, false, ds.as_mut());
+                }
+                let scaled = |m: B::Storage, n: usize| {
+                    let mut out = be.zeros(n);
+                    be.unary(UnaryOp::MulScalar(scale), m.as_ref(), out.as_mut());
+                    out
+                };
+                if need[0] {
+                    // dQ = (dS·K) ⊗ scale
+                    let dq = bmm(
+                        be,
+                        batch,
+                        l,
+                        s,
+                        e,
+                        ds.as_ref(),
+                        [l * s, s, 1],
+                        &kc,
+                        [s * e, e, 1],
+                    );
+                    let dq = scaled(dq, batch * l * e);
+                    grads[0] = Some(Tensor::from_storage(be, dq, q.shape().clone()));
+                }
+                if need[1] {
+                    // dK = (dSᵀ·Q) ⊗ scale
+                    let dk = bmm(
+                        be,
+                        batch,
+                        s,
+                        l,
+                        e,
+                        ds.as_ref(),
+                        [l * s, 1, s],
+                        &qc,
+                        [l * e, e, 1],
+                    );
+                    let dk = scaled(dk, batch * s * e);
+                    grads[1] = Some(Tensor::from_storage(be, dk, k.shape().clone()));
+                }
+                if need[3] {
+                    let mask_dims = &sm.as_ref().expect("additive mask saved").2;
+                    let ds_t = Tensor::from_storage(be, ds, Shape::from(score_shape.clone()));
+                    grads.push(Some(sum_to(&ds_t, mask_dims)?.contiguous()));
+                }
+            }
+            if has_additive && grads.len() == 3 {
+                grads.push(None);
+            }
+            Ok(grads)
+        }
+    }))
+}

@@ -1,33 +1,364 @@
-//! Operators of this family (being written).
+//! Dropout, embedding, index_select and the splitting views (split, split_sizes, chunk).
+//!
+//! The API shared by the engineers of issue 3 is written at the top of `norm.rs`.
+//!
+//! Arithmetic (see `docs/arithmetic.md`, "Normalisation, dropout, embedding, attention"):
+//! - dropout multiplies each element by its mask value (`1 ⊘ (1 ⊖ p)` or `0`) with the
+//!   backend's multiply kernel, forward and backward; the mask depends only on the key
+//!   drawn from the generator and the element's row-major index;
+//! - embedding and index_select copy bits; their backward adds the gradient rows of all
+//!   positions that picked the same row in f64, in increasing position order, and rounds
+//!   once (Σ64);
+//! - split, split_sizes and chunk are views (narrow), so they copy nothing.
 
-// The API shared by every engineer of issue 3 (signatures to implement exactly):
-// ## Shared API for issue 3 (all engineers code against exactly these signatures)
-// All methods are on `exactgrad_autograd::Tensor<B>` (generic over `B: Backend`), return `Result<Tensor<B>>` (or `Result<Vec<Tensor<B>>>`), follow PyTorch's semantics, and record their backward rule beside the forward (see autograd/src/engine.rs `record`, `Saved`).
-// Option structs derive `Clone, Copy, Debug, PartialEq` and `Default` with PyTorch's defaults, and are re-exported from `exactgrad_autograd` (one `pub use` line each in autograd/src/lib.rs).
-//
-// autograd/src/ops/conv.rs (engineer A):
-// - `Conv1dOptions { stride: usize, padding: usize, dilation: usize, groups: usize }` (default 1,0,1,1)
-// - `Conv2dOptions { stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize }` (default [1,1],[0,0],[1,1],1)
-// - `fn conv1d(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>, opts: Conv1dOptions)`  input [N, C, L] (or unbatched [C, L]), weight [O, C/groups, K]
-// - `fn conv2d(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>, opts: Conv2dOptions)`  input [N, C, H, W] (or [C, H, W]), weight [O, C/groups, KH, KW]
-// - `MaxPool2dOptions { kernel_size: [usize; 2], stride: Option<[usize; 2]> /* None = kernel_size */, padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool }` with `MaxPool2dOptions::new(kernel_size)`
-// - `fn max_pool2d(&self, opts: MaxPool2dOptions)`
-// - `AvgPool2dOptions { kernel_size: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2], ceil_mode: bool, count_include_pad: bool /* default true */, divisor_override: Option<usize> }` with `AvgPool2dOptions::new(kernel_size)`
-// - `fn avg_pool2d(&self, opts: AvgPool2dOptions)`
-// - `fn adaptive_avg_pool2d(&self, output_size: [usize; 2])`
-// - `fn pad(&self, pads: &[usize], value: f32)`  (constant mode; PyTorch F.pad order: last dim's (left, right) first, then the previous dim's, …)
-//
-// autograd/src/ops/norm.rs (engineer B):
-// - `fn batch_norm(&self, running_mean: Option<&Tensor<B>>, running_var: Option<&Tensor<B>>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, training: bool, momentum: f32, eps: f32)`  (F.batch_norm: input [N, C, *]; in training the batch statistics normalise with the biased variance, and running stats — updated in place, unrecorded — use the unbiased variance: r = (1−momentum)·r + momentum·stat)
-// - `fn layer_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f32)`
-// - `fn group_norm(&self, num_groups: usize, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f32)`
-//
-// autograd/src/ops/misc.rs (engineer B):
-// - `fn dropout(&self, p: f32, training: bool, rng: &mut Philox)`  (draws one u64 key from rng; element i kept iff a Philox-derived uniform of (key, i) ≥ p; kept elements scaled by 1/(1−p); p = 1 gives zeros; not training = identity)
-// - `fn embedding(weight: &Tensor<B>, indices: &[i64], indices_shape: &[usize], padding_idx: Option<i64>)` (associated fn; output indices_shape + [dim]; padding_idx rows get no gradient)
-// - `fn index_select(&self, dim: isize, indices: &[i64])`
-// - `fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor<B>>>`, `fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor<B>>>`, `fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor<B>>>`
-//
-// autograd/src/ops/attention.rs (engineer B):
-// - `enum AttentionMask<'a, B: Backend> { Bool(&'a Tensor<B>) /* non-zero = take part, as PyTorch's True */, Additive(&'a Tensor<B>) }`
-// - `fn scaled_dot_product_attention(query: &Tensor<B>, key: &Tensor<B>, value: &Tensor<B>, mask: Option<AttentionMask<'_, B>>, is_causal: bool, scale: Option<f32>)` (associated fn; q [..., L, E], k [..., S, E], v [..., S, Ev]; mask broadcastable to [..., L, S]; scale default 1/√E; backward recomputes the attention weights with the softmax row kernel instead of saving them — Dao et al. 2022)
+use super::{binary_forward, canon};
+use crate::engine::record;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use exactgrad_core::rng::{philox4x32_10, unit_f32};
+use exactgrad_core::shape::normalize_dim;
+use exactgrad_core::{Backend, BinaryOp, Philox};
+
+/// The dropout mask of `n` elements under `key`: element `i` is kept (value `scale`) iff
+/// the uniform `unit_f32(Philox::at(key, i))` is `≥ p`, otherwise it is `0`. Blocks of four
+/// words are generated at once; the result equals the word-by-word definition.
+fn dropout_mask(key: u64, n: usize, p: f32, scale: f32) -> Vec<f32> {
+    let k = [key as u32, (key >> 32) as u32];
+    let mut mask = Vec::with_capacity(n);
+    let mut block = 0u64;
+    while mask.len() < n {
+        let words = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], k);
+        for w in words {
+            if mask.len() == n {
+                break;
+            }
+            mask.push(if unit_f32(w) >= p { scale } else { 0.0 });
+        }
+        block += 1;
+    }
+    mask
+}
+
+/// `x` viewed as `[outer, size, inner]` around dimension `dim`.
+fn split_dims(dims: &[usize], dim: usize) -> (usize, usize, usize) {
+    let outer = dims[..dim].iter().product();
+    let inner = dims[dim + 1..].iter().product();
+    (outer, dims[dim], inner)
+}
+
+/// Picks entries `indices` (already validated, in `[0, size)`) along dimension `dim`,
+/// recorded. The backward adds the gradient of every position `p` into entry
+/// `indices[p]` (except `skip`, which gets none): Σ64 over positions in increasing order.
+fn gather<B: Backend>(
+    op: &'static str,
+    x: &Tensor<B>,
+    dim: usize,
+    indices: Vec<usize>,
+    skip: Option<usize>,
+) -> Result<Tensor<B>> {
+    let (outer, size, inner) = split_dims(x.dims(), dim);
+    let n = indices.len();
+    let mut out = vec![0.0f32; outer * n * inner];
+    x.with_contiguous(|xs| {
+        for o in 0..outer {
+            for (p, &j) in indices.iter().enumerate() {
+                let src = (o * size + j) * inner;
+                let dst = (o * n + p) * inner;
+                out[dst..dst + inner].copy_from_slice(&xs[src..src + inner]);
+            }
+        }
+    });
+    let mut out_shape = x.dims().to_vec();
+    out_shape[dim] = n;
+    let out = Tensor::from_vec(x.backend(), out, out_shape)?;
+    let in_shape = x.dims().to_vec();
+    Ok(record(op, out, &[x], move || {
+        move |g: &Tensor<B>| {
+            let b = g.backend();
+            let mode = b.mode();
+            // Rows that receive gradient get a slot in a compact f64 accumulator.
+            let mut slot = vec![usize::MAX; size];
+            let mut touched = 0usize;
+            for &j in &indices {
+                if Some(j) != skip && slot[j] == usize::MAX {
+                    slot[j] = touched;
+                    touched += 1;
+                }
+            }
+            let mut acc = vec![0.0f64; outer * touched * inner];
+            g.with_contiguous(|gs| {
+                for o in 0..outer {
+                    for (p, &j) in indices.iter().enumerate() {
+                        let s = slot[j];
+                        if s == usize::MAX {
+                            continue;
+                        }
+                        let src = &gs[(o * n + p) * inner..(o * n + p + 1) * inner];
+                        let dst =
+                            &mut acc[(o * touched + s) * inner..(o * touched + s + 1) * inner];
+                        for (a, &v) in dst.iter_mut().zip(src) {
+                            *a += f64::from(v);
+                        }
+                    }
+                }
+            });
+            let mut grad = vec![0.0f32; outer * size * inner];
+            for o in 0..outer {
+                for (j, &s) in slot.iter().enumerate() {
+                    if s == usize::MAX {
+                        continue;
+                    }
+                    let src = &acc[(o * touched + s) * inner..(o * touched + s + 1) * inner];
+                    let dst = &mut grad[(o * size + j) * inner..(o * size + j + 1) * inner];
+                    for (d, &a) in dst.iter_mut().zip(src) {
+                        *d = canon(mode, a as f32);
+                    }
+                }
+            }
+            Ok(vec![Some(Tensor::from_vec(b, grad, in_shape.clone())?)])
+        }
+    }))
+}
+
+/// Validates indices into a dimension of `size` entries (no negative indices, as
+/// PyTorch's `index_select` and `embedding`).
+fn check_indices(op: &'static str, indices: &[i64], size: usize, what: &str) -> Result<Vec<usize>> {
+    indices
+        .iter()
+        .enumerate()
+        .map(|(p, &i)| {
+            if i < 0 || i as u64 >= size as u64 {
+                Err(Error::invalid(
+                    op,
+                    "indices",
+                    format!("index {i} at position {p} is out of range for {what} of size {size}"),
+                ))
+            } else {
+                Ok(i as usize)
+            }
+        })
+        .collect()
+}
+
+impl<B: Backend> Tensor<B> {
+    /// Dropout (PyTorch's `nn.functional.dropout`): in training, zeroes each element with
+    /// probability `p` and scales the kept ones by `1 / (1 − p)`; outside training the
+    /// input is returned unchanged and `rng` is not touched.
+    ///
+    /// In training one `u64` key is drawn from `rng`; element `i` (row-major index) is
+    /// kept iff the uniform `top 24 bits × 2⁻²⁴` of word `i` of the Philox stream of that
+    /// key ([`Philox::at`]`(key, i)`) is `≥ p`. The mask therefore depends only on the
+    /// generator's state and the shape: never on the backend or the thread count. Kept
+    /// elements are `x ⊗ s` with `s = 1 ⊘ (1 ⊖ p)`, dropped ones `x ⊗ 0` (so `p = 1` gives
+    /// zeros, and NaN for infinite inputs, as PyTorch). The gradient is `g ⊗ mask`.
+    ///
+    /// Fails when `p` is outside `[0, 1]` (or NaN).
+    pub fn dropout(&self, p: f32, training: bool, rng: &mut Philox) -> Result<Tensor<B>> {
+        let op = "dropout";
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid(
+                op,
+                "p",
+                format!("dropout probability has to be between 0 and 1, got {p}"),
+            ));
+        }
+        if !training {
+            return Ok(self.clone());
+        }
+        let key = rng.next_u64();
+        let scale = 1.0f32 / (1.0f32 - p);
+        let mask = Tensor::from_vec(
+            self.backend(),
+            dropout_mask(key, self.numel(), p, scale),
+            self.shape().clone(),
+        )?;
+        let out = binary_forward(BinaryOp::Mul, self, &mask)?;
+        Ok(record(op, out, &[self], move || {
+            move |g: &Tensor<B>| Ok(vec![Some(binary_forward(BinaryOp::Mul, g, &mask)?)])
+        }))
+    }
+
+    /// Looks up rows of `weight` (`[num_embeddings, dim]`): the output has shape
+    /// `indices_shape + [dim]` and row-major position `p` holds row `indices[p]`
+    /// (PyTorch's `nn.functional.embedding`).
+    ///
+    /// The gradient of a row is the sum (Σ64, increasing position order) of the output
+    /// gradients of every position that picked it; the row `padding_idx` (negative counts
+    /// from the end) receives no gradient. Fails when `weight` is not 2-D, when the number
+    /// of indices differs from `indices_shape`'s element count, or when an index or
+    /// `padding_idx` is out of range.
+    pub fn embedding(
+        weight: &Tensor<B>,
+        indices: &[i64],
+        indices_shape: &[usize],
+        padding_idx: Option<i64>,
+    ) -> Result<Tensor<B>> {
+        let op = "embedding";
+        if weight.rank() != 2 {
+            return Err(Error::invalid(
+                op,
+                "weight",
+                format!(
+                    "must be 2-D [num_embeddings, dim], got shape {:?}",
+                    weight.dims()
+                ),
+            ));
+        }
+        let (num, dim) = (weight.dims()[0], weight.dims()[1]);
+        let count: usize = indices_shape.iter().product();
+        if count != indices.len() {
+            return Err(Error::invalid(
+                op,
+                "indices",
+                format!(
+                    "{} indices given for indices_shape {indices_shape:?} ({count} elements)",
+                    indices.len()
+                ),
+            ));
+        }
+        let skip = match padding_idx {
+            None => None,
+            Some(p) => {
+                let n = num as i64;
+                if p >= n || p < -n {
+                    return Err(Error::invalid(
+                        op,
+                        "padding_idx",
+                        format!("{p} is not within num_embeddings = {num}"),
+                    ));
+                }
+                Some(if p < 0 { p + n } else { p } as usize)
+            }
+        };
+        let idx = check_indices(op, indices, num, "an embedding table")?;
+        let rows = gather(op, weight, 0, idx, skip)?;
+        let mut shape = indices_shape.to_vec();
+        shape.push(dim);
+        rows.reshape_to(&shape)
+    }
+
+    /// The entries `indices` of dimension `dim`, in that order (PyTorch's `index_select`
+    /// with a 1-D index): the output has `indices.len()` entries along `dim`. A 0-d tensor
+    /// takes exactly one index, 0. The backward adds (Σ64, increasing position order) the
+    /// gradients of repeated indices. Fails on an index outside `[0, size)`.
+    pub fn index_select(&self, dim: isize, indices: &[i64]) -> Result<Tensor<B>> {
+        let op = "index_select";
+        if self.rank() == 0 {
+            normalize_dim(op, dim, 1)?;
+            if indices.len() != 1 {
+                return Err(Error::invalid(
+                    op,
+                    "indices",
+                    format!(
+                        "indexing a 0-d tensor takes exactly one index, got {}",
+                        indices.len()
+                    ),
+                ));
+            }
+            check_indices(op, indices, 1, "a 0-d tensor")?;
+            return Ok(self.clone());
+        }
+        let d = normalize_dim(op, dim, self.rank())?;
+        let idx = check_indices(op, indices, self.dims()[d], &format!("dimension {d}"))?;
+        gather(op, self, d, idx, None)
+    }
+
+    /// Pieces of `split_size` entries along `dim` (the last one smaller when the size is
+    /// not a multiple), as views (PyTorch's `split` with an integer). A dimension of size
+    /// 0 gives one empty piece. Fails when `split_size` is 0 for a non-empty dimension.
+    pub fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor<B>>> {
+        let op = "split";
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                op,
+                "self",
+                "expects a tensor with at least one dimension",
+            ));
+        }
+        let d = normalize_dim(op, dim, self.rank())?;
+        let size = self.dims()[d];
+        if split_size == 0 {
+            if size != 0 {
+                return Err(Error::invalid(
+                    op,
+                    "split_size",
+                    format!(
+                        "can only be 0 if the dimension has size 0, but dimension {d} of {:?} has size {size}",
+                        self.dims()
+                    ),
+                ));
+            }
+            return Ok(vec![self.narrow(d as isize, 0, 0)?]);
+        }
+        let pieces = size.div_ceil(split_size).max(1);
+        (0..pieces)
+            .map(|k| {
+                let start = k * split_size;
+                self.narrow(d as isize, start, split_size.min(size - start))
+            })
+            .collect()
+    }
+
+    /// Pieces of the given sizes along `dim`, as views (PyTorch's `split` with a list).
+    /// Fails unless the sizes add up to the dimension's size.
+    pub fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor<B>>> {
+        let op = "split_sizes";
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                op,
+                "self",
+                "expects a tensor with at least one dimension",
+            ));
+        }
+        let d = normalize_dim(op, dim, self.rank())?;
+        let size = self.dims()[d];
+        let total = sizes.iter().try_fold(0usize, |acc, &s| acc.checked_add(s));
+        if total != Some(size) {
+            return Err(Error::invalid(
+                op,
+                "sizes",
+                format!(
+                    "split sizes {sizes:?} must sum exactly to {size}, the size of dimension {d} of {:?}",
+                    self.dims()
+                ),
+            ));
+        }
+        let mut start = 0;
+        sizes
+            .iter()
+            .map(|&s| {
+                let piece = self.narrow(d as isize, start, s);
+                start += s;
+                piece
+            })
+            .collect()
+    }
+
+    /// Splits `dim` into `chunks` pieces of `⌈size / chunks⌉` entries (the last smaller),
+    /// as views (PyTorch's `chunk`): fewer than `chunks` pieces when that size does not
+    /// allow more, and `chunks` empty pieces for a dimension of size 0. Fails when
+    /// `chunks` is 0.
+    pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor<B>>> {
+        let op = "chunk";
+        if chunks == 0 {
+            return Err(Error::invalid(
+                op,
+                "chunks",
+                "number of chunks must be greater than 0",
+            ));
+        }
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                op,
+                "self",
+                "expects a tensor with at least one dimension",
+            ));
+        }
+        let d = normalize_dim(op, dim, self.rank())?;
+        let size = self.dims()[d];
+        if size == 0 {
+            return self.split_sizes(&vec![0; chunks], d as isize);
+        }
+        self.split(size.div_ceil(chunks), d as isize)
+    }
+}

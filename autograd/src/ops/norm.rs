@@ -1,4 +1,34 @@
-//! Operators of this family (being written).
+//! Normalisation: batch_norm, layer_norm and group_norm, each a fused operator with its
+//! own backward rule (the standard formulas of Ioffe & Szegedy 2015 and Ba et al. 2016).
+//!
+//! All three normalise the elements of a contiguous `[P, Q, R]` view of the input over
+//! `P` and `R`, one statistics group per `q` (batch_norm: `[N, C, spatial]`; layer_norm:
+//! `[1, outer, normalized]`; group_norm: `[1, N·G, (C/G)·spatial]`), in scalar code with
+//! the following order (`⊕ ⊖ ⊗ ⊘` single f32 operations, `Σ64` the f64 sum in increasing
+//! row-major element order rounded once, `n = P·R` converted to f32):
+//!
+//! forward, per group `q`:
+//! 1. `μ = (Σ64 x) ⊘ n`
+//! 2. `c = (Σ64 (x ⊖ μ)) ⊘ n`, the correction of the corrected two-pass algorithm
+//!    (Chan, Golub & LeVeque 1983): it removes the rounding error of `μ`, which would
+//!    otherwise shift every `x̂` when the data's offset is large against its spread
+//! 3. `e = (x ⊖ μ) ⊖ c`; `s2 = Σ64 (e·e)` with the products formed exactly in f64
+//! 4. `σ² = s2 ⊘ n` (biased); `r = 1 ⊘ sqrt(σ² ⊕ eps)`
+//! 5. `x̂ = e ⊗ r`; `y = (x̂ ⊗ w) ⊕ b` (each factor only when given)
+//!
+//! (batch_norm in evaluation mode uses `μ = running_mean`, `c = 0`, `σ² = running_var`).
+//! Training batch_norm then updates the running statistics in place, unrecorded:
+//! `rm = ((1 ⊖ m) ⊗ rm) ⊕ (m ⊗ (μ ⊕ c))`, `rv = ((1 ⊖ m) ⊗ rv) ⊕ (m ⊗ (s2 ⊘ (n ⊖ 1)))`.
+//!
+//! backward, with `ĝ = g ⊗ w` (or `g`) and `x̂` recomputed as in the forward pass:
+//! 1. `A = Σ64 ĝ`, `Bx = Σ64 (ĝ·x̂)` (f64 products), both per group, rounded once
+//! 2. `dx = ((ĝ ⊖ (A ⊘ n)) ⊖ (x̂ ⊗ (Bx ⊘ n))) ⊗ r`; when the statistics are constants
+//!    (batch_norm in evaluation mode) `dx = ĝ ⊗ r`
+//! 3. `dw = Σ64 (g·x̂)` (f64 products), `db = Σ64 g`, each over the elements that share
+//!    the parameter, in increasing row-major order.
+//!
+//! NaN results are canonical in exact mode. The same scalar code runs for every backend,
+//! so the bits never depend on the backend or thread count.
 
 // The API shared by every engineer of issue 3 (signatures to implement exactly):
 // ## Shared API for issue 3 (all engineers code against exactly these signatures)
@@ -31,3 +61,542 @@
 // autograd/src/ops/attention.rs (engineer B):
 // - `enum AttentionMask<'a, B: Backend> { Bool(&'a Tensor<B>) /* non-zero = take part, as PyTorch's True */, Additive(&'a Tensor<B>) }`
 // - `fn scaled_dot_product_attention(query: &Tensor<B>, key: &Tensor<B>, value: &Tensor<B>, mask: Option<AttentionMask<'_, B>>, is_causal: bool, scale: Option<f32>)` (associated fn; q [..., L, E], k [..., S, E], v [..., S, Ev]; mask broadcastable to [..., L, S]; scale default 1/√E; backward recomputes the attention weights with the softmax row kernel instead of saving them — Dao et al. 2022)
+
+use super::canon;
+use crate::engine::{record, Saved};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use exactgrad_core::{Backend, ComputeMode};
+
+/// Which parameter element an input element at `(q, r)` of the `[P, Q, R]` view uses.
+#[derive(Clone, Copy, Debug)]
+enum ParamIndex {
+    /// One per statistics group (batch_norm: per channel).
+    PerQ,
+    /// One per normalised position (layer_norm).
+    PerR,
+    /// group_norm: channel `(q mod groups)·cpg + r / spatial`.
+    Group {
+        groups: usize,
+        cpg: usize,
+        spatial: usize,
+    },
+}
+
+/// The `[P, Q, R]` geometry of a normalisation.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    p: usize,
+    q: usize,
+    r: usize,
+    param: ParamIndex,
+    /// Number of parameter elements (weight/bias length).
+    params: usize,
+}
+
+impl Geometry {
+    fn count(&self) -> usize {
+        self.p * self.r
+    }
+
+    #[inline]
+    fn param_index(&self, q: usize, r: usize) -> usize {
+        match self.param {
+            ParamIndex::PerQ => q,
+            ParamIndex::PerR => r,
+            ParamIndex::Group {
+                groups,
+                cpg,
+                spatial,
+            } => (q % groups) * cpg + r / spatial.max(1),
+        }
+    }
+
+    /// Calls `f(q, r, flat index)` for every element in row-major order.
+    #[inline]
+    fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let mut i = 0;
+        for _ in 0..self.p {
+            for q in 0..self.q {
+                for r in 0..self.r {
+                    f(q, r, i);
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The centring of each group: `e = (x ⊖ mean) ⊖ corr`.
+struct Center {
+    /// `μ` per group.
+    mean: Vec<f32>,
+    /// `c` per group (0 for fixed statistics).
+    corr: Vec<f32>,
+}
+
+impl Center {
+    #[inline]
+    fn apply(&self, x: f32, q: usize) -> f32 {
+        (x - self.mean[q]) - self.corr[q]
+    }
+}
+
+/// Per-group statistics of the forward pass.
+struct Stats {
+    center: Center,
+    /// `s2 = Σ64 e²` per group, rounded to f32.
+    sq_sum: Vec<f32>,
+}
+
+/// Steps 1–3 of the forward pass: mean, its correction and the sum of squared
+/// deviations per group.
+fn batch_stats(xs: &[f32], geo: &Geometry, mode: ComputeMode) -> Stats {
+    let n = geo.count() as f32;
+    let group_sums = |f: &dyn Fn(usize, f32) -> f64| -> Vec<f32> {
+        let mut acc = vec![0.0f64; geo.q];
+        geo.for_each(|q, _, i| acc[q] += f(q, xs[i]));
+        acc.iter().map(|&s| canon(mode, s as f32)).collect()
+    };
+    let mean: Vec<f32> = group_sums(&|_, x| f64::from(x))
+        .iter()
+        .map(|&s| canon(mode, s / n))
+        .collect();
+    let corr = group_sums(&|q, x| f64::from(x - mean[q]))
+        .iter()
+        .map(|&s| canon(mode, s / n))
+        .collect();
+    let center = Center { mean, corr };
+    let sq_sum = group_sums(&|q, x| {
+        let e = f64::from(center.apply(x, q));
+        e * e
+    });
+    Stats { center, sq_sum }
+}
+
+/// `r = 1 ⊘ sqrt(σ² ⊕ eps)` per group.
+fn rstd(var: &[f32], eps: f32, mode: ComputeMode) -> Vec<f32> {
+    var.iter()
+        .map(|&v| canon(mode, 1.0 / (v + eps).sqrt()))
+        .collect()
+}
+
+/// Step 5 of the forward pass: `y = ((((x ⊖ μ) ⊖ c) ⊗ r) ⊗ w) ⊕ b`.
+fn normalize(
+    xs: &[f32],
+    geo: &Geometry,
+    center: &Center,
+    rstd: &[f32],
+    w: Option<&[f32]>,
+    b: Option<&[f32]>,
+    mode: ComputeMode,
+) -> Vec<f32> {
+    let mut out = vec![0.0f32; xs.len()];
+    geo.for_each(|q, r, i| {
+        let mut y = center.apply(xs[i], q) * rstd[q];
+        if let Some(w) = w {
+            y *= w[geo.param_index(q, r)];
+        }
+        if let Some(b) = b {
+            y += b[geo.param_index(q, r)];
+        }
+        out[i] = canon(mode, y);
+    });
+    out
+}
+
+/// The gradients of input, weight and bias, each when needed.
+type NormGrads = (Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<f32>>);
+
+/// Gradients of a normalisation (see the module documentation for the formulas).
+/// `stats_depend` says whether `μ` and `r` were computed from `x` (training) or are
+/// constants (evaluation with running statistics).
+#[allow(clippy::too_many_arguments)]
+fn normalize_backward(
+    gs: &[f32],
+    xs: &[f32],
+    geo: &Geometry,
+    center: &Center,
+    rstd: &[f32],
+    w: Option<&[f32]>,
+    stats_depend: bool,
+    need: [bool; 3],
+    mode: ComputeMode,
+) -> NormGrads {
+    let xhat = |q: usize, i: usize| center.apply(xs[i], q) * rstd[q];
+    let ghat = |q: usize, r: usize, i: usize| match w {
+        Some(w) => gs[i] * w[geo.param_index(q, r)],
+        None => gs[i],
+    };
+    let dx = need[0].then(|| {
+        let mut dx = vec![0.0f32; xs.len()];
+        if stats_depend {
+            let n = geo.count() as f32;
+            let mut sum_g = vec![0.0f64; geo.q];
+            let mut sum_gx = vec![0.0f64; geo.q];
+            geo.for_each(|q, r, i| {
+                let gh = ghat(q, r, i);
+                sum_g[q] += f64::from(gh);
+                sum_gx[q] += f64::from(gh) * f64::from(xhat(q, i));
+            });
+            let mean_g: Vec<f32> = sum_g.iter().map(|&s| (s as f32) / n).collect();
+            let mean_gx: Vec<f32> = sum_gx.iter().map(|&s| (s as f32) / n).collect();
+            geo.for_each(|q, r, i| {
+                let v = ((ghat(q, r, i) - mean_g[q]) - xhat(q, i) * mean_gx[q]) * rstd[q];
+                dx[i] = canon(mode, v);
+            });
+        } else {
+            geo.for_each(|q, r, i| dx[i] = canon(mode, ghat(q, r, i) * rstd[q]));
+        }
+        dx
+    });
+    let dw = need[1].then(|| {
+        let mut acc = vec![0.0f64; geo.params];
+        geo.for_each(|q, r, i| {
+            acc[geo.param_index(q, r)] += f64::from(gs[i]) * f64::from(xhat(q, i));
+        });
+        acc.iter().map(|&s| canon(mode, s as f32)).collect()
+    });
+    let db = need[2].then(|| {
+        let mut acc = vec![0.0f64; geo.params];
+        geo.for_each(|q, r, i| acc[geo.param_index(q, r)] += f64::from(gs[i]));
+        acc.iter().map(|&s| canon(mode, s as f32)).collect()
+    });
+    (dx, dw, db)
+}
+
+/// Checks that an optional parameter tensor has exactly `dims`.
+fn check_param<B: Backend>(
+    op: &'static str,
+    what: &'static str,
+    t: Option<&Tensor<B>>,
+    input: &[usize],
+    dims: &[usize],
+) -> Result<()> {
+    if let Some(t) = t {
+        if t.dims() != dims {
+            return Err(Error::mismatch(
+                op,
+                t.dims(),
+                input,
+                format!("{what} must have shape {dims:?} for an input of shape {input:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The fused normalisation: computes, records and returns `y`. `fixed` holds constant
+/// statistics `(μ, σ²)` (evaluation); otherwise they come from the input, and
+/// `on_stats` receives the batch statistics (for the running-statistics update).
+#[allow(clippy::too_many_arguments)]
+fn norm_op<B: Backend>(
+    op: &'static str,
+    x: &Tensor<B>,
+    geo: Geometry,
+    weight: Option<&Tensor<B>>,
+    bias: Option<&Tensor<B>>,
+    eps: f32,
+    fixed: Option<(Vec<f32>, Vec<f32>)>,
+    on_stats: impl FnOnce(&Stats) -> Result<()>,
+) -> Result<Tensor<B>> {
+    let be = x.backend();
+    let mode = be.mode();
+    let w = weight.map(Tensor::to_vec);
+    let b = bias.map(Tensor::to_vec);
+    let stats_depend = fixed.is_none();
+    let (y, center, rs) = x.with_contiguous(|xs| -> Result<_> {
+        let (center, var) = match fixed {
+            Some((mean, var)) => {
+                let corr = vec![0.0; mean.len()];
+                (Center { mean, corr }, var)
+            }
+            None => {
+                let stats = batch_stats(xs, &geo, mode);
+                on_stats(&stats)?;
+                let n = geo.count() as f32;
+                let var = stats.sq_sum.iter().map(|&s| canon(mode, s / n)).collect();
+                (stats.center, var)
+            }
+        };
+        let rs = rstd(&var, eps, mode);
+        let y = normalize(xs, &geo, &center, &rs, w.as_deref(), b.as_deref(), mode);
+        Ok((y, center, rs))
+    })?;
+    let out = Tensor::from_vec(be, y, x.shape().clone())?;
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let need = [
+        x.is_requires_grad(),
+        weight.is_some_and(Tensor::is_requires_grad),
+        bias.is_some_and(Tensor::is_requires_grad),
+    ];
+    let w_shape = weight.map(|t| t.shape().clone());
+    let b_shape = bias.map(|t| t.shape().clone());
+    let x_keep = x.clone();
+    let w_keep = weight.cloned();
+    Ok(record(op, out, &inputs, move || {
+        // The rule reads x (for x̂) unless only the bias needs a gradient, and w for dx.
+        let saved_x = (need[0] || need[1]).then(|| Saved::new(op, &x_keep));
+        let saved_w = if need[0] {
+            w_keep.as_ref().map(|w| Saved::new(op, w))
+        } else {
+            None
+        };
+        move |g: &Tensor<B>| {
+            let be = g.backend();
+            let shape = g.shape().clone();
+            let w = match &saved_w {
+                Some(s) => Some(s.get()?.to_vec()),
+                None => None,
+            };
+            let (dx, dw, db) = g.with_contiguous(|gs| -> Result<_> {
+                match &saved_x {
+                    Some(sx) => Ok(sx.get()?.with_contiguous(|xs| {
+                        normalize_backward(
+                            gs,
+                            xs,
+                            &geo,
+                            &center,
+                            &rs,
+                            w.as_deref(),
+                            stats_depend,
+                            need,
+                            mode,
+                        )
+                    })),
+                    // Only the bias: x̂ is not needed.
+                    None => {
+                        let zeros = vec![0.0f32; gs.len()];
+                        Ok(normalize_backward(
+                            gs,
+                            &zeros,
+                            &geo,
+                            &center,
+                            &rs,
+                            None,
+                            stats_depend,
+                            [false, false, need[2]],
+                            mode,
+                        ))
+                    }
+                }
+            })?;
+            let mut grads = vec![dx
+                .map(|v| Tensor::from_vec(be, v, shape.clone()))
+                .transpose()?];
+            if let Some(shape) = &w_shape {
+                grads.push(
+                    dw.map(|v| Tensor::from_vec(be, v, shape.clone()))
+                        .transpose()?,
+                );
+            }
+            if let Some(shape) = &b_shape {
+                grads.push(
+                    db.map(|v| Tensor::from_vec(be, v, shape.clone()))
+                        .transpose()?,
+                );
+            }
+            Ok(grads)
+        }
+    }))
+}
+
+impl<B: Backend> Tensor<B> {
+    /// Batch normalisation (PyTorch's `nn.functional.batch_norm`) of an input
+    /// `[N, C, *]`, per channel over the batch and spatial dimensions.
+    ///
+    /// In training the batch mean and biased variance normalise; when given, the running
+    /// statistics are then updated in place (unrecorded, bumping their version) with the
+    /// unbiased variance: `r = (1 − momentum)·r + momentum·stat`. Outside training the
+    /// running statistics normalise and both must be given. `weight` and `bias` (`[C]`)
+    /// are optional. The exact formulas are in the module documentation.
+    ///
+    /// Fails when the input has fewer than 2 dimensions, when a statistic or parameter
+    /// does not have shape `[C]`, in evaluation without running statistics, and in
+    /// training when there is only one value per channel.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm(
+        &self,
+        running_mean: Option<&Tensor<B>>,
+        running_var: Option<&Tensor<B>>,
+        weight: Option<&Tensor<B>>,
+        bias: Option<&Tensor<B>>,
+        training: bool,
+        momentum: f32,
+        eps: f32,
+    ) -> Result<Tensor<B>> {
+        let op = "batch_norm";
+        if self.rank() < 2 {
+            return Err(Error::invalid(
+                op,
+                "input",
+                format!(
+                    "expects an input of shape [N, C, *] with at least 2 dimensions, got {:?}",
+                    self.dims()
+                ),
+            ));
+        }
+        let dims = self.dims();
+        let c = dims[1];
+        check_param(op, "running_mean", running_mean, dims, &[c])?;
+        check_param(op, "running_var", running_var, dims, &[c])?;
+        check_param(op, "weight", weight, dims, &[c])?;
+        check_param(op, "bias", bias, dims, &[c])?;
+        let spatial: usize = dims[2..].iter().product();
+        let geo = Geometry {
+            p: dims[0],
+            q: c,
+            r: spatial,
+            param: ParamIndex::PerQ,
+            params: c,
+        };
+        if training {
+            if geo.count() == 1 {
+                return Err(Error::invalid(
+                    op,
+                    "input",
+                    format!(
+                        "expected more than 1 value per channel when training, got input of shape {:?}",
+                        dims
+                    ),
+                ));
+            }
+            for (what, t) in [("running_mean", running_mean), ("running_var", running_var)] {
+                if t.is_some_and(|t| t.is_requires_grad() && crate::is_grad_enabled()) {
+                    return Err(Error::invalid(
+                        op,
+                        what,
+                        "running statistics are updated in place and must not require grad",
+                    ));
+                }
+            }
+            let mode = self.backend().mode();
+            let update = |stats: &Stats| -> Result<()> {
+                let n = geo.count() as f32;
+                let keep = 1.0f32 - momentum;
+                if let Some(rm) = running_mean {
+                    let c = &stats.center;
+                    rm.map_in_place(op, |i, r| {
+                        canon(mode, keep * r + momentum * (c.mean[i] + c.corr[i]))
+                    })?;
+                }
+                if let Some(rv) = running_var {
+                    rv.map_in_place(op, |i, r| {
+                        let unbiased = stats.sq_sum[i] / (n - 1.0);
+                        canon(mode, keep * r + momentum * unbiased)
+                    })?;
+                }
+                Ok(())
+            };
+            norm_op(op, self, geo, weight, bias, eps, None, update)
+        } else {
+            let (Some(rm), Some(rv)) = (running_mean, running_var) else {
+                return Err(Error::invalid(
+                    op,
+                    "running_mean/running_var",
+                    "both must be given in evaluation mode (training = false)",
+                ));
+            };
+            let fixed = (rm.to_vec(), rv.to_vec());
+            norm_op(op, self, geo, weight, bias, eps, Some(fixed), |_| Ok(()))
+        }
+    }
+
+    /// Layer normalisation (PyTorch's `nn.functional.layer_norm`) over the trailing
+    /// dimensions `normalized_shape`, with optional `weight` and `bias` of that shape.
+    ///
+    /// Fails when `normalized_shape` is empty or differs from the input's trailing
+    /// dimensions, or when a parameter does not have shape `normalized_shape`.
+    pub fn layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor<B>>,
+        bias: Option<&Tensor<B>>,
+        eps: f32,
+    ) -> Result<Tensor<B>> {
+        let op = "layer_norm";
+        let dims = self.dims();
+        if normalized_shape.is_empty() {
+            return Err(Error::invalid(
+                op,
+                "normalized_shape",
+                "must contain at least one dimension",
+            ));
+        }
+        let k = normalized_shape.len();
+        if dims.len() < k || dims[dims.len() - k..] != *normalized_shape {
+            return Err(Error::mismatch(
+                op,
+                dims,
+                normalized_shape,
+                format!("normalized_shape {normalized_shape:?} must equal the input's trailing dimensions"),
+            ));
+        }
+        check_param(op, "weight", weight, dims, normalized_shape)?;
+        check_param(op, "bias", bias, dims, normalized_shape)?;
+        let r: usize = normalized_shape.iter().product();
+        let geo = Geometry {
+            p: 1,
+            q: dims[..dims.len() - k].iter().product(),
+            r,
+            param: ParamIndex::PerR,
+            params: r,
+        };
+        norm_op(op, self, geo, weight, bias, eps, None, |_| Ok(()))
+    }
+
+    /// Group normalisation (PyTorch's `nn.functional.group_norm`) of an input
+    /// `[N, C, *]`: the channels are split into `num_groups` groups of `C / num_groups`
+    /// and each (sample, group) is normalised over its channels and spatial positions;
+    /// `weight` and `bias` are per channel (`[C]`).
+    ///
+    /// Fails when the input has fewer than 2 dimensions, when `num_groups` is 0 or does
+    /// not divide `C`, or when a parameter does not have shape `[C]`.
+    pub fn group_norm(
+        &self,
+        num_groups: usize,
+        weight: Option<&Tensor<B>>,
+        bias: Option<&Tensor<B>>,
+        eps: f32,
+    ) -> Result<Tensor<B>> {
+        let op = "group_norm";
+        let dims = self.dims();
+        if dims.len() < 2 {
+            return Err(Error::invalid(
+                op,
+                "input",
+                format!(
+                    "expects an input of shape [N, C, *] with at least 2 dimensions, got {dims:?}"
+                ),
+            ));
+        }
+        let c = dims[1];
+        if num_groups == 0 || c % num_groups != 0 {
+            return Err(Error::invalid(
+                op,
+                "num_groups",
+                format!(
+                    "the number of channels {c} of input {dims:?} must be divisible by num_groups = {num_groups}"
+                ),
+            ));
+        }
+        check_param(op, "weight", weight, dims, &[c])?;
+        check_param(op, "bias", bias, dims, &[c])?;
+        let spatial: usize = dims[2..].iter().product();
+        let cpg = c / num_groups;
+        let geo = Geometry {
+            p: 1,
+            q: dims[0] * num_groups,
+            r: cpg * spatial,
+            param: ParamIndex::Group {
+                groups: num_groups,
+                cpg,
+                spatial,
+            },
+            params: c,
+        };
+        norm_op(op, self, geo, weight, bias, eps, None, |_| Ok(()))
+    }
+}
