@@ -210,6 +210,110 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             |v| v[0].mse_loss(&v[1], reduction),
         );
     }
+    // Convolution family (exactgrad::autograd::ops::conv).
+    {
+        use exactgrad::autograd::{
+            AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions,
+        };
+        let conv2d: [(&str, [usize; 4], [usize; 4], Conv2dOptions); 4] = [
+            (
+                "plain",
+                [2, 5, 9, 11],
+                [7, 5, 3, 3],
+                Conv2dOptions {
+                    padding: [1, 1],
+                    ..Default::default()
+                },
+            ),
+            (
+                "stride dilation",
+                [3, 4, 13, 10],
+                [6, 4, 3, 2],
+                Conv2dOptions {
+                    stride: [2, 3],
+                    padding: [2, 0],
+                    dilation: [2, 1],
+                    groups: 1,
+                },
+            ),
+            (
+                "groups",
+                [2, 6, 8, 8],
+                [9, 2, 3, 3],
+                Conv2dOptions {
+                    groups: 3,
+                    ..Default::default()
+                },
+            ),
+            (
+                "depthwise",
+                [2, 8, 10, 9],
+                [16, 1, 3, 3],
+                Conv2dOptions {
+                    groups: 8,
+                    padding: [1, 1],
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, xs, ws, opts) in conv2d {
+            c.case(
+                &format!("conv2d {name}"),
+                &[&xs, &ws, &[ws[0]]],
+                false,
+                |v| v[0].conv2d(&v[1], Some(&v[2]), opts),
+            );
+        }
+        c.case(
+            "conv2d transposed input",
+            &[&[2, 3, 12, 7], &[4, 3, 2, 3]],
+            false,
+            |v| {
+                v[0].transpose(2, 3)?
+                    .conv2d(&v[1], None, Conv2dOptions::default())
+            },
+        );
+        let opts1 = Conv1dOptions {
+            stride: 2,
+            padding: 3,
+            dilation: 2,
+            groups: 2,
+        };
+        c.case("conv1d", &[&[3, 6, 33], &[10, 3, 4], &[10]], false, |v| {
+            v[0].conv1d(&v[1], Some(&v[2]), opts1)
+        });
+        let mp = MaxPool2dOptions {
+            stride: Some([2, 1]),
+            padding: [1, 1],
+            dilation: [1, 2],
+            ceil_mode: true,
+            ..MaxPool2dOptions::new([3, 3])
+        };
+        c.case("max_pool2d", &[&[2, 3, 11, 9]], true, |v| {
+            v[0].max_pool2d(mp)
+        });
+        for include in [true, false] {
+            let ap = AvgPool2dOptions {
+                stride: Some([2, 2]),
+                padding: [1, 1],
+                ceil_mode: true,
+                count_include_pad: include,
+                ..AvgPool2dOptions::new([3, 3])
+            };
+            c.case(
+                &format!("avg_pool2d include_pad={include}"),
+                &[&[2, 3, 10, 9]],
+                true,
+                |v| v[0].avg_pool2d(ap),
+            );
+        }
+        c.case("adaptive_avg_pool2d", &[&[2, 3, 11, 7]], true, |v| {
+            v[0].adaptive_avg_pool2d([4, 3])
+        });
+        c.case("pad", &[&[2, 3, 5]], true, |v| {
+            v[0].pad(&[1, 2, 0, 3], -0.5)
+        });
+    }
     c.out
 }
 
