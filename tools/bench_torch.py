@@ -5,11 +5,13 @@ Usage: .venv/bin/python tools/bench_torch.py [--threads 1,2] [--time 1.0] [--sha
 
 Each line has the same form as the summary that `cargo bench --bench gemm` prints:
 
-    gemm/torch/t1/512x512x512            median   123.45 GFLOP/s   (min 120.00, max 125.10, 40 samples)
+    gemm/torch/t1/512x512x512            median   123.45 GFLOP/s   (min 120.00, max 125.10, 400 calls)
 
-GFLOP/s = 2*m*n*k / (median seconds per product) / 1e9. A sample times a batch of calls
-long enough (>= 20 ms) that the timer's resolution does not matter; the output tensor is
-preallocated (`out=`) as the Rust benches write into a preallocated buffer.
+Every call is timed on its own (as the Rust bench does), after a warm-up; the line gives
+the median, the slowest and the fastest call as GFLOP/s = 2*m*n*k / seconds / 1e9. The
+median of single calls is robust to the time slices that other processes take on a shared
+machine. The output tensor is preallocated (`out=`), as the Rust benches write into a
+preallocated buffer.
 """
 
 import argparse
@@ -30,37 +32,29 @@ SHAPES = [
 ]
 
 
-def bench(m, k, n, seconds):
+def bench(m, k, n, seconds, warmup):
     g = torch.Generator().manual_seed(0)
     a = torch.rand(m, k, generator=g) - 0.5
     b = torch.rand(k, n, generator=g) - 0.5
     out = torch.empty(m, n)
     flops = 2.0 * m * n * k
-    # Warm up and size the inner batch to about 20 ms.
-    reps = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            torch.matmul(a, b, out=out)
-        dt = time.perf_counter() - t0
-        if dt >= 0.02:
-            break
-        reps *= 2
-    samples = []
+    deadline = time.perf_counter() + warmup
+    while time.perf_counter() < deadline:
+        torch.matmul(a, b, out=out)
+    calls = []
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or len(samples) < 10:
+    while time.perf_counter() < deadline or len(calls) < 10:
         t0 = time.perf_counter()
-        for _ in range(reps):
-            torch.matmul(a, b, out=out)
-        dt = (time.perf_counter() - t0) / reps
-        samples.append(flops / dt / 1e9)
-    return statistics.median(samples), min(samples), max(samples), len(samples)
+        torch.matmul(a, b, out=out)
+        calls.append(flops / (time.perf_counter() - t0) / 1e9)
+    return statistics.median(calls), min(calls), max(calls), len(calls)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    p.add_argument("--time", type=float, default=1.0, help="seconds per shape and thread count")
+    p.add_argument("--time", type=float, default=0.6, help="seconds of timed calls per benchmark")
+    p.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up per benchmark")
     p.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     args = p.parse_args()
     wanted = set(filter(None, args.shapes.split(",")))
@@ -70,11 +64,11 @@ def main():
         for name, m, k, n in SHAPES:
             if wanted and name not in wanted:
                 continue
-            med, lo, hi, count = bench(m, k, n, args.time)
+            med, lo, hi, count = bench(m, k, n, args.time, args.warmup)
             label = f"gemm/torch/t{t}/{m}x{k}x{n}"
             print(
                 f"{label:<44} median {med:8.2f} GFLOP/s   "
-                f"(min {lo:.2f}, max {hi:.2f}, {count} samples)",
+                f"(min {lo:.2f}, max {hi:.2f}, {count} calls)",
                 flush=True,
             )
 
