@@ -157,12 +157,22 @@ pub fn train<B: Backend>(
 pub enum BackendChoice {
     /// `ScalarRefBackend`: the exact scalar oracle.
     ScalarRef,
+    /// `ExactBackend`: SIMD, threads, the same bits as the oracle.
+    Exact,
+    /// `FastBackend`: SIMD with FMA, threads.
+    Fast,
+    /// `FastScalarRefBackend`: the fast-mode scalar reference.
+    ScalarRefFast,
 }
 
 impl BackendChoice {
     /// Every choice with its name, in the order `--help` lists them.
-    pub const ALL: &'static [(&'static str, BackendChoice)] =
-        &[("scalar-ref", BackendChoice::ScalarRef)];
+    pub const ALL: &'static [(&'static str, BackendChoice)] = &[
+        ("scalar-ref", BackendChoice::ScalarRef),
+        ("exact", BackendChoice::Exact),
+        ("fast", BackendChoice::Fast),
+        ("scalar-ref-fast", BackendChoice::ScalarRefFast),
+    ];
 
     /// The choice called `name`, or an error listing the names.
     pub fn parse(name: &str) -> Result<Self, String> {
@@ -185,19 +195,25 @@ impl BackendChoice {
 pub struct Args {
     /// Which backend to train on.
     pub backend: BackendChoice,
+    /// ISA path of the exact and fast backends (`None`: the best this CPU has).
+    pub isa: Option<Isa>,
+    /// Threads of the exact and fast backends (`None`: one per core).
+    pub threads: Option<usize>,
     /// The run's hyper-parameters.
     pub config: Config,
     /// `--help` was given.
     pub help: bool,
 }
 
-const USAGE: &str =
-    "usage: digits [--backend NAME] [--epochs N] [--seed S] [--batch-size N] [--hidden N] [--lr X]";
+const USAGE: &str = "usage: digits [--backend NAME] [--isa avx512|avx2|v128|scalar] [--threads N] \
+[--epochs N] [--seed S] [--batch-size N] [--hidden N] [--lr X]";
 
 /// Parses the arguments after the program name.
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut out = Args {
         backend: BackendChoice::ScalarRef,
+        isa: None,
+        threads: None,
         config: Config::default(),
         help: false,
     };
@@ -223,6 +239,22 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
         }
         match flag.as_str() {
             "--backend" => out.backend = BackendChoice::parse(&value()?)?,
+            "--isa" => {
+                let v = value()?;
+                out.isa = Some(
+                    Isa::ALL
+                        .into_iter()
+                        .find(|i| i.name() == v)
+                        .ok_or_else(|| {
+                            let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+                            format!(
+                                "unknown ISA path `{v}`; choose one of: {}",
+                                names.join(", ")
+                            )
+                        })?,
+                )
+            }
+            "--threads" => out.threads = Some(num(&flag, value()?)?),
             "--epochs" => out.config.epochs = num(&flag, value()?)?,
             "--seed" => out.config.seed = num(&flag, value()?)?,
             "--batch-size" => out.config.batch_size = num(&flag, value()?)?,
@@ -287,8 +319,32 @@ fn main() {
         );
         return;
     }
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let result = match args.backend {
         BackendChoice::ScalarRef => run(&ScalarRefBackend, &args.config),
+        BackendChoice::ScalarRefFast => run(&FastScalarRefBackend, &args.config),
+        BackendChoice::Exact => {
+            let isa = args.isa.unwrap_or_else(|| Isa::best(ComputeMode::Exact));
+            match ExactBackend::with_isa(isa, threads) {
+                Ok(b) => run(&b, &args.config),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        BackendChoice::Fast => {
+            let isa = args.isa.unwrap_or_else(|| Isa::best(ComputeMode::Fast));
+            match FastBackend::with_isa(isa, threads) {
+                Ok(b) => run(&b, &args.config),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -84,7 +84,18 @@ fn command_line_is_parsed_with_clear_errors() {
     assert_eq!(args("").unwrap().config, Config::default());
 
     let err = args("--backend avx9000").unwrap_err();
-    assert_eq!(err, "unknown backend `avx9000`; choose one of: scalar-ref");
+    assert_eq!(
+        err,
+        "unknown backend `avx9000`; choose one of: scalar-ref, exact, fast, scalar-ref-fast"
+    );
+    let a = args("--backend exact --isa avx2 --threads 3").unwrap();
+    assert_eq!(
+        (a.backend, a.isa, a.threads),
+        (BackendChoice::Exact, Some(Isa::Avx2), Some(3))
+    );
+    assert!(args("--isa sse9")
+        .unwrap_err()
+        .contains("unknown ISA path `sse9`"));
     assert!(args("--epochs many")
         .unwrap_err()
         .contains("--epochs: `many` is not a valid number"));
