@@ -89,39 +89,141 @@ struct Job<'a> {
     b_batch_len: usize,
 }
 
-/// One instantiation of the blocked product: a lane type, a mode and a micro-tile shape.
+/// One instantiation of the micro-kernels: a lane type, a mode and a micro-tile shape.
+///
+/// The kernels are separate functions compiled with the path's target features (and
+/// never inlined into the driver), so each keeps its accumulators in registers.
 trait Kernel {
-    /// Rows of a micro-tile.
+    /// Rows of a full micro-tile.
     const MR: usize;
-    /// Columns of a micro-tile (a whole number of lanes).
+    /// Rows of the short kernel used for edge tiles of at most `MH` rows.
+    const MH: usize;
+    /// Elements of one lane.
+    const W: usize;
+    /// Columns of a full micro-tile (a whole number of lanes).
     const NR: usize;
 
-    /// Computes the output rows `r0 .. r0 + out.len() / n` (rows of the batch-folded
-    /// output) into `out`, using `apack` (at least `MC` rounded up to `MR`, times `KC`
-    /// elements) as scratch.
+    /// [`pack_a`] with this kernel's `MR`.
+    fn pack_a(job: &Job<'_>, r0: usize, rows: usize, pc: usize, kc: usize, apack: &mut [f32]);
+
+    /// One full `MR × NR` tile in place, as [`micro`] with `astep = MR`, `bstep = NR`.
     ///
     /// # Safety
-    /// The CPU must have the target features of the kernel's ISA path.
-    unsafe fn rows(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]);
+    /// The contract of [`micro`], and the CPU has the kernel's target features.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn full(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        load: bool,
+        last: bool,
+    );
+
+    /// One edge tile of `rows × cols` (at most `MR × NR`) into the scratch tile `t` (row
+    /// stride `NR`), on the smallest kernel covering it: `MH` or `MR` rows, one lane or
+    /// `NR / W`.
+    ///
+    /// # Safety
+    /// The contract of [`micro`] for an `MR × NR` tile at `t` with `ldc = NR`, and the CPU
+    /// has the kernel's target features.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn edge(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        t: *mut f32,
+        rows: usize,
+        cols: usize,
+        load: bool,
+        last: bool,
+    );
 }
 
-/// Declares a [`Kernel`]: the generic row driver instantiated inside a function compiled
+/// Declares a [`Kernel`]: the generic micro-kernel instantiated inside functions compiled
 /// with the path's target features.
 macro_rules! kernel {
-    ($name:ident, $lane:ty, $mode:ty, $mr:literal, $nv:literal $(, $feature:literal)?) => {
+    ($name:ident, $lane:ty, $mode:ty, $mr:literal, $mh:literal, $nv:literal $(, $feature:literal)?) => {
         struct $name;
 
         impl Kernel for $name {
             const MR: usize = $mr;
+            const MH: usize = $mh;
+            const W: usize = <$lane as SimdLane>::WIDTH;
             const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
 
-            unsafe fn rows(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
+            fn pack_a(job: &Job<'_>, r0: usize, rows: usize, pc: usize, kc: usize, apack: &mut [f32]) {
+                pack_a::<$mr>(job, r0, rows, pc, kc, apack)
+            }
+
+            #[inline(always)]
+            unsafe fn full(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                load: bool,
+                last: bool,
+            ) {
+                #[inline(never)]
                 $(#[target_feature(enable = $feature)])?
-                unsafe fn imp(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
-                    rows::<$lane, $mode, $mr, $nv>(job, r0, out, apack)
+                unsafe fn imp(
+                    kc: usize,
+                    a: *const f32,
+                    b: *const f32,
+                    c: *mut f32,
+                    ldc: usize,
+                    load: bool,
+                    last: bool,
+                ) {
+                    const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
+                    // SAFETY: forwarded from the caller.
+                    unsafe { micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, c, ldc, load, last) }
                 }
-                // SAFETY: the caller guarantees the target features.
-                unsafe { imp(job, r0, out, apack) }
+                // SAFETY: forwarded from the caller.
+                unsafe { imp(kc, a, b, c, ldc, load, last) }
+            }
+
+            #[inline(always)]
+            unsafe fn edge(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                t: *mut f32,
+                rows: usize,
+                cols: usize,
+                load: bool,
+                last: bool,
+            ) {
+                #[inline(never)]
+                $(#[target_feature(enable = $feature)])?
+                unsafe fn imp(
+                    kc: usize,
+                    a: *const f32,
+                    b: *const f32,
+                    t: *mut f32,
+                    rows: usize,
+                    cols: usize,
+                    load: bool,
+                    last: bool,
+                ) {
+                    const W: usize = <$lane as SimdLane>::WIDTH;
+                    const NR: usize = $nv * W;
+                    // SAFETY: forwarded from the caller; each variant reads the first
+                    // MH or MR rows of the A panel and one or all lanes of the B panel.
+                    unsafe {
+                        match (rows <= $mh, cols <= W) {
+                            (true, true) => micro::<$lane, $mode, $mh, 1>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (true, false) => micro::<$lane, $mode, $mh, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (false, true) => micro::<$lane, $mode, $mr, 1>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (false, false) => micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
+                        }
+                    }
+                }
+                // SAFETY: forwarded from the caller.
+                unsafe { imp(kc, a, b, t, rows, cols, load, last) }
             }
         }
     };
@@ -131,19 +233,19 @@ macro_rules! kernel {
 use super::simd::{F32x16, F32x4, F32x8};
 
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx512Exact, F32x16, Exact, 12, 2, "avx512f");
+kernel!(Avx512Exact, F32x16, Exact, 12, 6, 2, "avx512f");
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx512Fast, F32x16, Fast, 12, 2, "avx512f");
+kernel!(Avx512Fast, F32x16, Fast, 12, 6, 2, "avx512f");
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx2Exact, F32x8, Exact, 6, 2, "avx2,fma");
+kernel!(Avx2Exact, F32x8, Exact, 6, 3, 2, "avx2,fma");
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx2Fast, F32x8, Fast, 6, 2, "avx2,fma");
+kernel!(Avx2Fast, F32x8, Fast, 6, 3, 2, "avx2,fma");
 #[cfg(target_arch = "x86_64")]
-kernel!(V128Exact, F32x4, Exact, 4, 2, "sse2");
+kernel!(V128Exact, F32x4, Exact, 4, 2, 2, "sse2");
 #[cfg(target_arch = "x86_64")]
-kernel!(V128Fast, F32x4, Fast, 4, 2, "sse2,fma");
-kernel!(ScalarExact, f32, Exact, 4, 4);
-kernel!(ScalarFast, f32, Fast, 4, 4);
+kernel!(V128Fast, F32x4, Fast, 4, 2, 2, "sse2,fma");
+kernel!(ScalarExact, f32, Exact, 4, 2, 4);
+kernel!(ScalarFast, f32, Fast, 4, 2, 4);
 
 /// The driver: checks, packs `B`, cuts the rows into chunks and runs them on `ctx`.
 fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
@@ -198,9 +300,7 @@ fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32],
     let apack_len = MC.div_ceil(mr) * mr * KC.min(k);
     ctx.for_each_chunk(out, rows_per_chunk * n, |ci, chunk| {
         let mut abuf = Scratch::take(&SCRATCH_A, apack_len);
-        // SAFETY: `matmul` runs a kernel only on an `isa` that the backend confirmed with
-        // `Isa::is_supported`, so its target features are present.
-        unsafe { K::rows(&job, ci * rows_per_chunk, chunk, &mut abuf.buf[..apack_len]) }
+        rows::<K>(&job, ci * rows_per_chunk, chunk, &mut abuf.buf[..apack_len]);
     });
 }
 
@@ -273,7 +373,9 @@ fn pack_b(spec: &MatmulSpec, b: &[f32], bb: usize, j0: usize, nr: usize, panel: 
 }
 
 /// Packs rows `r0 .. r0 + rows` (batch-folded) and steps `pc .. pc + kc` of `A` into
-/// micro-panels of `MR` rows (`kc × MR`, p-major; rows past the end zero).
+/// micro-panels of `MR` rows (`kc × MR`, p-major; rows past the end zero). Writes every
+/// element of `apack[.. rows.div_ceil(MR) * MR * kc]`.
+#[inline(always)]
 fn pack_a<const MR: usize>(
     job: &Job<'_>,
     r0: usize,
@@ -288,43 +390,41 @@ fn pack_a<const MR: usize>(
         .chunks_exact_mut(MR * kc)
         .enumerate()
     {
-        let mut base = [0usize; MR];
         let valid = MR.min(rows - ip * MR);
-        for (i, bs) in base.iter_mut().enumerate().take(valid) {
-            let r = r0 + ip * MR + i;
-            *bs = job.a_offset + (r / job.m) * sa0 + (r % job.m) * sa1 + pc * sa2;
-        }
-        if sa2 == 1 {
-            for (i, &s) in base.iter().enumerate().take(valid) {
-                for (p, &v) in a[s..s + kc].iter().enumerate() {
-                    dst[p * MR + i] = v;
+        let base: [usize; MR] = core::array::from_fn(|i| {
+            let r = r0 + ip * MR + i.min(valid - 1);
+            job.a_offset + (r / job.m) * sa0 + (r % job.m) * sa1 + pc * sa2
+        });
+        if valid == MR && sa2 == 1 {
+            // Row-major A: MR rows read side by side, the panel written in order.
+            let src: [&[f32]; MR] = core::array::from_fn(|i| &a[base[i]..base[i] + kc]);
+            for (p, d) in dst.chunks_exact_mut(MR).enumerate().take(kc) {
+                for (x, row) in d.iter_mut().zip(src.iter()) {
+                    *x = row[p];
                 }
+            }
+        } else if valid == MR && sa1 == 1 && base[MR - 1] == base[0] + MR - 1 {
+            // Transposed A (one batch): each step's MR values are contiguous.
+            for (p, d) in dst.chunks_exact_mut(MR).enumerate() {
+                let s = base[0] + p * sa2;
+                d.copy_from_slice(&a[s..s + MR]);
             }
         } else {
             for (p, d) in dst.chunks_exact_mut(MR).enumerate() {
                 for i in 0..valid {
                     d[i] = a[base[i] + p * sa2];
                 }
-            }
-        }
-        if valid < MR {
-            for d in dst.chunks_exact_mut(MR) {
                 d[valid..].fill(0.0);
             }
         }
     }
 }
 
-/// Computes output rows `r0 .. r0 + out.len() / n` of the batch-folded product.
-#[inline(always)]
-fn rows<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
-    job: &Job<'_>,
-    r0: usize,
-    out: &mut [f32],
-    apack: &mut [f32],
-) {
+/// Computes output rows `r0 .. r0 + out.len() / n` of the batch-folded product, using
+/// `apack` (at least `MC` rounded up to `MR`, times `min(KC, k)` elements) as scratch.
+fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
     let (m, k, n) = (job.m, job.k, job.n);
-    let nr = NV * L::WIDTH;
+    let (mr, nr) = (K::MR, K::NR);
     let npanels = n.div_ceil(nr);
     let nrows = out.len() / n;
     let mut s = 0;
@@ -342,19 +442,19 @@ fn rows<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
         let mut pc = 0;
         while pc < k {
             let kc = KC.min(k - pc);
-            pack_a::<MR>(job, r, block_rows, pc, kc, apack);
+            K::pack_a(job, r, block_rows, pc, kc, apack);
             let (load, last) = (pc > 0, pc + kc == k);
             for jp in 0..npanels {
                 let j0 = jp * nr;
                 let cols = nr.min(n - j0);
                 let bpanel = &bpack[(jp * k + pc) * nr..][..kc * nr];
-                for (ip, apanel) in apack[..block_rows.div_ceil(MR) * MR * kc]
-                    .chunks_exact(MR * kc)
+                for (ip, apanel) in apack[..block_rows.div_ceil(mr) * mr * kc]
+                    .chunks_exact(mr * kc)
                     .enumerate()
                 {
-                    let i0 = ip * MR;
-                    let rws = MR.min(block_rows - i0);
-                    tile::<L, M, MR, NV>(kc, apanel, bpanel, c, i0, j0, rws, cols, n, load, last);
+                    let i0 = ip * mr;
+                    let rws = mr.min(block_rows - i0);
+                    tile::<K>(kc, apanel, bpanel, c, n, i0, j0, rws, cols, load, last);
                 }
             }
             pc += kc;
@@ -363,71 +463,59 @@ fn rows<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
     }
 }
 
-/// One micro-tile at rows `i0..i0+rows`, columns `j0..j0+cols` of `c` (row stride `ldc`):
-/// full tiles run in place, edge tiles through a scratch tile.
+/// One micro-tile at rows `i0..i0+rows`, columns `j0..j0+cols` of `c` (row stride
+/// `ldc`): full tiles run in place, edge tiles through a scratch tile.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tile<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
+fn tile<K: Kernel>(
     kc: usize,
     apanel: &[f32],
     bpanel: &[f32],
     c: &mut [f32],
+    ldc: usize,
     i0: usize,
     j0: usize,
     rows: usize,
     cols: usize,
-    ldc: usize,
     load: bool,
     last: bool,
 ) {
-    let nr = NV * L::WIDTH;
-    assert!(MR * nr <= TILE_MAX, "gemm: tile too large");
+    let (mr, nr) = (K::MR, K::NR);
     assert!(
-        apanel.len() >= kc * MR && bpanel.len() >= kc * nr,
+        mr * nr <= TILE_MAX && K::MH <= mr && nr % K::W == 0,
+        "gemm: tile shape"
+    );
+    assert!(
+        apanel.len() >= kc * mr && bpanel.len() >= kc * nr,
         "gemm: panels"
     );
     assert!(
-        rows >= 1 && cols >= 1 && (i0 + rows - 1) * ldc + j0 + cols <= c.len(),
-        "gemm: tile"
+        (1..=mr).contains(&rows) && (1..=nr).contains(&cols),
+        "gemm: tile size"
     );
-    if rows == MR && cols == nr {
-        // SAFETY: the panels hold kc steps (checked above) and the tile's MR rows of nr
-        // columns at row stride ldc lie inside `c` (its last element is checked above).
-        unsafe {
-            micro::<L, M, MR, NV>(
-                kc,
-                apanel.as_ptr(),
-                bpanel.as_ptr(),
-                c.as_mut_ptr().add(i0 * ldc + j0),
-                ldc,
-                load,
-                last,
-            )
-        }
-    } else {
-        let mut t = [0.0f32; TILE_MAX];
-        if load {
-            for i in 0..rows {
-                let s = (i0 + i) * ldc + j0;
-                t[i * nr..i * nr + cols].copy_from_slice(&c[s..s + cols]);
-            }
-        }
-        // SAFETY: the panels hold kc steps (checked above); `t` holds MR × nr elements.
-        unsafe {
-            micro::<L, M, MR, NV>(
-                kc,
-                apanel.as_ptr(),
-                bpanel.as_ptr(),
-                t.as_mut_ptr(),
-                nr,
-                load,
-                last,
-            )
-        }
+    assert!((i0 + rows - 1) * ldc + j0 + cols <= c.len(), "gemm: tile");
+    let (a, b) = (apanel.as_ptr(), bpanel.as_ptr());
+    if rows == mr && cols == nr {
+        // SAFETY: the panels hold kc steps of MR and NR elements, and the tile's MR rows
+        // of NR columns at row stride ldc lie inside `c` (all checked above). The backend
+        // holds only an `isa` that `Isa::is_supported` confirmed, so the CPU has the
+        // kernel's target features.
+        unsafe { K::full(kc, a, b, c.as_mut_ptr().add(i0 * ldc + j0), ldc, load, last) }
+        return;
+    }
+    let mut t = [0.0f32; TILE_MAX];
+    if load {
         for i in 0..rows {
             let s = (i0 + i) * ldc + j0;
-            c[s..s + cols].copy_from_slice(&t[i * nr..i * nr + cols]);
+            t[i * nr..i * nr + cols].copy_from_slice(&c[s..s + cols]);
         }
+    }
+    // SAFETY: the panels hold kc steps of MR and NR elements (checked above) and `t` holds
+    // MR × NR elements; the target features as for a full tile.
+    unsafe { K::edge(kc, a, b, t.as_mut_ptr(), rows, cols, load, last) }
+    for i in 0..rows {
+        let s = (i0 + i) * ldc + j0;
+        c[s..s + cols].copy_from_slice(&t[i * nr..i * nr + cols]);
     }
 }
 
@@ -438,13 +526,17 @@ fn tile<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
 /// increasing `p`, and stores to `c`, NaN-canonicalised in exact mode when `last`.
 ///
 /// # Safety
-/// `a` must hold `kc × MR` and `b` `kc × NV × WIDTH` readable elements; `c` must have
-/// `MR` rows of `NV × WIDTH` elements at row stride `ldc`, readable and writable.
+/// For each of the `kc` steps, `a` must have `MR` readable elements at stride `astep` and
+/// `b` `NV × WIDTH` readable elements at stride `bstep`; `c` must have `MR` rows of
+/// `NV × WIDTH` elements at row stride `ldc`, readable and writable.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
     kc: usize,
     a: *const f32,
+    astep: usize,
     b: *const f32,
+    bstep: usize,
     c: *mut f32,
     ldc: usize,
     load: bool,
@@ -462,8 +554,8 @@ unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: u
     }
     let (mut a, mut b) = (a, b);
     for _ in 0..kc {
-        // SAFETY: step p reads a[p*MR .. p*MR+MR] and b[p*NR .. p*NR+NR], inside the
-        // panels (the caller's contract).
+        // SAFETY: step p reads a[p*astep ..][..MR] and b[p*bstep ..][..NV*WIDTH], inside
+        // the panels (the caller's contract).
         unsafe {
             let bv: [L; NV] = core::array::from_fn(|v| L::load(b.add(v * w)));
             for (i, row) in acc.iter_mut().enumerate() {
@@ -472,8 +564,8 @@ unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: u
                     *x = <M as Madd<L>>::madd(av, bj, *x);
                 }
             }
-            a = a.add(MR);
-            b = b.add(NV * w);
+            a = a.add(astep);
+            b = b.add(bstep);
         }
     }
     for (i, row) in acc.iter().enumerate() {
