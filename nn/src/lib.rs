@@ -35,17 +35,27 @@
 #![warn(missing_docs)]
 
 pub mod activation;
+pub mod attention;
+pub mod conv;
 pub mod data;
 pub mod error;
 pub mod init;
 pub mod linear;
 pub mod metrics;
 pub mod module;
+pub mod norm;
 pub mod optim;
+pub mod reference;
 pub mod sequential;
 
 pub use activation::{Flatten, Gelu, LeakyRelu, Relu, Sigmoid, Tanh};
+pub use attention::{
+    AttnMask, FeedForwardActivation, MultiheadAttention, MultiheadAttentionConfig,
+    TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};
+pub use conv::Conv2d;
 pub use error::{DataError, Error, Result};
 pub use linear::Linear;
 pub use module::Module;
+pub use norm::{BatchNorm2d, BatchNormConfig, LayerNorm};
 pub use sequential::Sequential;

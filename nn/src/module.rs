@@ -26,6 +26,21 @@ pub trait Module<B: Backend>: fmt::Debug {
         let _ = training;
     }
 
+    /// Calls `f` with the full name and the tensor of every buffer: state that is saved
+    /// with the parameters but not trained (PyTorch's `register_buffer`, e.g. the running
+    /// statistics of batch normalisation), in `state_dict` order. Buffers do not require
+    /// gradients; modules without buffers keep this default, which visits nothing.
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        let _ = (prefix, f);
+    }
+
+    /// The buffers with their `state_dict` names, in order (see [`Module::visit_buffers`]).
+    fn named_buffers(&self) -> Vec<(String, Tensor<B>)> {
+        let mut out = Vec::new();
+        self.visit_buffers("", &mut |name, t| out.push((name.to_string(), t.clone())));
+        out
+    }
+
     /// The parameters with their `state_dict` names, in order.
     fn named_parameters(&self) -> Vec<(String, Tensor<B>)> {
         let mut out = Vec::new();
@@ -77,5 +92,8 @@ impl<B: Backend, M: Module<B> + ?Sized> Module<B> for Box<M> {
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training)
+    }
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        (**self).visit_buffers(prefix, f)
     }
 }

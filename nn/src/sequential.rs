@@ -80,6 +80,12 @@ impl<B: Backend> Module<B> for Sequential<B> {
             layer.set_training(training);
         }
     }
+
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        for (i, layer) in self.layers.iter().enumerate() {
+            layer.visit_buffers(&join_name(prefix, &i.to_string()), f);
+        }
+    }
 }
 
 impl<B: Backend> fmt::Debug for Sequential<B> {

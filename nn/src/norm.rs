@@ -1,0 +1,312 @@
+//! Normalisation layers: [`BatchNorm2d`] and [`LayerNorm`].
+
+use crate::error::{Error, Result};
+use crate::module::{join_name, Module};
+use exactgrad_autograd::Tensor;
+use exactgrad_core::Backend;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Hyper-parameters of [`BatchNorm2d`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormConfig {
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+    /// Weight of the new batch statistic in the running averages (default `Some(0.1)`);
+    /// `None` gives the cumulative average `1 / num_batches_tracked`, as PyTorch's
+    /// `momentum=None`.
+    pub momentum: Option<f32>,
+    /// Whether the layer has a learnable per-channel `weight` and `bias` (default true).
+    pub affine: bool,
+    /// Whether the layer keeps `running_mean` and `running_var` buffers (default true);
+    /// without them batch statistics are used in evaluation too.
+    pub track_running_stats: bool,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> Self {
+        Self {
+            eps: 1e-5,
+            momentum: Some(0.1),
+            affine: true,
+            track_running_stats: true,
+        }
+    }
+}
+
+/// Batch normalisation over the channels of inputs `[N, C, H, W]` (PyTorch's
+/// `nn.BatchNorm2d`), on [`Tensor::batch_norm`].
+///
+/// Parameters: `weight` (ones) and `bias` (zeros), `[C]`, when affine. Buffers (see
+/// [`Module::visit_buffers`]): `running_mean` (zeros) and `running_var` (ones), `[C]`,
+/// when running statistics are tracked. A new layer is in training mode: it normalises
+/// with the batch mean and biased variance and updates the running statistics in place
+/// with the unbiased variance; after [`Module::set_training`]`(false)` it normalises with
+/// the running statistics. PyTorch's `num_batches_tracked` is a counter
+/// ([`BatchNorm2d::num_batches_tracked`]), not a tensor.
+pub struct BatchNorm2d<B: Backend> {
+    weight: Option<Tensor<B>>,
+    bias: Option<Tensor<B>>,
+    running_mean: Option<Tensor<B>>,
+    running_var: Option<Tensor<B>>,
+    num_batches_tracked: AtomicU64,
+    config: BatchNormConfig,
+    num_features: usize,
+    training: bool,
+}
+
+impl<B: Backend> BatchNorm2d<B> {
+    /// A layer over `num_features` channels with PyTorch's defaults.
+    pub fn new(backend: &B, num_features: usize) -> Self {
+        Self::with_config(backend, num_features, BatchNormConfig::default())
+    }
+
+    /// A layer over `num_features` channels with the given configuration.
+    pub fn with_config(backend: &B, num_features: usize, config: BatchNormConfig) -> Self {
+        let leaf = |t: Tensor<B>| {
+            t.requires_grad()
+                .expect("a freshly created tensor is a leaf")
+        };
+        let affine = config.affine;
+        let track = config.track_running_stats;
+        Self {
+            weight: affine.then(|| leaf(Tensor::ones(backend, [num_features]))),
+            bias: affine.then(|| leaf(Tensor::zeros(backend, [num_features]))),
+            running_mean: track.then(|| Tensor::zeros(backend, [num_features])),
+            running_var: track.then(|| Tensor::ones(backend, [num_features])),
+            num_batches_tracked: AtomicU64::new(0),
+            config,
+            num_features,
+            training: true,
+        }
+    }
+
+    /// The per-channel scale, `[C]`, when affine.
+    pub fn weight(&self) -> Option<&Tensor<B>> {
+        self.weight.as_ref()
+    }
+
+    /// The per-channel shift, `[C]`, when affine.
+    pub fn bias(&self) -> Option<&Tensor<B>> {
+        self.bias.as_ref()
+    }
+
+    /// The running mean buffer, `[C]`, when tracked.
+    pub fn running_mean(&self) -> Option<&Tensor<B>> {
+        self.running_mean.as_ref()
+    }
+
+    /// The running (unbiased) variance buffer, `[C]`, when tracked.
+    pub fn running_var(&self) -> Option<&Tensor<B>> {
+        self.running_var.as_ref()
+    }
+
+    /// How many training batches have updated the running statistics.
+    pub fn num_batches_tracked(&self) -> u64 {
+        self.num_batches_tracked.load(Ordering::Relaxed)
+    }
+
+    /// Sets the batch counter (when restoring a checkpoint).
+    pub fn set_num_batches_tracked(&self, n: u64) {
+        self.num_batches_tracked.store(n, Ordering::Relaxed);
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> BatchNormConfig {
+        self.config
+    }
+
+    /// Number of channels.
+    pub fn num_features(&self) -> usize {
+        self.num_features
+    }
+
+    /// Whether the layer is in training mode.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+impl<B: Backend> Module<B> for BatchNorm2d<B> {
+    /// Fails when the input is not 4-D or its channel count differs from the layer's.
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let op = "BatchNorm2d";
+        if input.rank() != 4 {
+            return Err(Error::invalid(
+                op,
+                "input",
+                format!(
+                    "expected a 4-D input [N, C, H, W], got shape {:?}",
+                    input.dims()
+                ),
+            ));
+        }
+        if input.dims()[1] != self.num_features {
+            return Err(Error::invalid(
+                op,
+                "input",
+                format!(
+                    "expected {} channels, got input of shape {:?}",
+                    self.num_features,
+                    input.dims()
+                ),
+            ));
+        }
+        let mut factor = self.config.momentum.unwrap_or(0.0);
+        if self.training && self.config.track_running_stats {
+            let n = self.num_batches_tracked.fetch_add(1, Ordering::Relaxed) + 1;
+            if self.config.momentum.is_none() {
+                factor = (1.0 / n as f64) as f32;
+            }
+        }
+        let use_batch_stats = self.training || self.running_mean.is_none();
+        Ok(input.batch_norm(
+            self.running_mean.as_ref(),
+            self.running_var.as_ref(),
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            use_batch_stats,
+            factor,
+            self.config.eps,
+        )?)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        if let Some(w) = &self.weight {
+            f(&join_name(prefix, "weight"), w);
+        }
+        if let Some(b) = &self.bias {
+            f(&join_name(prefix, "bias"), b);
+        }
+    }
+
+    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        if let Some(m) = &self.running_mean {
+            f(&join_name(prefix, "running_mean"), m);
+        }
+        if let Some(v) = &self.running_var {
+            f(&join_name(prefix, "running_var"), v);
+        }
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}
+
+impl<B: Backend> fmt::Debug for BatchNorm2d<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        write!(
+            f,
+            "BatchNorm2d({}, eps={}, momentum={:?}, affine={}, track_running_stats={}, training={})",
+            self.num_features, c.eps, c.momentum, c.affine, c.track_running_stats, self.training
+        )
+    }
+}
+
+/// Layer normalisation over the trailing `normalized_shape` dimensions (PyTorch's
+/// `nn.LayerNorm`), on [`Tensor::layer_norm`].
+///
+/// Parameters: `weight` (ones) and `bias` (zeros) of shape `normalized_shape`, when
+/// element-wise affine.
+pub struct LayerNorm<B: Backend> {
+    normalized_shape: Vec<usize>,
+    weight: Option<Tensor<B>>,
+    bias: Option<Tensor<B>>,
+    eps: f32,
+}
+
+impl<B: Backend> LayerNorm<B> {
+    /// A layer with PyTorch's defaults: `eps = 1e-5`, affine weight and bias.
+    ///
+    /// Fails when `normalized_shape` is empty or contains 0.
+    pub fn new(backend: &B, normalized_shape: &[usize]) -> Result<Self> {
+        Self::with_config(backend, normalized_shape, 1e-5, true, true)
+    }
+
+    /// A layer with the given `eps`, with or without the affine `weight`
+    /// (`elementwise_affine`) and, when affine, with or without `bias` (PyTorch's
+    /// arguments of the same names).
+    ///
+    /// Fails when `normalized_shape` is empty or contains 0.
+    pub fn with_config(
+        backend: &B,
+        normalized_shape: &[usize],
+        eps: f32,
+        elementwise_affine: bool,
+        bias: bool,
+    ) -> Result<Self> {
+        if normalized_shape.is_empty() || normalized_shape.contains(&0) {
+            return Err(Error::invalid(
+                "LayerNorm::new",
+                "normalized_shape",
+                format!("must be non-empty with positive sizes, got {normalized_shape:?}"),
+            ));
+        }
+        let leaf = |t: Tensor<B>| {
+            t.requires_grad()
+                .expect("a freshly created tensor is a leaf")
+        };
+        let shape = normalized_shape.to_vec();
+        Ok(Self {
+            weight: elementwise_affine.then(|| leaf(Tensor::ones(backend, shape.clone()))),
+            bias: (elementwise_affine && bias).then(|| leaf(Tensor::zeros(backend, shape.clone()))),
+            normalized_shape: shape,
+            eps,
+        })
+    }
+
+    /// The normalised trailing dimensions.
+    pub fn normalized_shape(&self) -> &[usize] {
+        &self.normalized_shape
+    }
+
+    /// The scale, when affine.
+    pub fn weight(&self) -> Option<&Tensor<B>> {
+        self.weight.as_ref()
+    }
+
+    /// The shift, when affine with bias.
+    pub fn bias(&self) -> Option<&Tensor<B>> {
+        self.bias.as_ref()
+    }
+
+    /// The `eps` added to the variance.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+}
+
+impl<B: Backend> Module<B> for LayerNorm<B> {
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        Ok(input.layer_norm(
+            &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )?)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        if let Some(w) = &self.weight {
+            f(&join_name(prefix, "weight"), w);
+        }
+        if let Some(b) = &self.bias {
+            f(&join_name(prefix, "bias"), b);
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for LayerNorm<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LayerNorm({:?}, eps={}, elementwise_affine={}, bias={})",
+            self.normalized_shape,
+            self.eps,
+            self.weight.is_some(),
+            self.bias.is_some()
+        )
+    }
+}
