@@ -51,6 +51,17 @@ use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The exact-mode gradient hashes of the oracle cases ([`ConvNetCase::from_oracle`] and
+/// [`EncoderCase::from_oracle`] on the files in `testdata/autograd/`), as
+/// [`Gradients::hash`] computes them on `ScalarRefBackend`, the scalar oracle of the
+/// arithmetic contract. Every exact path and thread count must give these values; the
+/// test `tests/reference_models.rs` pins the same numbers and the `reproduce` example
+/// checks a machine against them.
+pub const PINNED_HASHES: [(&str, u64); 2] = [
+    ("conv_net", 0xa021_2c7f_3b4e_3698),
+    ("encoder", 0x854b_ed56_7736_4b19),
+];
+
 // ----- safetensors ------------------------------------------------------------------
 
 /// The tensors and metadata of a safetensors file, decoded: `F32` tensors as `f32`,

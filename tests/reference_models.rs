@@ -1,0 +1,301 @@
+//! The two reference models of `exactgrad::nn::reference` against PyTorch 2.15.0
+//! (`testdata/autograd/*.safetensors`, written by `tools/autograd_oracle.py`), on every
+//! backend, and their exact-mode gradient hashes pinned.
+//!
+//! - Every gradient (parameters and input) within 1e-4 scaled error,
+//!   `max |ours − torch| / max |torch|`, on ScalarRef, the fast scalar reference, every
+//!   supported ExactBackend path and FastBackend's best path; the loss within 1e-5
+//!   relative; the logits and the updated batch-norm running statistics likewise.
+//! - Gradients that are zero in theory (the convolution biases feeding batch norms, the
+//!   key part of every `in_proj_bias`) below 1e-5 of the model's largest gradient.
+//! - The hash of all gradients (parameters in `state_dict` order, then the input) equals
+//!   the pinned constant on ScalarRef and on every ExactBackend path at 1, 3 and 8
+//!   threads.
+
+use exactgrad::nn::reference::{
+    ConvNetCase, EncoderCase, ReferenceCase, TensorFile, PINNED_HASHES,
+};
+use exactgrad::nn::Module;
+use exactgrad::prelude::*;
+
+/// `hash_tensors` of the conv net's gradients in exact mode. This is the value
+/// ScalarRefBackend (the oracle of the arithmetic contract) computes; every exact path
+/// and thread count must reproduce it.
+const CONV_NET_HASH: u64 = 0xa021_2c7f_3b4e_3698;
+/// `hash_tensors` of the encoder's gradients in exact mode, as computed by
+/// ScalarRefBackend.
+const ENCODER_HASH: u64 = 0x854b_ed56_7736_4b19;
+
+const CONV_NET: &[u8] = include_bytes!("../testdata/autograd/conv_net.safetensors");
+const ENCODER: &[u8] = include_bytes!("../testdata/autograd/encoder.safetensors");
+
+fn files() -> (TensorFile, TensorFile) {
+    (
+        TensorFile::from_bytes(CONV_NET).unwrap(),
+        TensorFile::from_bytes(ENCODER).unwrap(),
+    )
+}
+
+/// `max |a − b| / max |b|` (0 when both are all zero).
+fn scaled_error(ours: &[f32], torch: &[f32]) -> f64 {
+    assert_eq!(ours.len(), torch.len());
+    let scale = torch.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+    let diff = ours.iter().zip(torch).fold(0.0f64, |m, (&a, &b)| {
+        m.max((f64::from(a) - f64::from(b)).abs())
+    });
+    if diff == 0.0 {
+        0.0
+    } else {
+        diff / scale
+    }
+}
+
+/// The worst scaled error over a model's gradients, and where.
+#[derive(Debug, Default)]
+struct Worst {
+    error: f64,
+    name: String,
+    loss_rel: f64,
+    zero_rel: f64,
+}
+
+/// Runs `case` and compares it with the oracle `file`. Panics on any failure.
+fn compare<B: Backend>(
+    label: &str,
+    case: &dyn ReferenceCase<B>,
+    file: &TensorFile,
+    zero_in_theory: &[(&str, std::ops::Range<usize>)],
+    buffers: &[(String, Tensor<B>)],
+) -> Worst {
+    let model = case.name();
+    let step = case.forward_backward().unwrap();
+    let mut w = Worst::default();
+
+    let torch_loss = f64::from(file.floats("loss").unwrap().1[0]);
+    let ours = f64::from(step.loss.item().unwrap());
+    w.loss_rel = (ours - torch_loss).abs() / torch_loss.abs();
+    assert!(
+        w.loss_rel <= 1e-5,
+        "{label}/{model}: loss {ours} vs torch {torch_loss} (relative {:.2e})",
+        w.loss_rel
+    );
+    let (shape, logits) = file.floats("output/logits").unwrap();
+    assert_eq!(step.logits.dims(), shape);
+    let e = scaled_error(&step.logits.to_vec(), logits);
+    assert!(e <= 1e-4, "{label}/{model}: logits scaled error {e:.2e}");
+
+    let mut largest = 0.0f64;
+    for (name, g) in &step.gradients {
+        let (shape, torch) = file.floats(&format!("grad/{name}")).unwrap();
+        assert_eq!(g.dims(), shape, "{label}/{model}: shape of gradient {name}");
+        largest = torch
+            .iter()
+            .fold(largest, |m, &v| m.max(f64::from(v).abs()));
+        // Elements that are zero in theory are rounding noise on both sides: they are
+        // held to the bound below instead; the rest of the tensor is compared.
+        let zero = zero_in_theory
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, r)| r.clone())
+            .unwrap_or(0..0);
+        let keep = |v: &[f32]| -> Vec<f32> {
+            v.iter()
+                .enumerate()
+                .filter(|(i, _)| !zero.contains(i))
+                .map(|(_, &x)| x)
+                .collect()
+        };
+        let e = scaled_error(&keep(&g.to_vec()), &keep(torch));
+        assert!(
+            e <= 1e-4,
+            "{label}/{model}: gradient of {name}: scaled error {e:.2e} > 1e-4"
+        );
+        if e >= w.error {
+            w.error = e;
+            w.name = name.clone();
+        }
+    }
+    // Every gradient the oracle has, we have.
+    let ours: Vec<&str> = step.gradients.iter().map(|(n, _)| n.as_str()).collect();
+    for n in file.names() {
+        if let Some(name) = n.strip_prefix("grad/") {
+            assert!(ours.contains(&name), "{label}/{model}: no gradient {name}");
+        }
+    }
+    for (name, range) in zero_in_theory {
+        let g = step.get(name).unwrap().to_vec();
+        let m = g[range.clone()]
+            .iter()
+            .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+        let rel = m / largest;
+        assert!(
+            rel < 1e-5,
+            "{label}/{model}: {name}[{range:?}] is zero in theory but reaches {rel:.2e} of the largest gradient"
+        );
+        w.zero_rel = w.zero_rel.max(rel);
+    }
+    for (name, t) in buffers {
+        let (_, torch) = file.floats(&format!("after/{name}")).unwrap();
+        let e = scaled_error(&t.to_vec(), torch);
+        assert!(
+            e <= 1e-5,
+            "{label}/{model}: buffer {name} after the step: scaled error {e:.2e}"
+        );
+    }
+    w
+}
+
+fn against_torch<B: Backend>(b: &B, label: &str, rows: &mut Vec<String>) {
+    let (cf, ef) = files();
+    let conv = ConvNetCase::from_file(b, &cf).unwrap();
+    let enc = EncoderCase::from_file(b, &ef).unwrap();
+    let e = ef.metadata_usize("d_model").unwrap();
+    // Buffers are updated by the forward pass; compare after it ran.
+    let buffers = conv.model.named_buffers();
+    let wc = compare(
+        label,
+        &conv,
+        &cf,
+        &[
+            ("conv1.bias", 0..conv.model.config().c1),
+            ("conv2.bias", 0..conv.model.config().c2),
+        ],
+        &buffers,
+    );
+    let we = compare(
+        label,
+        &enc,
+        &ef,
+        &[
+            ("layers.0.self_attn.in_proj_bias", e..2 * e),
+            ("layers.1.self_attn.in_proj_bias", e..2 * e),
+        ],
+        &[],
+    );
+    for (model, w) in [("conv_net", wc), ("encoder", we)] {
+        rows.push(format!(
+            "{label:<18} {model:<9} {:>9.2e}  {:<32} {:>9.2e} {:>9.2e}",
+            w.error, w.name, w.zero_rel, w.loss_rel
+        ));
+    }
+}
+
+#[test]
+fn reference_models_match_pytorch_on_every_backend() {
+    let mut rows = vec![format!(
+        "{:<18} {:<9} {:>9}  {:<32} {:>9} {:>9}",
+        "backend", "model", "worst", "at gradient", "zero/max", "loss rel"
+    )];
+    against_torch(&ScalarRefBackend, "scalar-ref", &mut rows);
+    against_torch(&FastScalarRefBackend, "fast-scalar-ref", &mut rows);
+    for isa in Isa::ALL {
+        if !isa.is_supported(ComputeMode::Exact) {
+            rows.push(format!(
+                "exact/{isa:<16} SKIPPED (not supported by this CPU)"
+            ));
+            continue;
+        }
+        let b = ExactBackend::with_isa(isa, 3).unwrap();
+        against_torch(&b, &format!("exact/{isa}/3t"), &mut rows);
+    }
+    let best = Isa::best(ComputeMode::Fast);
+    let b = FastBackend::with_isa(best, 3).unwrap();
+    against_torch(&b, &format!("fast/{best}/3t"), &mut rows);
+    println!("{}", rows.join("\n"));
+}
+
+fn hashes<B: Backend>(b: &B) -> [u64; 2] {
+    let (cf, ef) = files();
+    let conv = ConvNetCase::from_file(b, &cf).unwrap();
+    let enc = EncoderCase::from_file(b, &ef).unwrap();
+    [
+        conv.forward_backward().unwrap().hash(),
+        enc.forward_backward().unwrap().hash(),
+    ]
+}
+
+#[test]
+fn exact_mode_hashes_are_pinned() {
+    let reference = hashes(&ScalarRefBackend);
+    let pinned = [CONV_NET_HASH, ENCODER_HASH];
+    let mut table = vec![format!(
+        "{:<20} {:<22} {:<22}",
+        "backend", "conv_net", "encoder"
+    )];
+    let mut failures = Vec::new();
+    let mut row = |label: String, got: Option<[u64; 2]>| match got {
+        None => table.push(format!("{label:<20} SKIPPED")),
+        Some(h) => {
+            let mut cell = |i: usize| {
+                let ok = h[i] == pinned[i];
+                if !ok {
+                    failures.push(format!("{label} {}", ["conv_net", "encoder"][i]));
+                }
+                format!("{:#018x} {}", h[i], if ok { "ok" } else { "FAIL" })
+            };
+            let (a, b) = (cell(0), cell(1));
+            table.push(format!("{label:<20} {a:<22} {b:<22}"));
+        }
+    };
+    row("scalar-ref".into(), Some(reference));
+    for isa in Isa::ALL {
+        for threads in [1, 3, 8] {
+            let label = format!("exact/{isa}/{threads}t");
+            match ExactBackend::with_isa(isa, threads) {
+                Ok(b) => row(label, Some(hashes(&b))),
+                Err(_) => row(label, None),
+            }
+        }
+    }
+    println!("{}", table.join("\n"));
+    assert_eq!(
+        PINNED_HASHES.map(|(_, h)| h),
+        pinned,
+        "exactgrad::nn::reference::PINNED_HASHES (used by the reproduce example) must equal the constants pinned here"
+    );
+    assert!(
+        failures.is_empty(),
+        "hashes differ from the pinned ScalarRef values: {failures:?}\n{}",
+        table.join("\n")
+    );
+}
+
+#[test]
+fn oracle_names_match_the_state_dict() {
+    let (cf, ef) = files();
+    let b = ScalarRefBackend;
+    let conv = ConvNetCase::from_file(&b, &cf).unwrap();
+    let enc = EncoderCase::from_file(&b, &ef).unwrap();
+    for (file, names) in [
+        (&cf, conv.model.named_parameters()),
+        (&ef, enc.model.named_parameters()),
+    ] {
+        let ours: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
+        let mut theirs: Vec<String> = file
+            .names()
+            .iter()
+            .filter_map(|n| n.strip_prefix("grad/"))
+            .filter(|&n| n != "input")
+            .map(String::from)
+            .collect();
+        let mut sorted = ours.clone();
+        sorted.sort();
+        theirs.sort();
+        assert_eq!(sorted, theirs);
+    }
+    let buffers: Vec<String> = conv
+        .model
+        .named_buffers()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        buffers,
+        [
+            "bn1.running_mean",
+            "bn1.running_var",
+            "bn2.running_mean",
+            "bn2.running_var"
+        ]
+    );
+}
