@@ -196,7 +196,7 @@ impl ConvGeom {
     }
 }
 
-/// The output size of a convolution or pooling window along one dimension (floor mode),
+/// The output size of a convolution along one dimension,
 /// or `None` when the effective kernel is larger than the padded input.
 fn conv_out_size(
     input: usize,
@@ -234,14 +234,14 @@ fn conv_geom(
         return Err(Error::invalid(
             op,
             "stride",
-            format!("must be at least 1, got {}", fmt_stride(op, stride)),
+            format!("must be at least 1, got {}", fmt_arg(op, stride)),
         ));
     }
     if dilation.contains(&0) {
         return Err(Error::invalid(
             op,
             "dilation",
-            format!("must be at least 1, got {}", fmt_stride(op, dilation)),
+            format!("must be at least 1, got {}", fmt_arg(op, dilation)),
         ));
     }
     let (n, c, h, wd) = (x[0], x[1], x[2], x[3]);
@@ -322,7 +322,7 @@ fn conv_geom(
 }
 
 /// A 2-D argument as the caller wrote it: one number for conv1d (whose height is 1).
-fn fmt_stride(op: &str, v: [usize; 2]) -> String {
+fn fmt_arg(op: &str, v: [usize; 2]) -> String {
     if op == "conv1d" {
         v[1].to_string()
     } else {
