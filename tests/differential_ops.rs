@@ -314,6 +314,135 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             v[0].pad(&[1, 2, 0, 3], -0.5)
         });
     }
+    // Normalisation, dropout, embedding, index_select, split/chunk and attention
+    // (exactgrad::autograd::ops::{norm, misc, attention}).
+    {
+        use exactgrad::autograd::AttentionMask;
+        let consts = |b: &B, n: usize, seed: u64, lo: f32| {
+            let v = values(n, seed, false)
+                .iter()
+                .map(|x| lo + x.abs())
+                .collect();
+            Tensor::from_vec(b, v, [n])
+        };
+        for training in [true, false] {
+            c.case(
+                &format!("batch_norm training={training}"),
+                &[&[4, 5, 3, 7], &[5], &[5]],
+                false,
+                |v| {
+                    let rm = consts(v[0].backend(), 5, 7, -1.0)?;
+                    let rv = consts(v[0].backend(), 5, 8, 0.5)?;
+                    v[0].batch_norm(
+                        Some(&rm),
+                        Some(&rv),
+                        Some(&v[1]),
+                        Some(&v[2]),
+                        training,
+                        0.1,
+                        1e-5,
+                    )
+                },
+            );
+        }
+        c.case("batch_norm specials", &[&[6, 4, 5]], true, |v| {
+            v[0].batch_norm(None, None, None, None, true, 0.1, 1e-5)
+        });
+        c.case("layer_norm", &[&[6, 33], &[33], &[33]], false, |v| {
+            v[0].layer_norm(&[33], Some(&v[1]), Some(&v[2]), 1e-5)
+        });
+        c.case(
+            "layer_norm two dims transposed",
+            &[&[17, 3, 2]],
+            false,
+            |v| {
+                v[0].permute(&[2, 1, 0])?
+                    .layer_norm(&[3, 17], None, None, 1e-5)
+            },
+        );
+        c.case("layer_norm specials", &[&[11, 17]], true, |v| {
+            v[0].layer_norm(&[17], None, None, 1e-5)
+        });
+        c.case("group_norm", &[&[3, 6, 5, 4], &[6], &[6]], false, |v| {
+            v[0].group_norm(3, Some(&v[1]), Some(&v[2]), 1e-5)
+        });
+        c.case("dropout", &[&[9, 33]], true, |v| {
+            v[0].dropout(0.3, true, &mut Philox::new(17))
+        });
+        c.case("dropout transposed", &[&[9, 33]], false, |v| {
+            v[0].t()?.dropout(0.6, true, &mut Philox::new(18))
+        });
+        c.case("embedding", &[&[10, 33]], true, |v| {
+            Tensor::embedding(&v[0], &[3, 1, 3, 9, 0, 3, 2, 2], &[2, 4], Some(2))
+        });
+        c.case("index_select", &[&[7, 33]], true, |v| {
+            v[0].index_select(1, &[32, 0, 5, 5, 17, 5])
+        });
+        c.case("split and chunk", &[&[7, 33]], false, |v| {
+            let a = v[0].split(10, 1)?;
+            let b = v[0].chunk(3, 0)?;
+            let s = v[0].split_sizes(&[2, 30, 1], -1)?;
+            let flat = [&a[3], &a[1], &b[2], &b[0], &s[1]]
+                .iter()
+                .map(|t| t.reshape(&[-1]))
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::concat(&flat.iter().collect::<Vec<_>>(), 0)
+        });
+        let attn: [(&str, u8, bool); 5] = [
+            ("plain", 0, false),
+            ("bool mask", 1, false),
+            ("additive mask", 2, false),
+            ("causal", 0, true),
+            ("fully masked rows", 3, false),
+        ];
+        for (name, kind, causal) in attn {
+            c.case(
+                &format!("scaled_dot_product_attention {name}"),
+                &[
+                    &[2, 3, 9, 17],
+                    &[2, 3, 13, 17],
+                    &[2, 3, 13, 11],
+                    &[1, 3, 9, 13],
+                ],
+                false,
+                |v| {
+                    let keep: Vec<f32> = values(9 * 13, 23, false)
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &u)| {
+                            if kind == 3 && i / 13 == 4 {
+                                0.0
+                            } else {
+                                (u > -1.5) as u8 as f32
+                            }
+                        })
+                        .collect();
+                    let bool_mask = Tensor::from_vec(v[0].backend(), keep, [9, 13])?;
+                    let mask = match kind {
+                        0 => None,
+                        2 => Some(AttentionMask::Additive(&v[3])),
+                        _ => Some(AttentionMask::Bool(&bool_mask)),
+                    };
+                    Tensor::scaled_dot_product_attention(&v[0], &v[1], &v[2], mask, causal, None)
+                },
+            );
+        }
+        c.case(
+            "scaled_dot_product_attention heads transposed",
+            &[&[2, 9, 3, 17], &[2, 13, 3, 17], &[2, 13, 3, 11]],
+            false,
+            |v| {
+                Tensor::scaled_dot_product_attention(
+                    &v[0].transpose(1, 2)?,
+                    &v[1].transpose(1, 2)?,
+                    &v[2].transpose(1, 2)?,
+                    None,
+                    false,
+                    Some(0.3),
+                )
+            },
+        );
+    }
     c.out
 }
 
