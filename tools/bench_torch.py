@@ -75,3 +75,135 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+# ----------------------------------------------------------------------------------
+# Model steps: the same work as `benches/models.rs`, in PyTorch.
+#
+# This section runs after the GEMM timings when the script is run, with the same
+# --threads, --time and --warmup; `--shapes models` selects it alone (no GEMM shape has
+# that name), and a --shapes list without `models` skips it. Each line has the form of the
+# summary that `cargo bench --bench models` prints:
+#
+#     models/step/encoder/torch/t1                 median    12.345 ms   (min ..., max ..., N calls)
+#
+# The models are the classes of tools/autograd_oracle.py (the reference models of
+# exactgrad_nn::reference) with PyTorch's default initialisation, in training mode; a step
+# is zero_grad, forward, cross entropy, backward and Adam(lr=1e-3).
+
+MODEL_ENCODER = dict(d_model=128, nhead=4, dim_feedforward=512, classes=16)
+MODEL_ENC_BATCH, MODEL_ENC_SEQ = 8, 64
+MODEL_CONV = dict(c_in=3, c1=16, c2=32, hidden=64, classes=10)
+MODEL_CONV_BATCH, MODEL_CONV_HW = 32, 32
+
+
+def time_calls_ms(fn, seconds, warmup):
+    """Median, fastest and slowest of individually timed calls of fn, in ms."""
+    deadline = time.perf_counter() + warmup
+    while time.perf_counter() < deadline:
+        fn()
+    calls = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(calls) < 10:
+        t0 = time.perf_counter()
+        fn()
+        calls.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(calls), min(calls), max(calls), len(calls)
+
+
+def model_benches():
+    """(name, fn) pairs, each fn one call of the timed work."""
+    import os
+    import sys
+
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from autograd_oracle import ConvNet, Encoder
+
+    # autograd_oracle asks for deterministic algorithms; the benches measure the default.
+    torch.use_deterministic_algorithms(False)
+    g = torch.Generator().manual_seed(0)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g).requires_grad_(True)
+
+    def conv(xs, ws):
+        x, w, b = leaf(*xs), leaf(*ws), leaf(ws[0])
+        gy = torch.randn(xs[0], ws[0], xs[2], xs[3], generator=g)
+
+        def fn():
+            for t in (x, w, b):
+                t.grad = None
+            F.conv2d(x, w, b, padding=1).backward(gy)
+
+        return fn
+
+    hd = MODEL_ENCODER["d_model"] // MODEL_ENCODER["nhead"]
+    shape = (MODEL_ENC_BATCH, MODEL_ENCODER["nhead"], MODEL_ENC_SEQ, hd)
+    lengths = [MODEL_ENC_SEQ - i * MODEL_ENC_SEQ // (2 * MODEL_ENC_BATCH) for i in range(MODEL_ENC_BATCH)]
+    padded = torch.tensor([[j >= n for j in range(MODEL_ENC_SEQ)] for n in lengths])
+
+    def attention():
+        q, k, v = leaf(*shape), leaf(*shape), leaf(*shape)
+        keep = (~padded)[:, None, None, :]  # F.sdpa: True takes part
+        go = torch.randn(*shape, generator=g)
+
+        def fn():
+            for t in (q, k, v):
+                t.grad = None
+            F.scaled_dot_product_attention(q, k, v, attn_mask=keep).backward(go)
+
+        return fn
+
+    def step(model, inputs, loss_fn):
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+        def fn():
+            opt.zero_grad()
+            loss_fn(model(*inputs)).backward()
+            opt.step()
+
+        return fn
+
+    conv_net = ConvNet(**MODEL_CONV)
+    images = leaf(MODEL_CONV_BATCH, 3, MODEL_CONV_HW, MODEL_CONV_HW)
+    classes = torch.randint(0, MODEL_CONV["classes"], (MODEL_CONV_BATCH,), generator=g)
+    encoder = Encoder(**MODEL_ENCODER)
+    tokens = leaf(MODEL_ENC_BATCH, MODEL_ENC_SEQ, MODEL_ENCODER["d_model"])
+    targets = torch.randint(0, MODEL_ENCODER["classes"], (MODEL_ENC_BATCH, MODEL_ENC_SEQ), generator=g)
+    targets[padded] = -100
+    c = MODEL_ENCODER["classes"]
+    return [
+        ("conv1", conv((MODEL_CONV_BATCH, 3, 32, 32), (16, 3, 3, 3))),
+        ("conv2", conv((MODEL_CONV_BATCH, 16, 16, 16), (32, 16, 3, 3))),
+        ("attention", attention()),
+        ("step/conv_net", step(conv_net, (images,), lambda y: F.cross_entropy(y, classes))),
+        (
+            "step/encoder",
+            step(encoder, (tokens, padded), lambda y: F.cross_entropy(y.reshape(-1, c), targets.reshape(-1))),
+        ),
+    ]
+
+
+def models_main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--time", type=float, default=1.0)
+    p.add_argument("--warmup", type=float, default=0.3)
+    p.add_argument("--shapes", default="")
+    args, _ = p.parse_known_args()
+    wanted = set(filter(None, args.shapes.split(",")))
+    if wanted and "models" not in wanted:
+        return
+    for t in [int(x) for x in args.threads.split(",")]:
+        torch.set_num_threads(t)
+        for name, fn in model_benches():
+            med, lo, hi, count = time_calls_ms(fn, args.time, args.warmup)
+            label = f"models/{name}/torch/t{t}"
+            print(f"{label:<44} median {med:9.3f} ms   (min {lo:.3f}, max {hi:.3f}, {count} calls)", flush=True)
+
+
+if __name__ == "__main__":
+    models_main()

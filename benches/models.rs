@@ -1,0 +1,206 @@
+//! The reference models' operators and training steps on `ExactBackend` and
+//! `FastBackend` (best path of this CPU), at 1 and 2 threads.
+//!
+//! Run with `cargo bench --bench models` (a filter such as `-- step/encoder` selects a
+//! subset). Benchmarks, at the sizes of issue 3:
+//!
+//! - `conv1`, `conv2`: conv2d forward and backward at the conv net's two convolutions
+//!   for a batch of 32 images of 3×32×32 (`[32, 3, 32, 32] * [16, 3, 3, 3]` and
+//!   `[32, 16, 16, 16] * [32, 16, 3, 3]`, padding 1, with bias);
+//! - `attention`: scaled dot-product attention forward and backward at the encoder's
+//!   shapes (`[8, 4, 64, 32]` queries, keys and values, a boolean key padding mask);
+//! - `step/conv_net`: a training step (forward, cross entropy, backward, Adam) of the
+//!   reference conv net on a batch of 32 × 3×32×32;
+//! - `step/encoder`: a training step of the reference encoder (2 layers, batch 8,
+//!   sequence 64, width 128, 4 heads, feed-forward 512, padding mask).
+//!
+//! `tools/bench_torch.py --shapes models` times the same work in PyTorch. At the end the
+//! bench prints one summary line per benchmark in the format of that script: the median,
+//! fastest and slowest of the individually timed calls of the measured samples, in ms.
+
+use criterion::Criterion;
+use exactgrad::autograd::{AttentionMask, Conv2dOptions};
+use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer};
+use exactgrad::nn::reference::{
+    ConvNetCase, ConvNetConfig, EncoderCase, EncoderConfig, ReferenceCase,
+};
+use exactgrad::prelude::*;
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+/// Samples per benchmark (criterion's minimum).
+const SAMPLES: usize = 10;
+
+/// The encoder of the benches: 128 wide, 4 heads, feed-forward 512.
+const ENCODER: EncoderConfig = EncoderConfig {
+    d_model: 128,
+    nhead: 4,
+    dim_feedforward: 512,
+    classes: 16,
+};
+const ENC_BATCH: usize = 8;
+const ENC_SEQ: usize = 64;
+const CONV_BATCH: usize = 32;
+const CONV_HW: [usize; 2] = [32, 32];
+
+/// Times `f` once per criterion iteration and returns the summary line.
+fn bench(c: &mut Criterion, label: &str, mut f: impl FnMut()) -> String {
+    let samples: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
+    c.bench_function(label, |b| {
+        b.iter_custom(|iters| {
+            let mut calls = Vec::with_capacity(iters as usize);
+            for _ in 0..iters {
+                let t = Instant::now();
+                f();
+                calls.push(t.elapsed());
+            }
+            let total = calls.iter().sum();
+            samples.borrow_mut().push(calls);
+            total
+        })
+    });
+    // The last SAMPLES routine calls are the measurement (earlier ones warm up).
+    let samples = samples.into_inner();
+    let mut ms: Vec<f64> = samples
+        .iter()
+        .rev()
+        .take(SAMPLES)
+        .flatten()
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    if ms.is_empty() {
+        return format!("{label:<44} (filtered out)");
+    }
+    format!(
+        "{label:<44} median {:9.3} ms   (min {:.3}, max {:.3}, {} calls)",
+        ms[ms.len() / 2],
+        ms[0],
+        ms[ms.len() - 1],
+        ms.len()
+    )
+}
+
+fn leaf<B: Backend>(b: &B, shape: &[usize], rng: &mut Philox) -> Tensor<B> {
+    Tensor::randn(b, shape.to_vec(), 0.0, 1.0, rng)
+        .requires_grad()
+        .unwrap()
+}
+
+/// Forward and backward of one convolution (input, weight and bias require grad).
+fn conv<B: Backend>(c: &mut Criterion, b: &B, label: &str, x: [usize; 4], w: [usize; 4]) -> String {
+    let mut rng = Philox::new(1);
+    let (x, w, bias) = (
+        leaf(b, &x, &mut rng),
+        leaf(b, &w, &mut rng),
+        leaf(b, &[w[0]], &mut rng),
+    );
+    let opts = Conv2dOptions {
+        padding: [1, 1],
+        ..Conv2dOptions::default()
+    };
+    let y = x.conv2d(&w, Some(&bias), opts).unwrap();
+    let g = Tensor::randn(b, y.shape().clone(), 0.0, 1.0, &mut rng);
+    bench(c, label, || {
+        for t in [&x, &w, &bias] {
+            t.clear_grad();
+        }
+        let y = x.conv2d(&w, Some(&bias), opts).unwrap();
+        y.backward(Some(&g), false).unwrap();
+    })
+}
+
+/// Forward and backward of scaled dot-product attention with a key padding mask.
+fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
+    let mut rng = Philox::new(2);
+    let hd = ENCODER.d_model / ENCODER.nhead;
+    let shape = [ENC_BATCH, ENCODER.nhead, ENC_SEQ, hd];
+    let (q, k, v) = (
+        leaf(b, &shape, &mut rng),
+        leaf(b, &shape, &mut rng),
+        leaf(b, &shape, &mut rng),
+    );
+    // 1 = takes part; sequence i has length ENC_SEQ − i·ENC_SEQ/(2·ENC_BATCH), as EncoderCase::random.
+    let keep: Vec<f32> = (0..ENC_BATCH)
+        .flat_map(|i| {
+            let len = ENC_SEQ - i * ENC_SEQ / (2 * ENC_BATCH);
+            (0..ENC_SEQ).map(move |j| if j < len { 1.0 } else { 0.0 })
+        })
+        .collect();
+    let mask = Tensor::from_vec(b, keep, [ENC_BATCH, 1, 1, ENC_SEQ]).unwrap();
+    let g = Tensor::randn(b, shape.to_vec(), 0.0, 1.0, &mut rng);
+    bench(c, label, || {
+        for t in [&q, &k, &v] {
+            t.clear_grad();
+        }
+        let o = Tensor::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            Some(AttentionMask::Bool(&mask)),
+            false,
+            None,
+        )
+        .unwrap();
+        o.backward(Some(&g), false).unwrap();
+    })
+}
+
+/// One training step: forward, loss, backward, Adam.
+fn step<B: Backend>(c: &mut Criterion, label: &str, case: &dyn ReferenceCase<B>) -> String {
+    let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
+    bench(c, label, || {
+        case.forward_backward().unwrap();
+        opt.step().unwrap();
+    })
+}
+
+fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String>) {
+    summary.push(conv(
+        c,
+        b,
+        &format!("models/conv1/{tag}"),
+        [CONV_BATCH, 3, CONV_HW[0], CONV_HW[1]],
+        [16, 3, 3, 3],
+    ));
+    summary.push(conv(
+        c,
+        b,
+        &format!("models/conv2/{tag}"),
+        [CONV_BATCH, 16, CONV_HW[0] / 2, CONV_HW[1] / 2],
+        [32, 16, 3, 3],
+    ));
+    summary.push(attention(c, b, &format!("models/attention/{tag}")));
+    let conv_net =
+        ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap();
+    summary.push(step(c, &format!("models/step/conv_net/{tag}"), &conv_net));
+    let encoder = EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap();
+    summary.push(step(c, &format!("models/step/encoder/{tag}"), &encoder));
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(SAMPLES)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .configure_from_args();
+    let mut summary = Vec::new();
+    for threads in [1, 2] {
+        let exact = Isa::best(ComputeMode::Exact);
+        let b = ExactBackend::with_isa(exact, threads).unwrap();
+        run(
+            &mut c,
+            &b,
+            &format!("exact/{exact}/t{threads}"),
+            &mut summary,
+        );
+        let fast = Isa::best(ComputeMode::Fast);
+        let b = FastBackend::with_isa(fast, threads).unwrap();
+        run(&mut c, &b, &format!("fast/{fast}/t{threads}"), &mut summary);
+    }
+    c.final_summary();
+    println!("\nModel summary (median of individually timed calls):");
+    for line in summary.iter().filter(|l| !l.ends_with("(filtered out)")) {
+        println!("{line}");
+    }
+}
