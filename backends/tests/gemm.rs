@@ -273,7 +273,7 @@ fn case(max: usize) -> impl Strategy<Value = Case> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: if cfg!(debug_assertions) { 24 } else { 128 },
+        cases: if cfg!(debug_assertions) { 64 } else { 1000 },
         ..ProptestConfig::default()
     })]
 
@@ -298,13 +298,16 @@ fn fixed(batch: usize, m: usize, k: usize, n: usize, forms: (Form, Form), seed: 
     }
 }
 
-/// Sizes around every path's micro-tile edges (MR of 4, 6, 12; NR of 4, 8, 16, 32).
+/// Sizes around every path's micro-tile edges (rows: 4 and 6, short kernels of 2 and 3;
+/// columns: 4, 8, 16, 32 and 64, edge kernels of one and two lanes).
 #[test]
 fn tile_edges() {
     let rm = (Form::RowMajor, Form::RowMajor);
     let mut seed = 1;
-    for m in [1, 3, 4, 5, 6, 7, 11, 12, 13, 23, 24, 25] {
-        for n in [1, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65] {
+    for m in [1, 2, 3, 4, 5, 6, 7, 11, 12, 13] {
+        for n in [
+            1, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97, 129,
+        ] {
             for k in [1, 2, 17] {
                 seed += 1;
                 check(&fixed(1, m, k, n, rm, seed));
@@ -313,8 +316,9 @@ fn tile_edges() {
     }
 }
 
-/// Larger products: several k blocks (the accumulator leaves the registers and comes
-/// back), several row blocks and parallel chunks, batches with their own or a shared B.
+/// Larger products: several k blocks (k > 512: the accumulator leaves the registers and
+/// comes back), several row blocks (m > 144) and parallel chunks, batches with their own
+/// or a shared B.
 #[test]
 fn large_shapes() {
     let (rm, tt) = (
@@ -333,6 +337,7 @@ fn large_shapes() {
         fixed(3, 65, 300, 33, rm, 15),
         fixed(1, 1, 1000, 130, rm, 16),
         fixed(1, 130, 1000, 1, rm, 17),
+        fixed(1, 150, 1100, 70, rt, 21),
         Case {
             b_shared: true,
             ..fixed(3, 70, 270, 50, rm, 18)

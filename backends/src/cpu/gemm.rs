@@ -29,9 +29,9 @@ use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::ComputeMode;
 
 /// Steps of `k` per block: a `KC × NR` panel of packed `B` stays in L1.
-const KC: usize = 256;
+const KC: usize = 512;
 /// Rows per block of packed `A` (an `MC × KC` block stays in L2).
-const MC: usize = 192;
+const MC: usize = 144;
 /// Fewest multiply-adds worth a parallel chunk (a few microseconds of work).
 const MIN_CHUNK_MADDS: usize = 1 << 17;
 /// Parallel chunks aimed at when the product is large enough (a constant, so that the
@@ -70,6 +70,8 @@ pub(crate) fn matmul<M: ModeSpec>(
             Isa::Avx2 => run::<Avx2Fast>(ctx, spec, a, b, out),
             #[cfg(target_arch = "x86_64")]
             Isa::V128 => run::<V128Fast>(ctx, spec, a, b, out),
+            #[cfg(target_arch = "x86_64")]
+            _ if std::is_x86_feature_detected!("fma") => run::<ScalarFastFma>(ctx, spec, a, b, out),
             _ => run::<ScalarFast>(ctx, spec, a, b, out),
         },
     }
@@ -122,8 +124,8 @@ trait Kernel {
     );
 
     /// One edge tile of `rows × cols` (at most `MR × NR`) into the scratch tile `t` (row
-    /// stride `NR`), on the smallest kernel covering it: `MH` or `MR` rows, one lane or
-    /// `NR / W`.
+    /// stride `NR`), on the smallest kernel covering it: `MH` or `MR` rows; one, two or
+    /// `NR / W` lanes.
     ///
     /// # Safety
     /// The contract of [`micro`] for an `MR × NR` tile at `t` with `ldc = NR`, and the CPU
@@ -212,13 +214,16 @@ macro_rules! kernel {
                     const W: usize = <$lane as SimdLane>::WIDTH;
                     const NR: usize = $nv * W;
                     // SAFETY: forwarded from the caller; each variant reads the first
-                    // MH or MR rows of the A panel and one or all lanes of the B panel.
+                    // MH or MR rows of the A panel and the first 1, 2 or NV lanes of the
+                    // B panel (2 < NV when chosen).
                     unsafe {
-                        match (rows <= $mh, cols <= W) {
-                            (true, true) => micro::<$lane, $mode, $mh, 1>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (true, false) => micro::<$lane, $mode, $mh, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (false, true) => micro::<$lane, $mode, $mr, 1>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (false, false) => micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
+                        match (rows <= $mh, cols.div_ceil(W)) {
+                            (true, 1) => micro::<$lane, $mode, $mh, 1>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $mh, 2>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (true, _) => micro::<$lane, $mode, $mh, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (false, 1) => micro::<$lane, $mode, $mr, 1>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $mr, 2>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (false, _) => micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
                         }
                     }
                 }
@@ -233,19 +238,23 @@ macro_rules! kernel {
 use super::simd::{F32x16, F32x4, F32x8};
 
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx512Exact, F32x16, Exact, 12, 6, 2, "avx512f");
+kernel!(Avx512Exact, F32x16, Exact, 6, 3, 4, "avx512f");
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx512Fast, F32x16, Fast, 12, 6, 2, "avx512f");
+kernel!(Avx512Fast, F32x16, Fast, 6, 3, 4, "avx512f");
 #[cfg(target_arch = "x86_64")]
 kernel!(Avx2Exact, F32x8, Exact, 6, 3, 2, "avx2,fma");
 #[cfg(target_arch = "x86_64")]
 kernel!(Avx2Fast, F32x8, Fast, 6, 3, 2, "avx2,fma");
 #[cfg(target_arch = "x86_64")]
-kernel!(V128Exact, F32x4, Exact, 4, 2, 2, "sse2");
+kernel!(V128Exact, F32x4, Exact, 6, 3, 2, "sse2");
 #[cfg(target_arch = "x86_64")]
-kernel!(V128Fast, F32x4, Fast, 4, 2, 2, "sse2,fma");
+kernel!(V128Fast, F32x4, Fast, 6, 3, 2, "sse2,fma");
 kernel!(ScalarExact, f32, Exact, 4, 2, 4);
 kernel!(ScalarFast, f32, Fast, 4, 2, 4);
+// The scalar fast kernel with the FMA instruction instead of a call to the C library's
+// `fmaf` (both are the correctly rounded fused multiply-add: the same bits).
+#[cfg(target_arch = "x86_64")]
+kernel!(ScalarFastFma, f32, Fast, 4, 2, 4, "fma");
 
 /// The driver: checks, packs `B`, cuts the rows into chunks and runs them on `ctx`.
 fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
