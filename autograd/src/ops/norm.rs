@@ -305,24 +305,48 @@ fn norm_op<B: Backend>(
     let w = weight.map(Tensor::to_vec);
     let b = bias.map(Tensor::to_vec);
     let stats_depend = fixed.is_none();
-    let (y, center, rs) = x.with_contiguous(|xs| -> Result<_> {
-        let (center, var) = match fixed {
+    // The running statistics are updated after the input's storage is released (they
+    // could share it).
+    let (y, center, rs, sq_sum) = x.with_contiguous(|xs| {
+        let (center, var, sq_sum) = match fixed {
             Some((mean, var)) => {
                 let corr = vec![0.0; mean.len()];
-                (Center { mean, corr }, var)
+                (Center { mean, corr }, var, None)
             }
             None => {
                 let stats = batch_stats(xs, &geo, mode);
-                on_stats(&stats)?;
                 let n = geo.count() as f32;
                 let var = stats.sq_sum.iter().map(|&s| canon(mode, s / n)).collect();
-                (stats.center, var)
+                (stats.center, var, Some(stats.sq_sum))
             }
         };
         let rs = rstd(&var, eps, mode);
         let y = normalize(xs, &geo, &center, &rs, w.as_deref(), b.as_deref(), mode);
-        Ok((y, center, rs))
-    })?;
+        (y, center, rs, sq_sum)
+    });
+    if let Some(sq_sum) = sq_sum {
+        let stats = Stats { center, sq_sum };
+        on_stats(&stats)?;
+        return norm_record(op, x, geo, weight, bias, y, stats.center, rs, stats_depend);
+    }
+    norm_record(op, x, geo, weight, bias, y, center, rs, stats_depend)
+}
+
+/// Records a normalisation's output `y` with its backward rule.
+#[allow(clippy::too_many_arguments)]
+fn norm_record<B: Backend>(
+    op: &'static str,
+    x: &Tensor<B>,
+    geo: Geometry,
+    weight: Option<&Tensor<B>>,
+    bias: Option<&Tensor<B>>,
+    y: Vec<f32>,
+    center: Center,
+    rs: Vec<f32>,
+    stats_depend: bool,
+) -> Result<Tensor<B>> {
+    let be = x.backend();
+    let mode = be.mode();
     let out = Tensor::from_vec(be, y, x.shape().clone())?;
     let mut inputs = vec![x];
     inputs.extend(weight);
