@@ -12,10 +12,11 @@
 //!   the pinned constant on ScalarRef and on every ExactBackend path at 1, 3 and 8
 //!   threads.
 
+use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
     ConvNetCase, EncoderCase, ReferenceCase, TensorFile, PINNED_HASHES,
 };
-use exactgrad::nn::Module;
+use exactgrad::nn::{AttnMask, Module, MultiheadAttention, MultiheadAttentionConfig};
 use exactgrad::prelude::*;
 
 /// `hash_tensors` of the conv net's gradients in exact mode. This is the value
@@ -178,6 +179,108 @@ fn against_torch<B: Backend>(b: &B, label: &str, rows: &mut Vec<String>) {
             w.error, w.name, w.zero_rel, w.loss_rel
         ));
     }
+}
+
+const MHA: &[u8] = include_bytes!("../testdata/autograd/mha.safetensors");
+
+/// `nn.MultiheadAttention` alone (sequence first, cross-attention, a boolean key padding
+/// mask with a float per-head attention mask) against `mha.safetensors`; returns the
+/// worst scaled error.
+fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
+    let file = TensorFile::from_bytes(MHA).unwrap();
+    let e = file.metadata_usize("embed_dim").unwrap();
+    let h = file.metadata_usize("num_heads").unwrap();
+    let mha = MultiheadAttention::new(b, MultiheadAttentionConfig::new(e, h), &mut Philox::new(0))
+        .unwrap();
+    load_state_dict(&mha, &file, "init/").unwrap();
+    let input = |n: &str| {
+        file.tensor(b, &format!("input/{n}"))
+            .unwrap()
+            .requires_grad()
+            .unwrap()
+    };
+    let (q, k, v) = (input("query"), input("key"), input("value"));
+    let (mshape, m) = file.ints("input/key_padding_mask").unwrap();
+    let kpm = Tensor::from_vec(b, m.iter().map(|&x| x as f32).collect(), mshape).unwrap();
+    let attn = file.tensor(b, "input/attn_mask").unwrap();
+    let out = mha
+        .forward_attention(&q, &k, &v, Some(&kpm), Some(AttnMask::Float(&attn)))
+        .unwrap();
+    let loss = out
+        .mul(&file.tensor(b, "input/upstream").unwrap())
+        .unwrap()
+        .sum()
+        .unwrap();
+    loss.backward(None, false).unwrap();
+    let e_out = scaled_error(&out.to_vec(), file.floats("output/out").unwrap().1);
+    assert!(
+        e_out <= 1e-4,
+        "{label}/mha: output scaled error {e_out:.2e}"
+    );
+    let mut grads = mha.named_parameters();
+    grads.extend([("query".into(), q), ("key".into(), k), ("value".into(), v)]);
+    let mut worst = 0.0f64;
+    let mut largest = 0.0f64;
+    for (name, t) in &grads {
+        let torch = file.floats(&format!("grad/{name}")).unwrap().1;
+        largest = torch
+            .iter()
+            .fold(largest, |m, &v| m.max(f64::from(v).abs()));
+        let mut ours = t.grad().unwrap().to_vec();
+        let mut theirs = torch.to_vec();
+        if name == "in_proj_bias" {
+            // The key bias (zero in theory) is checked below.
+            ours.drain(e..2 * e);
+            theirs.drain(e..2 * e);
+        }
+        let err = scaled_error(&ours, &theirs);
+        assert!(
+            err <= 1e-4,
+            "{label}/mha: gradient of {name}: scaled error {err:.2e}"
+        );
+        worst = worst.max(err);
+    }
+    let kb = mha.in_proj_bias().unwrap().grad().unwrap().to_vec()[e..2 * e]
+        .iter()
+        .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+    assert!(
+        kb / largest < 1e-5,
+        "{label}/mha: key bias gradient {:.2e} of the largest",
+        kb / largest
+    );
+    (worst, kb / largest)
+}
+
+#[test]
+fn multihead_attention_matches_pytorch_on_every_backend() {
+    let mut rows = Vec::new();
+    let mut row = |label: &str, (w, z): (f64, f64)| {
+        rows.push(format!(
+            "{label:<18} mha       {w:>9.2e}  {:<32} {z:>9.2e}",
+            ""
+        ));
+    };
+    row(
+        "scalar-ref",
+        mha_against_torch(&ScalarRefBackend, "scalar-ref"),
+    );
+    row(
+        "fast-scalar-ref",
+        mha_against_torch(&FastScalarRefBackend, "fast-scalar-ref"),
+    );
+    for isa in Isa::ALL {
+        if let Ok(b) = ExactBackend::with_isa(isa, 3) {
+            let label = format!("exact/{isa}/3t");
+            row(&label, mha_against_torch(&b, &label));
+        }
+    }
+    let best = Isa::best(ComputeMode::Fast);
+    let label = format!("fast/{best}/3t");
+    row(
+        &label,
+        mha_against_torch(&FastBackend::with_isa(best, 3).unwrap(), &label),
+    );
+    println!("{}", rows.join("\n"));
 }
 
 #[test]

@@ -22,6 +22,10 @@ algorithms, training mode) as a black box and writes:
   with GELU feed-forward, dropout 0 and a key padding mask (padded tokens are ignored
   by attention and by the loss, ignore_index = -100). The key part of every
   in_proj_bias (rows E..2E) has a gradient that is zero in theory.
+- mha.safetensors: nn.MultiheadAttention(16, 2) alone, sequence first (batch_first
+  False), cross-attention (query [5, 3, 16], key and value [6, 3, 16]) with a boolean
+  key padding mask and a float per-head attn_mask [N * heads, L, S]; the loss is
+  sum(out * input/upstream). Gradients of the parameters and of query, key and value.
 
 Tensor names in each file:
 
@@ -45,6 +49,7 @@ The header's keys are sorted, so running the script again gives identical bytes.
 import json
 import os
 import struct
+import warnings
 
 import numpy as np
 import torch
@@ -212,6 +217,61 @@ def encoder():
 
 
 # ----------------------------------------------------------------------------------
+# nn.MultiheadAttention alone: sequence-first, cross-attention, both mask kinds
+
+
+def mha():
+    e, h, l, s, n = 16, 2, 5, 6, 3
+    rng = np.random.default_rng(20240503)
+    model = nn.MultiheadAttention(e, h, batch_first=False)
+    values = {}
+    for name, p in model.named_parameters():
+        bound = np.sqrt(6.0 / (4 * e)) if name == "in_proj_weight" else (0.1 if "bias" in name else 1.0 / np.sqrt(e))
+        values[name] = f32(rng.uniform(-bound, bound, tuple(p.shape)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(values[name]))
+    q_np = f32(rng.normal(0.0, 1.0, (l, n, e)))
+    k_np = f32(rng.normal(0.0, 1.0, (s, n, e)))
+    v_np = f32(rng.normal(0.0, 1.0, (s, n, e)))
+    kpm_np = np.zeros((n, s), dtype=bool)
+    kpm_np[1, 4:] = True
+    kpm_np[2, 0] = True
+    attn_np = f32(rng.normal(0.0, 1.0, (n * h, l, s)))
+    upstream = f32(rng.normal(0.0, 1.0, (l, n, e)))
+
+    model.train()
+    q, k, v = (torch.from_numpy(a.copy()).requires_grad_(True) for a in (q_np, k_np, v_np))
+    with warnings.catch_warnings():
+        # A boolean key padding mask with a float attn_mask is deprecated in PyTorch but
+        # still supported (the padding becomes -inf and the masks are added); it is the
+        # combination this case checks.
+        warnings.simplefilter("ignore", UserWarning)
+        out, _ = model(q, k, v, key_padding_mask=torch.from_numpy(kpm_np), attn_mask=torch.from_numpy(attn_np),
+                       need_weights=False)
+    loss = (out * torch.from_numpy(upstream)).sum()
+    loss.backward()
+    tensors = {
+        "input/query": torch.from_numpy(q_np),
+        "input/key": torch.from_numpy(k_np),
+        "input/value": torch.from_numpy(v_np),
+        "input/key_padding_mask": torch.from_numpy(kpm_np),
+        "input/attn_mask": torch.from_numpy(attn_np),
+        "input/upstream": torch.from_numpy(upstream),
+        "output/out": out.detach().clone(),
+        "loss": loss.detach().reshape(1).clone(),
+        "grad/query": q.grad.detach().clone(),
+        "grad/key": k.grad.detach().clone(),
+        "grad/value": v.grad.detach().clone(),
+    }
+    for name, p in model.named_parameters():
+        tensors[f"init/{name}"] = torch.from_numpy(values[name])
+        tensors[f"grad/{name}"] = p.grad.detach().clone()
+    meta = {"model": "mha", "embed_dim": str(e), "num_heads": str(h)}
+    return tensors, meta
+
+
+# ----------------------------------------------------------------------------------
 
 
 def write_safetensors(path, tensors, meta):
@@ -258,6 +318,7 @@ if __name__ == "__main__":
     for fname, build, zeros in [
         ("conv_net.safetensors", conv_net, [("conv1.bias", None), ("conv2.bias", None)]),
         ("encoder.safetensors", encoder, [(f"layers.{i}.self_attn.in_proj_bias", slice(32, 64)) for i in range(2)]),
+        ("mha.safetensors", mha, [("in_proj_bias", slice(16, 32))]),
     ]:
         tensors, meta = build()
         meta["generator"] = "tools/autograd_oracle.py"
