@@ -539,6 +539,46 @@ fn batch_norm_running_statistics() {
         .is_ok());
 }
 
+/// Empty batches, sequences and groups: results of PyTorch's shapes, no panic.
+#[test]
+fn empty_shapes() {
+    let t = |s: &[usize]| tensor(s, 1, -1.0, 1.0).requires_grad().unwrap();
+    let y = T::scaled_dot_product_attention(
+        &t(&[1, 2, 4]),
+        &t(&[1, 0, 4]),
+        &t(&[1, 0, 3]),
+        None,
+        false,
+        None,
+    )
+    .unwrap();
+    assert_eq!((y.dims(), y.to_vec()), (&[1usize, 2, 3][..], vec![0.0; 6]));
+    let (q, k, v) = (t(&[1, 0, 4]), t(&[1, 3, 4]), t(&[1, 3, 3]));
+    let y = T::scaled_dot_product_attention(&q, &k, &v, None, true, None).unwrap();
+    assert_eq!(y.dims(), &[1, 0, 3]);
+    y.sum().unwrap().backward(None, false).unwrap();
+    assert_eq!(k.grad().unwrap().to_vec(), vec![0.0; 12]);
+    let x = t(&[0, 4]);
+    let w = t(&[4]);
+    let y = x.layer_norm(&[4], Some(&w), None, 1e-5).unwrap();
+    assert_eq!(y.dims(), &[0, 4]);
+    y.sum().unwrap().backward(None, false).unwrap();
+    assert_eq!(w.grad().unwrap().to_vec(), vec![0.0; 4]);
+    assert_eq!(
+        t(&[0, 4, 2])
+            .group_norm(2, None, None, 1e-5)
+            .unwrap()
+            .dims(),
+        &[0, 4, 2]
+    );
+    let (rm, rv) = (T::zeros(&B, [2]), T::ones(&B, [2]));
+    let y = t(&[0, 2])
+        .batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 1e-5)
+        .unwrap();
+    assert_eq!(y.dims(), &[0, 2]);
+    assert_eq!((rm.to_vec(), rv.to_vec()), (vec![0.0; 2], vec![1.0; 2]));
+}
+
 #[test]
 fn attention_fully_masked_rows_give_zeros() {
     let q = tensor(&[2, 3, 4], 1, -1.0, 1.0).requires_grad().unwrap();

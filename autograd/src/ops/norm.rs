@@ -498,6 +498,10 @@ impl<B: Backend> Tensor<B> {
             }
             let mode = self.backend().mode();
             let update = |stats: &Stats| -> Result<()> {
+                if geo.count() == 0 {
+                    // An empty batch leaves the running statistics alone, as in PyTorch.
+                    return Ok(());
+                }
                 let n = geo.count() as f32;
                 let keep = 1.0f32 - momentum;
                 if let Some(rm) = running_mean {
