@@ -200,6 +200,7 @@ macro_rules! kernel {
                 last: bool,
             ) {
                 #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
                 $(#[target_feature(enable = $feature)])?
                 unsafe fn imp(
                     kc: usize,
