@@ -711,3 +711,260 @@ impl<B: Backend> fmt::Debug for TransformerEncoderLayer<B> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+
+    type T = Tensor<ScalarRefBackend>;
+
+    fn close(a: &T, b: &T, tol: f32) {
+        assert_eq!(a.dims(), b.dims());
+        for (i, (x, y)) in a.to_vec().iter().zip(b.to_vec()).enumerate() {
+            assert!((x - y).abs() <= tol, "element {i}: {x} vs {y}");
+        }
+    }
+
+    fn mha(batch_first: bool, dropout: f32) -> MultiheadAttention<ScalarRefBackend> {
+        let config = MultiheadAttentionConfig {
+            batch_first,
+            dropout,
+            ..MultiheadAttentionConfig::new(8, 2)
+        };
+        MultiheadAttention::new(&ScalarRefBackend, config, &mut Philox::new(4)).unwrap()
+    }
+
+    fn randn(shape: &[usize], seed: u64) -> T {
+        Tensor::randn(
+            &ScalarRefBackend,
+            shape.to_vec(),
+            0.0,
+            1.0,
+            &mut Philox::new(seed),
+        )
+    }
+
+    #[test]
+    fn multihead_attention_names_and_init() {
+        let m = mha(true, 0.0);
+        let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "in_proj_weight",
+                "in_proj_bias",
+                "out_proj.weight",
+                "out_proj.bias"
+            ]
+        );
+        let xavier = (6.0f64 / 32.0).sqrt() as f32;
+        let w = m.in_proj_weight().to_vec();
+        assert_eq!(m.in_proj_weight().dims(), [24, 8]);
+        assert!(w.iter().all(|v| v.abs() <= xavier) && w.iter().any(|v| v.abs() > 0.5 * xavier));
+        assert!(m.in_proj_bias().unwrap().to_vec().iter().all(|&v| v == 0.0));
+        assert!(m
+            .out_proj()
+            .bias()
+            .unwrap()
+            .to_vec()
+            .iter()
+            .all(|&v| v == 0.0));
+        let bound = (1.0 / 8f64.sqrt()) as f32;
+        assert!(m
+            .out_proj()
+            .weight()
+            .to_vec()
+            .iter()
+            .all(|v| v.abs() <= bound));
+        assert!(m
+            .parameters()
+            .iter()
+            .all(|p| p.is_leaf() && p.is_requires_grad()));
+        let nb = MultiheadAttentionConfig {
+            bias: false,
+            ..MultiheadAttentionConfig::new(8, 2)
+        };
+        let nb = MultiheadAttention::new(&ScalarRefBackend, nb, &mut Philox::new(1)).unwrap();
+        assert_eq!(nb.named_parameters().len(), 2);
+    }
+
+    #[test]
+    fn sequence_first_batch_first_and_unbatched_agree() {
+        let (bf, sf) = (mha(true, 0.0), mha(false, 0.0));
+        let x = randn(&[3, 5, 8], 1);
+        let y = bf.forward(&x).unwrap();
+        assert_eq!(y.dims(), [3, 5, 8]);
+        let ys = sf.forward(&x.transpose(0, 1).unwrap()).unwrap();
+        close(&ys.transpose(0, 1).unwrap().contiguous(), &y, 0.0);
+        let x0 = x.narrow(0, 1, 1).unwrap().squeeze(0).unwrap();
+        let y0 = bf.forward(&x0).unwrap();
+        close(&y0, &y.narrow(0, 1, 1).unwrap().squeeze(0).unwrap(), 0.0);
+    }
+
+    #[test]
+    fn masks_combine_as_in_pytorch() {
+        let b = ScalarRefBackend;
+        let m = mha(true, 0.0);
+        let (q, kv) = (randn(&[2, 3, 8], 1), randn(&[2, 4, 8], 2));
+        // Key padding [N, S] equals the same exclusion as a per-head boolean attn_mask.
+        let kpm = Tensor::from_vec(&b, vec![0., 0., 1., 1., 0., 0., 0., 1.], [2, 4]).unwrap();
+        let per_head: Vec<f32> = (0..2)
+            .flat_map(|n| {
+                let row = kpm.to_vec()[n * 4..n * 4 + 4].to_vec();
+                std::iter::repeat_n(row, 2 * 3).flatten()
+            })
+            .collect();
+        let bool_mask = Tensor::from_vec(&b, per_head.clone(), [4, 3, 4]).unwrap();
+        let float_mask = Tensor::from_vec(
+            &b,
+            per_head
+                .iter()
+                .map(|&v| if v != 0.0 { f32::NEG_INFINITY } else { 0.0 })
+                .collect(),
+            [4, 3, 4],
+        )
+        .unwrap();
+        let a = m.forward_attention(&q, &kv, &kv, Some(&kpm), None).unwrap();
+        let c = m
+            .forward_attention(&q, &kv, &kv, None, Some(AttnMask::Bool(&bool_mask)))
+            .unwrap();
+        let d = m
+            .forward_attention(&q, &kv, &kv, None, Some(AttnMask::Float(&float_mask)))
+            .unwrap();
+        close(&a, &c, 0.0);
+        close(&a, &d, 1e-6);
+        // A 2-D [L, S] mask applies to every batch item and head.
+        let causal = Tensor::from_vec(
+            &b,
+            (0..3)
+                .flat_map(|i| (0..4).map(move |j| (j > i + 1) as u8 as f32))
+                .collect(),
+            [3, 4],
+        )
+        .unwrap();
+        let both = m
+            .forward_attention(&q, &kv, &kv, Some(&kpm), Some(AttnMask::Bool(&causal)))
+            .unwrap();
+        assert_eq!(both.dims(), [2, 3, 8]);
+        // Wrong shapes are errors naming the mask.
+        let bad = Tensor::zeros(&b, [2, 5]);
+        let err = m
+            .forward_attention(&q, &kv, &kv, Some(&bad), None)
+            .unwrap_err();
+        assert!(err.to_string().contains("key_padding_mask"), "{err}");
+        let bad = Tensor::zeros(&b, [3, 3, 4]);
+        let err = m
+            .forward_attention(&q, &kv, &kv, None, Some(AttnMask::Bool(&bad)))
+            .unwrap_err();
+        assert!(err.to_string().contains("attn_mask"), "{err}");
+        let err = m.forward(&randn(&[2, 3, 6], 3)).unwrap_err();
+        assert!(err.to_string().contains("query"), "{err}");
+    }
+
+    #[test]
+    fn attention_dropout_is_seeded_and_off_in_evaluation() {
+        let x = randn(&[2, 5, 8], 1);
+        let kpm = Tensor::from_vec(
+            &ScalarRefBackend,
+            vec![0., 0., 0., 1., 1., 0., 0., 0., 0., 0.],
+            [2, 5],
+        )
+        .unwrap();
+        let reference = mha(true, 0.0)
+            .forward_attention(&x, &x, &x, Some(&kpm), None)
+            .unwrap();
+        // The explicit path (softmax, dropout) with a negligible p gives the fused result.
+        let tiny = mha(true, 1e-12);
+        let y = tiny
+            .forward_attention(&x, &x, &x, Some(&kpm), None)
+            .unwrap();
+        close(&y, &reference, 1e-5);
+        let half = mha(true, 0.5);
+        half.set_dropout_seed(11);
+        let a = half.forward(&x).unwrap();
+        half.set_dropout_seed(11);
+        let b = half.forward(&x).unwrap();
+        close(&a, &b, 0.0);
+        let c = half.forward(&x).unwrap();
+        assert_ne!(a.to_vec(), c.to_vec());
+        let mut half = half;
+        half.set_training(false);
+        close(
+            &half.forward(&x).unwrap(),
+            &mha(true, 0.0).forward(&x).unwrap(),
+            0.0,
+        );
+    }
+
+    fn layer(norm_first: bool, dropout: f32) -> TransformerEncoderLayer<ScalarRefBackend> {
+        let config = TransformerEncoderLayerConfig {
+            dim_feedforward: 16,
+            dropout,
+            activation: FeedForwardActivation::Gelu,
+            batch_first: true,
+            norm_first,
+            ..TransformerEncoderLayerConfig::new(8, 2)
+        };
+        TransformerEncoderLayer::new(&ScalarRefBackend, config, &mut Philox::new(6)).unwrap()
+    }
+
+    #[test]
+    fn encoder_layer_names_norms_and_dropout() {
+        let post = layer(false, 0.0);
+        let names: Vec<String> = post
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "self_attn.in_proj_weight",
+                "self_attn.in_proj_bias",
+                "self_attn.out_proj.weight",
+                "self_attn.out_proj.bias",
+                "linear1.weight",
+                "linear1.bias",
+                "linear2.weight",
+                "linear2.bias",
+                "norm1.weight",
+                "norm1.bias",
+                "norm2.weight",
+                "norm2.bias"
+            ]
+        );
+        let x = randn(&[2, 5, 8], 3);
+        let y_post = post.forward(&x).unwrap();
+        // Post-norm ends with a layer norm: rows have zero mean.
+        for row in y_post.to_vec().chunks(8) {
+            assert!(row.iter().sum::<f32>().abs() < 1e-4);
+        }
+        let pre = layer(true, 0.0);
+        let y_pre = pre.forward(&x).unwrap();
+        assert_ne!(y_pre.to_vec(), y_post.to_vec());
+        // Same weights (same seed) with dropout: seeded in training, identity in evaluation.
+        let mut drop = layer(true, 0.3);
+        drop.set_dropout_seed(1);
+        let a = drop.forward(&x).unwrap();
+        drop.set_dropout_seed(1);
+        close(&drop.forward(&x).unwrap(), &a, 0.0);
+        assert_ne!(a.to_vec(), y_pre.to_vec());
+        drop.set_training(false);
+        close(&drop.forward(&x).unwrap(), &y_pre, 0.0);
+        // Gradients reach every parameter.
+        post.forward(&x)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward(None, false)
+            .unwrap();
+        assert!(post.parameters().iter().all(|p| p.grad().is_some()));
+        assert!(TransformerEncoderLayer::new(
+            &ScalarRefBackend,
+            TransformerEncoderLayerConfig::new(8, 3),
+            &mut Philox::new(1)
+        )
+        .is_err());
+    }
+}

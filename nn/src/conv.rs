@@ -228,3 +228,87 @@ impl<B: Backend> fmt::Debug for Conv2d<B> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+
+    #[test]
+    fn names_shapes_and_init_bounds() {
+        let b = ScalarRefBackend;
+        let mut rng = Philox::new(3);
+        let opts = Conv2dOptions {
+            groups: 2,
+            padding: [1, 2],
+            ..Conv2dOptions::default()
+        };
+        let conv = Conv2d::with_options(&b, 4, 6, [3, 2], opts, true, &mut rng).unwrap();
+        let names: Vec<String> = conv
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["weight", "bias"]);
+        assert_eq!(conv.weight().dims(), [6, 2, 3, 2]);
+        assert_eq!((conv.in_channels(), conv.out_channels()), (4, 6));
+        assert_eq!(conv.kernel_size(), [3, 2]);
+        // fan_in = C_in / groups · KH · KW = 12.
+        let bound = (1.0 / 12f64.sqrt()) as f32;
+        for t in conv.parameters() {
+            assert!(t.to_vec().iter().all(|v| v.abs() <= bound));
+            assert!(t.to_vec().iter().any(|v| v.abs() > bound / 2.0));
+        }
+        let x = Tensor::ones(&b, [2, 4, 5, 5]);
+        assert_eq!(conv.forward(&x).unwrap().dims(), [2, 6, 5, 8]);
+        let plain =
+            Conv2d::with_options(&b, 4, 6, [3, 3], Conv2dOptions::default(), false, &mut rng)
+                .unwrap();
+        assert_eq!(plain.named_parameters().len(), 1);
+        assert!(format!("{plain:?}").contains("bias=false"));
+    }
+
+    #[test]
+    fn same_seed_same_weights_and_from_tensors_copies() {
+        let b = ScalarRefBackend;
+        let a = Conv2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
+        let c = Conv2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
+        assert_eq!(a.weight().to_vec(), c.weight().to_vec());
+        let d = Conv2d::from_tensors(a.weight(), a.bias(), Conv2dOptions::default()).unwrap();
+        assert!(!d.weight().shares_storage(a.weight()));
+        assert!(d.weight().is_requires_grad());
+        assert_eq!(d.weight().to_vec(), a.weight().to_vec());
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let b = ScalarRefBackend;
+        let mut rng = Philox::new(1);
+        let g3 = Conv2dOptions {
+            groups: 3,
+            ..Conv2dOptions::default()
+        };
+        let err = Conv2d::with_options(&b, 4, 6, [3, 3], g3, true, &mut rng).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("in_channels = 4 must be divisible by groups = 3"),
+            "{err}"
+        );
+        let err = Conv2d::with_options(&b, 6, 4, [3, 3], g3, true, &mut rng).unwrap_err();
+        assert!(err.to_string().contains("out_channels"), "{err}");
+        assert!(Conv2d::new(&b, 3, 4, [0, 3], &mut rng).is_err());
+        let s0 = Conv2dOptions {
+            stride: [0, 1],
+            ..Conv2dOptions::default()
+        };
+        assert!(Conv2d::with_options(&b, 3, 4, [3, 3], s0, true, &mut rng).is_err());
+        let w = Tensor::zeros(&b, [4, 3, 3]);
+        assert!(Conv2d::from_tensors(&w, None, Conv2dOptions::default()).is_err());
+        let w = Tensor::zeros(&b, [4, 3, 3, 3]);
+        let bias = Tensor::zeros(&b, [5]);
+        assert!(Conv2d::from_tensors(&w, Some(&bias), Conv2dOptions::default()).is_err());
+        // A wrong channel count in the input is the operator's error.
+        let conv = Conv2d::new(&b, 3, 4, [3, 3], &mut rng).unwrap();
+        assert!(conv.forward(&Tensor::zeros(&b, [1, 2, 5, 5])).is_err());
+    }
+}

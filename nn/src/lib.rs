@@ -5,6 +5,10 @@
 //! activations), [`optim`] with PyTorch's SGD, Adam and AdamW update rules and gradient
 //! clipping, [`data`] with the shipped [`Digits`](data::Digits) set and a seeded
 //! mini-batch loader, [`init`] with deterministic initialisation and [`metrics`].
+//! Layers for convolutional and transformer models: [`Conv2d`], [`BatchNorm2d`] (its
+//! running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`],
+//! [`MultiheadAttention`] and [`TransformerEncoderLayer`]; [`reference`] holds the two
+//! reference models of the PyTorch oracle and loads weights from safetensors.
 //!
 //! ```
 //! use exactgrad_autograd::{CrossEntropyOptions, Tensor};

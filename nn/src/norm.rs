@@ -310,3 +310,147 @@ impl<B: Backend> fmt::Debug for LayerNorm<B> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+    use exactgrad_core::Philox;
+
+    fn close(a: &[f32], b: &[f32], tol: f32) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol, "element {i}: {x} vs {y}");
+        }
+    }
+
+    /// Per-channel mean and unbiased variance of an `[N, C, H, W]` batch.
+    fn stats(x: &[f32], n: usize, c: usize, hw: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut mean = vec![0.0; c];
+        let mut var = vec![0.0; c];
+        for ch in 0..c {
+            let vals: Vec<f64> = (0..n)
+                .flat_map(|i| (0..hw).map(move |j| x[(i * c + ch) * hw + j] as f64))
+                .collect();
+            let m = vals.iter().sum::<f64>() / vals.len() as f64;
+            let v = vals.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (vals.len() - 1) as f64;
+            mean[ch] = m as f32;
+            var[ch] = v as f32;
+        }
+        (mean, var)
+    }
+
+    #[test]
+    fn batch_norm_names_buffers_and_running_statistics() {
+        let b = ScalarRefBackend;
+        let mut bn = BatchNorm2d::new(&b, 3);
+        let names: Vec<String> = bn.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["weight", "bias"]);
+        let buffers: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(buffers, ["running_mean", "running_var"]);
+        assert!(bn
+            .named_buffers()
+            .iter()
+            .all(|(_, t)| !t.is_requires_grad()));
+
+        let mut rng = Philox::new(5);
+        let x = Tensor::randn(&b, [4, 3, 2, 5], 1.0, 2.0, &mut rng);
+        let y = bn.forward(&x).unwrap();
+        assert_eq!(bn.num_batches_tracked(), 1);
+        let (mean, var) = stats(&x.to_vec(), 4, 3, 10);
+        let rm: Vec<f32> = mean.iter().map(|m| 0.1 * m).collect();
+        let rv: Vec<f32> = var.iter().map(|v| 0.9 + 0.1 * v).collect();
+        close(&bn.running_mean().unwrap().to_vec(), &rm, 1e-5);
+        close(&bn.running_var().unwrap().to_vec(), &rv, 1e-4);
+        // Training output: zero mean per channel.
+        let (ym, _) = stats(&y.to_vec(), 4, 3, 10);
+        close(&ym, &[0.0; 3], 1e-5);
+
+        // Evaluation normalises with the running statistics and leaves them alone.
+        bn.set_training(false);
+        assert!(!bn.is_training());
+        let y = bn.forward(&x).unwrap();
+        assert_eq!(bn.num_batches_tracked(), 1);
+        let want: Vec<f32> = x
+            .to_vec()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let ch = (i / 10) % 3;
+                (v - rm[ch]) / (rv[ch] + 1e-5).sqrt()
+            })
+            .collect();
+        close(&y.to_vec(), &want, 1e-4);
+        close(&bn.running_mean().unwrap().to_vec(), &rm, 1e-5);
+    }
+
+    #[test]
+    fn batch_norm_cumulative_average_without_momentum() {
+        let b = ScalarRefBackend;
+        let config = BatchNormConfig {
+            momentum: None,
+            ..BatchNormConfig::default()
+        };
+        let bn = BatchNorm2d::with_config(&b, 2, config);
+        let mut rng = Philox::new(8);
+        let x1 = Tensor::randn(&b, [3, 2, 2, 2], 0.5, 1.0, &mut rng);
+        let x2 = Tensor::randn(&b, [3, 2, 2, 2], -1.0, 3.0, &mut rng);
+        bn.forward(&x1).unwrap();
+        bn.forward(&x2).unwrap();
+        let (m1, _) = stats(&x1.to_vec(), 3, 2, 4);
+        let (m2, _) = stats(&x2.to_vec(), 3, 2, 4);
+        let want: Vec<f32> = m1.iter().zip(&m2).map(|(a, b)| (a + b) / 2.0).collect();
+        close(&bn.running_mean().unwrap().to_vec(), &want, 1e-5);
+    }
+
+    #[test]
+    fn batch_norm_without_affine_or_statistics() {
+        let b = ScalarRefBackend;
+        let config = BatchNormConfig {
+            affine: false,
+            track_running_stats: false,
+            ..BatchNormConfig::default()
+        };
+        let mut bn = BatchNorm2d::with_config(&b, 2, config);
+        assert!(bn.named_parameters().is_empty() && bn.named_buffers().is_empty());
+        bn.set_training(false);
+        // Without running statistics, batch statistics are used in evaluation too.
+        let x = Tensor::randn(&b, [3, 2, 2, 2], 0.5, 1.0, &mut Philox::new(2));
+        let (ym, _) = stats(&bn.forward(&x).unwrap().to_vec(), 3, 2, 4);
+        close(&ym, &[0.0; 2], 1e-5);
+        assert_eq!(bn.num_batches_tracked(), 0);
+    }
+
+    #[test]
+    fn batch_norm_rejects_bad_inputs() {
+        let b = ScalarRefBackend;
+        let bn = BatchNorm2d::new(&b, 3);
+        let err = bn.forward(&Tensor::zeros(&b, [2, 3, 4])).unwrap_err();
+        assert!(err.to_string().contains("4-D"), "{err}");
+        let err = bn.forward(&Tensor::zeros(&b, [2, 4, 2, 2])).unwrap_err();
+        assert!(err.to_string().contains("expected 3 channels"), "{err}");
+    }
+
+    #[test]
+    fn layer_norm_normalises_the_trailing_dimensions() {
+        let b = ScalarRefBackend;
+        let ln = LayerNorm::new(&b, &[2, 3]).unwrap();
+        let names: Vec<String> = ln.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["weight", "bias"]);
+        assert_eq!(ln.weight().unwrap().to_vec(), [1.0; 6]);
+        let x = Tensor::randn(&b, [4, 2, 3], 2.0, 3.0, &mut Philox::new(1));
+        let y = ln.forward(&x).unwrap().to_vec();
+        for row in y.chunks(6) {
+            let m: f32 = row.iter().sum::<f32>() / 6.0;
+            let v: f32 = row.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / 6.0;
+            assert!(m.abs() < 1e-5 && (v - 1.0).abs() < 1e-3, "{m} {v}");
+        }
+        let plain = LayerNorm::with_config(&b, &[3], 1e-6, false, true).unwrap();
+        assert!(plain.named_parameters().is_empty());
+        let no_bias = LayerNorm::with_config(&b, &[3], 1e-6, true, false).unwrap();
+        assert_eq!(no_bias.named_parameters().len(), 1);
+        assert!(LayerNorm::new(&b, &[]).is_err());
+        assert!(LayerNorm::new(&b, &[0]).is_err());
+        assert!(ln.forward(&Tensor::zeros(&b, [4, 3, 2])).is_err());
+    }
+}

@@ -779,3 +779,130 @@ impl<B: Backend> ReferenceCase<B> for EncoderCase<B> {
         Ok(collect(&self.model, &self.input, loss, logits))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+    use safetensors::tensor::TensorView;
+    use std::collections::HashMap;
+
+    /// A safetensors file holding `tensors` (all F32) and one metadata entry.
+    fn file(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+            .iter()
+            .map(|(n, s, v)| {
+                (
+                    n.to_string(),
+                    s.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
+            .collect();
+        let views: Vec<(String, TensorView<'_>)> = bytes
+            .iter()
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        let meta = HashMap::from([("answer".to_string(), "42".to_string())]);
+        safetensors::serialize(views, Some(meta)).unwrap()
+    }
+
+    #[test]
+    fn tensor_file_reads_tensors_and_metadata() {
+        let bytes = file(&[
+            ("a", vec![2, 2], vec![1., 2., 3., 4.]),
+            ("b", vec![1], vec![5.]),
+        ]);
+        let f = TensorFile::from_bytes(&bytes).unwrap();
+        assert_eq!(f.names(), ["a", "b"]);
+        assert_eq!(
+            f.floats("a").unwrap(),
+            (&[2usize, 2][..], &[1f32, 2., 3., 4.][..])
+        );
+        assert_eq!(f.metadata_usize("answer").unwrap(), 42);
+        assert!(f.metadata_usize("missing").is_err());
+        assert!(f.ints("a").is_err());
+        assert_eq!(f.tensor(&ScalarRefBackend, "b").unwrap().to_vec(), [5.0]);
+        assert!(TensorFile::from_bytes(&bytes[..bytes.len() - 3]).is_err());
+        assert!(TensorFile::from_bytes(b"not a file").is_err());
+    }
+
+    #[test]
+    fn load_state_dict_copies_or_fails_before_changing_anything() {
+        let b = ScalarRefBackend;
+        let lin = Linear::new(&b, 2, 1, &mut Philox::new(1));
+        let before = lin.weight().to_vec();
+        let f = TensorFile::from_bytes(&file(&[
+            ("m.weight", vec![1, 2], vec![7., 8.]),
+            ("m.bias", vec![1], vec![9.]),
+        ]))
+        .unwrap();
+        load_state_dict(&lin, &f, "m.").unwrap();
+        assert_eq!(lin.weight().to_vec(), [7., 8.]);
+        assert_eq!(lin.bias().unwrap().to_vec(), [9.]);
+        assert!(lin.weight().is_requires_grad());
+
+        let lin = Linear::new(&b, 2, 1, &mut Philox::new(1));
+        let missing =
+            TensorFile::from_bytes(&file(&[("weight", vec![1, 2], vec![7., 8.])])).unwrap();
+        let err = load_state_dict(&lin, &missing, "").unwrap_err();
+        assert!(err.to_string().contains("no entry `bias`"), "{err}");
+        assert_eq!(lin.weight().to_vec(), before);
+        let wrong = TensorFile::from_bytes(&file(&[
+            ("weight", vec![2, 1], vec![7., 8.]),
+            ("bias", vec![1], vec![9.]),
+        ]))
+        .unwrap();
+        let err = load_state_dict(&lin, &wrong, "").unwrap_err();
+        assert!(err.to_string().contains("has shape [2, 1]"), "{err}");
+    }
+
+    #[test]
+    fn cases_repeat_their_gradients_and_name_them_in_order() {
+        let b = ScalarRefBackend;
+        let config = ConvNetConfig {
+            c1: 4,
+            c2: 6,
+            hidden: 8,
+            classes: 3,
+            ..ConvNetConfig::default()
+        };
+        let conv = ConvNetCase::random(&b, config, 3, [8, 8], 1).unwrap();
+        let (a, c) = (
+            conv.forward_backward().unwrap(),
+            conv.forward_backward().unwrap(),
+        );
+        assert_eq!(a.hash(), c.hash(), "gradients are cleared between passes");
+        let names: Vec<&str> = a.gradients.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names[..4],
+            ["conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias"]
+        );
+        assert_eq!(names.last(), Some(&"input"));
+        assert_eq!(a.logits.dims(), [3, 3]);
+        assert_eq!(conv.model.named_buffers().len(), 4);
+
+        let config = EncoderConfig {
+            d_model: 8,
+            nhead: 2,
+            dim_feedforward: 12,
+            classes: 5,
+        };
+        let enc = EncoderCase::random(&b, config, 2, 6, 2).unwrap();
+        let g = enc.forward_backward().unwrap();
+        assert_eq!(g.hash(), enc.forward_backward().unwrap().hash());
+        assert_eq!(g.logits.dims(), [2, 6, 5]);
+        assert_eq!(g.gradients.len(), 2 * 12 + 4 + 1);
+        // Sequence 1 has 6 − 1·6/(2·2) = 5 tokens.
+        assert_eq!(enc.key_padding_mask.to_vec()[6..], [0., 0., 0., 0., 0., 1.]);
+        assert_eq!(enc.targets[11], -100);
+        assert!(enc.targets[..11].iter().all(|&t| (0..5).contains(&t)));
+        assert!(g.get("layers.1.norm2.bias").is_some());
+        assert!(format!("{g:?}").contains("hash"));
+    }
+}
