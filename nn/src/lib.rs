@@ -7,8 +7,8 @@
 //! mini-batch loader, [`init`] with deterministic initialisation and [`metrics`].
 //! Layers for convolutional and transformer models: [`Conv2d`], [`BatchNorm2d`] (its
 //! running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`],
-//! [`MultiheadAttention`] and [`TransformerEncoderLayer`]; [`reference`] holds the two
-//! reference models of the PyTorch oracle and loads weights from safetensors.
+//! [`MultiheadAttention`] and [`TransformerEncoderLayer`]; [`reference`](mod@reference)
+//! holds the two reference models of the PyTorch oracle and loads safetensors weights.
 //!
 //! ```
 //! use exactgrad_autograd::{CrossEntropyOptions, Tensor};
