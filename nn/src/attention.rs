@@ -173,7 +173,8 @@ impl<B: Backend> MultiheadAttention<B> {
     ///
     /// `key_padding_mask` `[N, S]` (`[S]` unbatched) is non-zero at key positions to
     /// ignore (PyTorch's `True`); `attn_mask` is described at [`AttnMask`]. A query row
-    /// whose keys are all excluded gets a zero attention output.
+    /// whose keys are all excluded gets a zero attention output from the fused operator
+    /// (NaN on the explicit path that attention dropout takes in training).
     ///
     /// Fails when the shapes do not match the layer's width or each other, or when a mask
     /// has the wrong shape.
