@@ -8,7 +8,8 @@
 //! floating-point operation (`Throughput::Elements(2·m·n·k)`), so its `Gelem/s` are
 //! GFLOP/s. At the end the bench prints one summary line per benchmark, in the format of
 //! `tools/bench_torch.py`: the median over the individually timed calls of the measured
-//! samples, as GFLOP/s = 2·m·n·k / seconds per call / 1e9.
+//! samples, as GFLOP/s = 2·m·n·k / seconds per call / 1e9, and at one thread also the
+//! median over the calls' CPU time (unaffected by other processes on a shared machine).
 
 use criterion::{Criterion, Throughput};
 use exactgrad_backends::cpu::{CpuBackend, Isa};
@@ -52,6 +53,7 @@ fn bench<B: Backend>(
     c: &mut Criterion,
     be: &B,
     label: &str,
+    threads: usize,
     (m, k, n): (usize, usize, usize),
 ) -> Option<String> {
     let a = data(m * k, 1);
@@ -68,8 +70,9 @@ fn bench<B: Backend>(
         b_strides: [0, n, 1],
     };
     let flops = 2 * m * n * k;
-    // Per call of the routine (one criterion sample): the time of each product.
-    let samples: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
+    // Per call of the routine (one criterion sample): the wall-clock and CPU time of each
+    // product.
+    let samples: RefCell<Vec<Vec<(Duration, f64)>>> = RefCell::new(Vec::new());
     let mut group = c.benchmark_group("gemm");
     group.throughput(Throughput::Elements(flops as u64));
     group.bench_function(label, |bch| {
@@ -77,10 +80,12 @@ fn bench<B: Backend>(
             let mut calls = Vec::with_capacity(iters as usize);
             for _ in 0..iters {
                 let t = Instant::now();
+                let c = thread_cpu_seconds();
                 be.matmul(&spec, &a, &b, &mut out);
-                calls.push(t.elapsed());
+                let cpu = thread_cpu_seconds() - c;
+                calls.push((t.elapsed(), cpu));
             }
-            let total = calls.iter().sum();
+            let total = calls.iter().map(|c| c.0).sum();
             samples.borrow_mut().push(calls);
             total
         })
@@ -88,25 +93,59 @@ fn bench<B: Backend>(
     group.finish();
     // The last SAMPLES calls of the routine are the measurement (earlier ones warm up).
     let samples = samples.into_inner();
-    let mut calls: Vec<f64> = samples
-        .iter()
-        .rev()
-        .take(SAMPLES)
-        .flatten()
-        .map(|d| flops as f64 / d.as_secs_f64() / 1e9)
+    let measured = samples.iter().rev().take(SAMPLES).flatten();
+    let gflops = |s: f64| flops as f64 / s.max(1e-12) / 1e9;
+    let mut calls: Vec<f64> = measured
+        .clone()
+        .map(|c| gflops(c.0.as_secs_f64()))
         .collect();
+    let mut cpu: Vec<f64> = measured.map(|c| gflops(c.1)).collect();
     if calls.is_empty() {
         return None;
     }
     calls.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
     let median = calls[calls.len() / 2];
+    // With one thread the product runs on the calling thread, whose CPU time excludes the
+    // time slices that other processes take.
+    let cpu_note = if threads == 1 && cfg!(all(target_os = "linux", target_pointer_width = "64")) {
+        format!(", cpu-time median {:.2}", cpu[cpu.len() / 2])
+    } else {
+        String::new()
+    };
     Some(format!(
-        "{:<44} median {median:8.2} GFLOP/s   (min {:.2}, max {:.2}, {} calls)",
+        "{:<44} median {median:8.2} GFLOP/s   (min {:.2}, max {:.2}, {} calls{cpu_note})",
         format!("gemm/{label}"),
         calls[0],
         calls[calls.len() - 1],
         calls.len()
     ))
+}
+
+/// CPU time of the calling thread in seconds (0 where not available).
+fn thread_cpu_seconds() -> f64 {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    {
+        #[repr(C)]
+        struct Timespec {
+            tv_sec: i64,
+            tv_nsec: i64,
+        }
+        extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime from the C library std links against; `ts` is a valid
+        // timespec (two 64-bit fields on 64-bit Linux) to write to.
+        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+            return ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9;
+        }
+    }
+    0.0
 }
 
 fn main() {
@@ -131,11 +170,11 @@ fn main() {
                     let line = match mode {
                         ComputeMode::Exact => {
                             let be = CpuBackend::<Exact>::with_isa(isa, threads).unwrap();
-                            bench(&mut c, &be, &label, (m, k, n))
+                            bench(&mut c, &be, &label, threads, (m, k, n))
                         }
                         ComputeMode::Fast => {
                             let be = CpuBackend::<Fast>::with_isa(isa, threads).unwrap();
-                            bench(&mut c, &be, &label, (m, k, n))
+                            bench(&mut c, &be, &label, threads, (m, k, n))
                         }
                     };
                     summary.extend(line);

@@ -5,13 +5,15 @@ Usage: .venv/bin/python tools/bench_torch.py [--threads 1,2] [--time 1.0] [--sha
 
 Each line has the same form as the summary that `cargo bench --bench gemm` prints:
 
-    gemm/torch/t1/512x512x512            median   123.45 GFLOP/s   (min 120.00, max 125.10, 400 calls)
+    gemm/torch/t1/512x512x512            median   123.45 GFLOP/s   (min 120.00, max 125.10, 400 calls, cpu-time median 124.00)
 
 Every call is timed on its own (as the Rust bench does), after a warm-up; the line gives
 the median, the slowest and the fastest call as GFLOP/s = 2*m*n*k / seconds / 1e9. The
 median of single calls is robust to the time slices that other processes take on a shared
-machine. The output tensor is preallocated (`out=`), as the Rust benches write into a
-preallocated buffer.
+machine. At one thread the line also gives the median over the calls' CPU time of the
+calling thread (which does the work), unaffected by other processes' time slices. The
+output tensor is preallocated (`out=`), as the Rust benches write into a preallocated
+buffer.
 """
 
 import argparse
@@ -42,12 +44,16 @@ def bench(m, k, n, seconds, warmup):
     while time.perf_counter() < deadline:
         torch.matmul(a, b, out=out)
     calls = []
+    cpu = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(calls) < 10:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         torch.matmul(a, b, out=out)
+        c1 = time.thread_time()
         calls.append(flops / (time.perf_counter() - t0) / 1e9)
-    return statistics.median(calls), min(calls), max(calls), len(calls)
+        cpu.append(flops / max(c1 - c0, 1e-9) / 1e9)
+    return statistics.median(calls), min(calls), max(calls), len(calls), statistics.median(cpu)
 
 
 def main():
@@ -64,11 +70,14 @@ def main():
         for name, m, k, n in SHAPES:
             if wanted and name not in wanted:
                 continue
-            med, lo, hi, count = bench(m, k, n, args.time, args.warmup)
+            med, lo, hi, count, cpu = bench(m, k, n, args.time, args.warmup)
             label = f"gemm/torch/t{t}/{m}x{k}x{n}"
+            # With one thread the product runs on the calling thread, whose CPU time
+            # excludes the time slices other processes take.
+            cpu_note = f", cpu-time median {cpu:.2f}" if t == 1 else ""
             print(
                 f"{label:<44} median {med:8.2f} GFLOP/s   "
-                f"(min {lo:.2f}, max {hi:.2f}, {count} calls)",
+                f"(min {lo:.2f}, max {hi:.2f}, {count} calls{cpu_note})",
                 flush=True,
             )
 
