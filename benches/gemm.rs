@@ -151,8 +151,9 @@ fn thread_cpu_seconds() -> f64 {
 fn main() {
     let mut c = Criterion::default()
         .sample_size(SAMPLES)
-        .warm_up_time(Duration::from_millis(200))
-        .measurement_time(Duration::from_millis(600))
+        .warm_up_time(Duration::from_millis(150))
+        .measurement_time(Duration::from_millis(500))
+        .without_plots()
         .configure_from_args();
     let mut summary = Vec::new();
     for threads in [1, 2] {
