@@ -133,24 +133,28 @@ pub mod coeffs {
         -0.0007997853,  // 0xBA51A8AF
         7.806903e-5,    // 0x38A3B8FE
     ];
-    /// G(u) = Φ(−u)·e^(u²/2) ≈ GP(u)/GQ(u) on 0 ≤ u ≤ 15: numerator.
-    pub const G_P: [f32; 6] = [
-        0.5,            // 0x3F000000
-        0.5085894,      // 0x3F0232EA
-        0.25151074,     // 0x3E80C604
-        0.07170716,     // 0x3D92DB34
-        0.01173338,     // 0x3C403D5D
-        0.00089895504,  // 0x3A6BA7DA
+    /// Normal tail Φ(−u) = φ(u) / D(u), u ≥ 0, D(u) = H0 + u·(1 + R(u)) with
+    /// H0 = 2/√(2π) = `MILLS_H0[0] + MILLS_H0[1]` and R(u) ≈ RP(u)/RQ(u) on 0 ≤ u ≤ 15.
+    pub const MILLS_H0: [f32; 2] = [
+        0.7978846,      // 0x3F4C422A
+        -2.267034e-8,   // 0xB2C2BC9B
     ];
-    /// G(u) ≈ GP(u)/GQ(u): denominator.
-    pub const G_Q: [f32; 7] = [
+    /// R(u) ≈ RP(u)/RQ(u): numerator.
+    pub const MILLS_P: [f32; 5] = [
+        -0.36338025,    // 0xBEBA0CFA
+        -0.2819341,     // 0xBE9059AB
+        -0.10416503,    // 0xBDD5547A
+        -0.020648388,   // 0xBCA926CF
+        -0.0019016765,  // 0xBAF941AD
+    ];
+    /// R(u) ≈ RP(u)/RQ(u): denominator.
+    pub const MILLS_Q: [f32; 6] = [
         1.0,           // 0x3F800000
-        1.8150634,     // 0x3FE853FF
-        1.4512326,     // 0x3FB9C1FD
-        0.65975946,    // 0x3F28E5FF
-        0.1820019,     // 0x3E3A5EB5
-        0.029411037,   // 0x3CF0EF6A
-        0.0022533492,  // 0x3B13ACED
+        1.0758464,     // 0x3F89B556
+        0.5567421,     // 0x3F0E86A6
+        0.16670763,    // 0x3E2AB568
+        0.028866721,   // 0x3CEC79E7
+        0.0023833907,  // 0x3B1C32A9
     ];
 }
 
@@ -165,11 +169,15 @@ pub mod generic {
 
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: (t + MAGIC) - MAGIC rounds t to an integer
     const MAGIC_BITS: u32 = 0x4B40_0000;
-    const LOG2E: f32 = 1.442_695; // 0x3FB8AA3B
-    const LN2_HI: f32 = 0.693_145_751_953_125; // 45426 * 2^-16, 16 significant bits
+    const LOG2E: f32 = core::f32::consts::LOG2_E; // 0x3FB8AA3B
+    const LN2_HI: f32 = 0.693_145_75; // 0x3F317200 = 45426 * 2^-16, 16 significant bits
     const LN2_LO: f32 = 1.428_606_8e-6; // 0x35BFBE8E, ln2 - LN2_HI rounded
-    const SQRT2: f32 = 1.414_213_5; // 0x3FB504F3
-    const FRAC_1_SQRT_2PI: f32 = 0.398_942_3; // 0x3ECC422A, 1/sqrt(2 pi)
+    const SQRT2: f32 = core::f32::consts::SQRT_2; // 0x3FB504F3
+    // ln(sqrt(2 pi)) and ln(sqrt(pi/2)) as hi + lo
+    const LN_SQRT_2PI_HI: f32 = 0.918_938_5; // 0x3F6B3F8E
+    const LN_SQRT_2PI_LO: f32 = 1.563_417_7e-8; // 0x32864BEB
+    const LN_SQRT_PI_2_HI: f32 = 0.225_791_35; // 0x3E6735D9
+    const LN_SQRT_PI_2_LO: f32 = 2.637_670_3e-9; // 0x31354263
     const TANH_SMALL: f32 = 0.625;
     const ERF_SMALL: f32 = 1.0;
     // 2*sqrt(2/pi) and 2*sqrt(2/pi)*0.044715 as unevaluated sums hi + lo.
@@ -177,7 +185,28 @@ pub mod generic {
     const GT_C1_LO: f32 = -4.534_068e-8; // 0xB342BC9B
     const GT_C3_HI: f32 = 0.071_354_814; // 0x3D922279
     const GT_C3_LO: f32 = 2.398_832_5e-9; // 0x3124D8B5
-    const GT_3C3: f32 = 0.214_064_45; // 0x3E5B33B6, 3 * 2*sqrt(2/pi)*0.044715
+
+    #[cfg(test)]
+    #[test]
+    fn constant_literals_have_the_documented_bits() {
+        let c = [
+            (LOG2E, 0x3FB8_AA3B),
+            (LN2_HI, 0x3F31_7200),
+            (LN2_LO, 0x35BF_BE8E),
+            (SQRT2, 0x3FB5_04F3),
+            (LN_SQRT_2PI_HI, 0x3F6B_3F8E),
+            (LN_SQRT_2PI_LO, 0x3286_4BEB),
+            (LN_SQRT_PI_2_HI, 0x3E67_35D9),
+            (LN_SQRT_PI_2_LO, 0x3135_4263),
+            (GT_C1_HI, 0x3FCC_422A),
+            (GT_C1_LO, 0xB342_BC9B),
+            (GT_C3_HI, 0x3D92_2279),
+            (GT_C3_LO, 0x3124_D8B5),
+        ];
+        for (i, (v, b)) in c.iter().enumerate() {
+            assert_eq!(v.to_bits(), *b, "constant {i}");
+        }
+    }
 
     #[inline(always)]
     fn k<L: Lane>(v: f32) -> L {
@@ -282,15 +311,26 @@ pub mod generic {
         let k1 = L::bits_sar::<1>(ki);
         let k2 = L::bits_sub(ki, k1);
         let bias = L::bits_splat(127);
-        let f1 = L::from_bits(L::bits_shl::<23>(L::bits_add(k1, bias)));
+        // below −170 every consumer's result is ±0: make it exactly so (f1 = 0) instead of
+        // underflowing, which is slow on many CPUs
+        let f1 = L::select(lo_lim, k(0.0), L::from_bits(L::bits_shl::<23>(L::bits_add(k1, bias))));
         let f2 = L::from_bits(L::bits_shl::<23>(L::bits_add(k2, bias)));
         (p, f1, f2)
     }
 
-    /// G(u) = Φ(−u)·e^(u²/2) for 0 ≤ u ≤ 15 (rational approximation).
+    /// D(u) = (u + H0) + u·R(u), the denominator of Φ(−u) = φ(u)/D(u), for 0 ≤ u ≤ 15.
     #[inline(always)]
-    fn g_ratio<L: Lane, M: Madd<L>>(u: L) -> L {
-        poly::<L, M>(u, &G_P).div(poly::<L, M>(u, &G_Q))
+    fn mills_den<L: Lane, M: Madd<L>>(u: L) -> L {
+        let r = poly::<L, M>(u, &MILLS_P).div(poly::<L, M>(u, &MILLS_Q));
+        let (s, se) = two_sum(u, k(MILLS_H0[0])); // u + H0_HI exactly
+        s.add(u.mul(r).add(k(MILLS_H0[1])).add(se))
+    }
+
+    /// 1/d for d = dh + dl (|dl| ≤ ulp(dh)/2, dh ≥ 1): 1/dh corrected by −dl/dh².
+    #[inline(always)]
+    fn recip2<L: Lane>(dh: L, dl: L) -> L {
+        let q = k::<L>(1.0).div(dh);
+        q.sub(q.mul(q).mul(dl))
     }
 
     /// e^x.
@@ -358,9 +398,10 @@ pub mod generic {
         let ax = abs(x);
         let (p, f1, f2) = exp_parts::<L, M>(k::<L>(0.0).sub(ax), k(0.0));
         let e = p.mul(f1).mul(f2);
-        let d = k::<L>(1.0).add(e);
-        let pos = k::<L>(1.0).div(d);
-        let neg = p.div(d).mul(f1).mul(f2);
+        let (dh, dl) = fast_two_sum(k(1.0), e); // 1 + e exactly
+        let pos = recip2(dh, dl);
+        let qn = p.div(dh);
+        let neg = qn.sub(qn.mul(pos).mul(dl)).mul(f1).mul(f2);
         canon(x, L::select(x.lt(k(0.0)), neg, pos))
     }
 
@@ -373,33 +414,39 @@ pub mod generic {
         let small = ax.add(ax.mul(poly::<L, M>(z, &ERF_Q)));
         let axc = min_c(ax, 4.0);
         let (h, l) = two_prod(axc, axc);
-        let (p, f1, f2) = exp_parts::<L, M>(k::<L>(0.0).sub(h), k::<L>(0.0).sub(l));
-        let g = g_ratio::<L, M>(axc.mul(k(SQRT2)));
-        // erfc(a) = 2 Φ(−a√2) = 2 e^(−a²) G(a√2)
-        let erfc = p.mul(g.add(g)).mul(f1).mul(f2);
+        // erfc(a) = 2 Φ(−a√2) = e^(−a² − ln√(π/2)) / D(u), u = a√2
+        let (eh, el) = two_sum(k::<L>(0.0).sub(h), k(-LN_SQRT_PI_2_HI));
+        let el = el.sub(l.add(k(LN_SQRT_PI_2_LO)));
+        let (p, f1, f2) = exp_parts::<L, M>(eh, el);
+        let den = mills_den::<L, M>(axc.mul(k(SQRT2)));
+        let erfc = p.div(den).mul(f1).mul(f2);
         let large = k::<L>(1.0).sub(erfc);
         let r = L::select(ax.lt(k(ERF_SMALL)), small, large);
         canon(x, with_sign(r, sgn))
     }
 
-    /// (p, f1, f2, G) with Φ(−a) = ((p·G)·f1)·f2 for a = min(|x|, 15).
+    /// For a = min(|x|, 15): (a, p, f1, f2, den) with φ(a) = (p·f1)·f2 and
+    /// Φ(−a) = ((p/den)·f1)·f2, den = D(a).
     #[inline(always)]
     fn phi_tail<L: Lane, M: Madd<L>>(x: L) -> (L, L, L, L, L) {
-        let axc = min_c(abs(x), 15.0);
+        let ax = abs(x);
+        let axc = min_c(ax, 15.0);
         let (h, l) = two_prod(axc, axc);
-        let (p, f1, f2) =
-            exp_parts::<L, M>(h.mul(k(-0.5)), l.mul(k(-0.5)));
-        (axc, p, f1, f2, g_ratio::<L, M>(axc))
+        // φ(a) = e^(−a²/2 − ln√(2π)), the argument as hi + lo; beyond 15 every tail
+        // product is ±0, given by exp_parts' exact zero below −170
+        let (eh, el) = two_sum(h.mul(k(-0.5)), k(-LN_SQRT_2PI_HI));
+        let eh = L::select(ax.gt(k(15.0)), k(-171.0), eh);
+        let el = el.sub(l.mul(k(0.5)).add(k(LN_SQRT_2PI_LO)));
+        let (p, f1, f2) = exp_parts::<L, M>(eh, el);
+        (axc, p, f1, f2, mills_den::<L, M>(axc))
     }
 
     /// GELU, erf form: x·Φ(x).
     #[inline(always)]
     pub fn gelu_erf<L: Lane, M: Madd<L>>(x: L) -> L {
-        let (axc, p, f1, f2, g) = phi_tail::<L, M>(x);
-        let pg = p.mul(g);
-        let q = pg.mul(f1).mul(f2); // Φ(−|x|)
-        let xc = k::<L>(0.0).sub(axc);
-        let neg = xc.mul(pg).mul(f1).mul(f2);
+        let (axc, p, f1, f2, den) = phi_tail::<L, M>(x);
+        let q = p.div(den).mul(f1).mul(f2); // Φ(−|x|)
+        let neg = k::<L>(0.0).sub(axc).mul(p).div(den).mul(f1).mul(f2);
         let pos = x.mul(k::<L>(1.0).sub(q));
         canon(x, L::select(x.lt(k(0.0)), neg, pos))
     }
@@ -407,17 +454,19 @@ pub mod generic {
     /// Derivative of the erf-form GELU: Φ(x) + x·φ(x).
     #[inline(always)]
     pub fn gelu_erf_grad<L: Lane, M: Madd<L>>(x: L) -> L {
-        let (axc, p, f1, f2, g) = phi_tail::<L, M>(x);
-        // Φ(−a) − a·φ(a) = e^(−a²/2)·(G(a) − a/√(2π))
-        let t = g.sub(axc.mul(k(FRAC_1_SQRT_2PI)));
-        let tt = p.mul(t).mul(f1).mul(f2);
+        let (axc, p, f1, f2, den) = phi_tail::<L, M>(x);
+        // Φ(−a) − a·φ(a) = φ(a)·(1 − a·den)/den, with a·den = m + me exactly
+        let (m, me) = two_prod(axc, den);
+        let t = k::<L>(1.0).sub(m).sub(me);
+        let tt = p.mul(t).div(den).mul(f1).mul(f2);
         let pos = k::<L>(1.0).sub(tt);
         canon(x, L::select(x.lt(k(0.0)), tt, pos))
     }
 
-    /// v = 2·√(2/π)·(a + 0.044715·a³) as hi + lo, for a = min(|x|, 12); also returns a.
+    /// For a = min(|x|, 12): (a, v, vl, w, wl) with v + vl = 2·√(2/π)·(a + 0.044715·a³)
+    /// and w + wl = a·dv/da = 2·√(2/π)·(a + 3·0.044715·a³).
     #[inline(always)]
-    fn gelu_tanh_arg<L: Lane>(x: L) -> (L, L, L, L) {
+    fn gelu_tanh_arg<L: Lane>(x: L) -> (L, L, L, L, L) {
         let a = min_c(abs(x), 12.0);
         let (h, l) = two_prod(a, a);
         let (c, ce) = two_prod(a, h);
@@ -425,39 +474,48 @@ pub mod generic {
         let (p1, e1) = two_prod(k(GT_C1_HI), a);
         let (p3, e3) = two_prod(k(GT_C3_HI), c);
         let (v, ve) = two_sum(p1, p3);
-        let corr = k::<L>(GT_C1_LO)
-            .mul(a)
-            .add(k::<L>(GT_C3_HI).mul(ce).add(k::<L>(GT_C3_LO).mul(c)));
-        let lo = ve.add(e1.add(e3)).add(corr);
-        (a, h, v, lo)
+        // beyond 12 every tail product is ±0, given by exp_parts' exact zero below −170
+        let v = L::select(abs(x).gt(k(12.0)), k(171.0), v);
+        let c1l = e1.add(k::<L>(GT_C1_LO).mul(a));
+        let c3l = e3.add(k::<L>(GT_C3_HI).mul(ce).add(k::<L>(GT_C3_LO).mul(c)));
+        let vl = ve.add(c1l.add(c3l));
+        let (t3, t3e) = two_sum(p3.add(p3), p3); // 3·p3 exactly
+        let (w, we) = two_sum(p1, t3);
+        let wl = we.add(t3e).add(c1l.add(c3l.mul(k(3.0))));
+        (a, v, vl, w, wl)
     }
 
     /// GELU, tanh form: x·σ(2u), u = √(2/π)·(x + 0.044715·x³).
     #[inline(always)]
     pub fn gelu_tanh<L: Lane, M: Madd<L>>(x: L) -> L {
-        let (a, _, v, vl) = gelu_tanh_arg(x);
+        let (a, v, vl, _, _) = gelu_tanh_arg(x);
         let zero = k::<L>(0.0);
         let (p, f1, f2) = exp_parts::<L, M>(zero.sub(v), zero.sub(vl));
         let e = p.mul(f1).mul(f2);
-        let d = k::<L>(1.0).add(e);
-        let neg = zero.sub(a).mul(p).div(d).mul(f1).mul(f2);
-        let pos = x.div(d);
+        let (dh, dl) = fast_two_sum(k(1.0), e); // d = 1 + e^(−v) exactly
+        let rq = k::<L>(1.0).div(dh);
+        let c = rq.mul(dl); // 1/d = (1/dh)·(1 − c)
+        // x ≥ 0: x/d = x/dh − (x/dh)·c, the correction formed from the finite a
+        let pos = x.div(dh).sub(a.mul(rq).mul(c));
+        let tn = zero.sub(a).mul(p).div(dh);
+        let neg = tn.sub(tn.mul(c)).mul(f1).mul(f2);
         canon(x, L::select(x.lt(zero), neg, pos))
     }
 
-    /// Derivative of the tanh-form GELU.
+    /// Derivative of the tanh-form GELU: σ(V) + x·σ(V)·(1 − σ(V))·V′, V = 2u.
     #[inline(always)]
     pub fn gelu_tanh_grad<L: Lane, M: Madd<L>>(x: L) -> L {
-        let (a, h, v, vl) = gelu_tanh_arg(x);
+        let (_, v, vl, w, wl) = gelu_tanh_arg(x);
         let zero = k::<L>(0.0);
         let one = k::<L>(1.0);
         let (p, f1, f2) = exp_parts::<L, M>(zero.sub(v), zero.sub(vl));
         let e = p.mul(f1).mul(f2);
-        let d = one.add(e);
-        // w = a·dv/da, dv/da = 2√(2/π)(1 + 3·0.044715·a²)
-        let w = a.mul(k::<L>(GT_C1_HI).add(k::<L>(GT_3C3).mul(h)));
-        let neg = p.div(d).mul(one.sub(w.div(d))).mul(f1).mul(f2);
-        let pos = one.div(d).mul(one.add(w.mul(e).div(d)));
+        let (dh, dl) = fast_two_sum(one, e);
+        let r = recip2(dh, dl); // 1/d
+        // x < 0: (e/d)·(1 − w/d);  x ≥ 0: (1/d)·(1 + w·e/d)
+        let wr = w.mul(r).add(wl.mul(r));
+        let neg = p.mul(r).mul(one.sub(wr)).mul(f1).mul(f2);
+        let pos = r.mul(one.add(w.mul(e).mul(r)));
         canon(x, L::select(x.lt(zero), neg, pos))
     }
 }
@@ -466,20 +524,205 @@ pub mod generic {
 mod tests {
     use super::*;
 
+    const NAN: u32 = CANONICAL_NAN_BITS;
+    type F = fn(f32) -> f32;
+    const ALL: [(&str, F); 9] = [
+        ("exp", exp),
+        ("log", log),
+        ("tanh", tanh),
+        ("sigmoid", sigmoid),
+        ("erf", erf),
+        ("gelu_erf", gelu_erf),
+        ("gelu_tanh", gelu_tanh),
+        ("gelu_erf_grad", gelu_erf_grad),
+        ("gelu_tanh_grad", gelu_tanh_grad),
+    ];
+
+    /// Distance in representable f32 values (same sign assumed).
+    fn ulps(a: f32, b: f32) -> u32 {
+        a.to_bits().abs_diff(b.to_bits())
+    }
+
+    fn same(name: &str, got: f32, want: f32) {
+        assert!(got.to_bits() == want.to_bits(), "{name}: got {got:e} ({:#x}), want {want:e}", got.to_bits());
+    }
+
     #[test]
-    fn smoke() {
-        for &x in &[-3.0f32, -1.0, -0.5, 0.0, 0.1, 0.5, 1.0, 2.0, 10.0] {
-            let ex = f64::from(x);
-            std::println!(
-                "{x}: exp {} {} log {} tanh {} {} sig {} erf {}",
-                exp(x),
-                ex.exp(),
-                log(x.abs() + 0.1),
-                tanh(x),
-                ex.tanh(),
-                sigmoid(x),
-                erf(x)
-            );
+    fn nan_in_gives_canonical_nan() {
+        let nans = [0x7FC0_0000u32, 0xFFC0_0000, 0x7F80_0001, 0xFF80_0001, 0x7FFF_FFFF, 0xFFFF_FFFF, 0x7FA0_1234];
+        for (name, f) in ALL {
+            for &b in &nans {
+                assert_eq!(f(f32::from_bits(b)).to_bits(), NAN, "{name}({b:#x})");
+            }
         }
+    }
+
+    #[test]
+    fn special_values() {
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        same("exp(-inf)", exp(ninf), 0.0);
+        same("exp(inf)", exp(inf), inf);
+        same("exp(0)", exp(0.0), 1.0);
+        same("exp(-0)", exp(-0.0), 1.0);
+        same("exp(89)", exp(89.0), inf);
+        same("exp(-104)", exp(-104.0), 0.0);
+        same("log(0)", log(0.0), ninf);
+        same("log(-0)", log(-0.0), ninf);
+        same("log(inf)", log(inf), inf);
+        same("log(1)", log(1.0), 0.0);
+        assert_eq!(log(-1.0).to_bits(), NAN);
+        assert_eq!(log(-f32::MIN_POSITIVE).to_bits(), NAN);
+        assert_eq!(log(ninf).to_bits(), NAN);
+        same("tanh(inf)", tanh(inf), 1.0);
+        same("tanh(-inf)", tanh(ninf), -1.0);
+        same("tanh(0)", tanh(0.0), 0.0);
+        same("tanh(-0)", tanh(-0.0), -0.0);
+        same("sigmoid(-inf)", sigmoid(ninf), 0.0);
+        same("sigmoid(inf)", sigmoid(inf), 1.0);
+        same("sigmoid(0)", sigmoid(0.0), 0.5);
+        same("sigmoid(-0)", sigmoid(-0.0), 0.5);
+        same("erf(inf)", erf(inf), 1.0);
+        same("erf(-inf)", erf(ninf), -1.0);
+        same("erf(0)", erf(0.0), 0.0);
+        same("erf(-0)", erf(-0.0), -0.0);
+        for (name, g) in [("gelu_erf", gelu_erf as F), ("gelu_tanh", gelu_tanh)] {
+            same(name, g(inf), inf);
+            same(name, g(ninf), -0.0);
+            same(name, g(0.0), 0.0);
+            same(name, g(-0.0), -0.0);
+            same(name, g(-1000.0), -0.0);
+            same(name, g(1000.0), 1000.0);
+        }
+        for (name, g) in [("gelu_erf_grad", gelu_erf_grad as F), ("gelu_tanh_grad", gelu_tanh_grad)] {
+            same(name, g(inf), 1.0);
+            same(name, g(ninf), -0.0);
+            same(name, g(0.0), 0.5);
+            same(name, g(-0.0), 0.5);
+            same(name, g(1000.0), 1.0);
+        }
+    }
+
+    #[test]
+    fn spot_values() {
+        // expected values are the correctly rounded f32 results
+        let cases: [(&str, F, f32, f32, u32); 17] = [
+            ("exp(1)", exp, 1.0, 2.718_281_7, 1),
+            ("exp(-100)", exp, -100.0, f32::from_bits(0x1b), 1),
+            ("log(2)", log, 2.0, core::f32::consts::LN_2, 1),
+            ("log(min subnormal)", log, f32::from_bits(1), -103.278_93, 1),
+            ("tanh(0.5)", tanh, 0.5, 0.462_117_17, 2),
+            ("sigmoid(3)", sigmoid, 3.0, 0.952_574_13, 2),
+            ("sigmoid(-3)", sigmoid, -3.0, 1.0 - 0.952_574_13, 2),
+            ("erf(1)", erf, 1.0, 0.842_700_8, 2),
+            ("erf(1e-30)", erf, 1e-30, 1.128_379_1e-30, 2),
+            ("erf(1e-45)", erf, f32::from_bits(1), f32::from_bits(1), 0),
+            ("gelu_erf(1)", gelu_erf, 1.0, 0.841_344_8, 3),
+            ("gelu_erf(-3)", gelu_erf, -3.0, -0.004_049_694, 3),
+            ("gelu_tanh(1)", gelu_tanh, 1.0, 0.841_192, 3),
+            ("gelu_erf_grad(1)", gelu_erf_grad, 1.0, 1.083_315_5, 3),
+            ("gelu_erf_grad(-3)", gelu_erf_grad, -3.0, -0.011_945_647, 3),
+            ("gelu_tanh_grad(0)", gelu_tanh_grad, 0.0, 0.5, 0),
+            ("tanh(1e-20)", tanh, 1e-20, 1e-20, 0),
+        ];
+        for (name, f, x, want, tol) in cases {
+            let got = f(x);
+            assert!(ulps(got, want) <= tol, "{name}: got {got:e}, want {want:e}");
+        }
+    }
+
+    #[test]
+    fn tails_are_not_flushed() {
+        // sigmoid far left is exp(x)/(1+exp(x)) = exp(x) in f32, subnormal but not 0
+        for x in [-90.0f32, -95.5, -100.0, -103.0] {
+            let s = sigmoid(x);
+            assert!(s > 0.0, "sigmoid({x}) = 0");
+            same("sigmoid tail", s, exp(x));
+        }
+        assert!(gelu_erf(-13.0) < 0.0 && gelu_erf(-13.0) > -1e-36);
+        assert!(gelu_tanh(-10.0) < 0.0);
+        assert!(gelu_erf_grad(-13.0) < 0.0);
+        assert!(gelu_tanh_grad(-10.0) < 0.0);
+        assert!(exp(-103.0) > 0.0);
+    }
+
+    #[test]
+    fn odd_functions_are_odd() {
+        let mut b = 0u32;
+        while b < 0x7F80_0000 {
+            let x = f32::from_bits(b);
+            assert_eq!(tanh(-x).to_bits(), tanh(x).to_bits() ^ 0x8000_0000, "tanh {x:e}");
+            assert_eq!(erf(-x).to_bits(), erf(x).to_bits() ^ 0x8000_0000, "erf {x:e}");
+            b += 0x0001_0001;
+        }
+    }
+
+    #[test]
+    fn monotone_on_a_sweep() {
+        let mut prev = [f32::NEG_INFINITY; 6];
+        let mut x = -20.0f32;
+        while x < 20.0 {
+            let ys = [exp(x), tanh(x), sigmoid(x), erf(x), log(x + 20.5), gelu_erf(x.abs())];
+            for (i, (&y, p)) in ys.iter().zip(prev.iter_mut()).enumerate() {
+                assert!(y >= *p || (i == 5 && x <= 0.0), "function {i} decreases at {x}");
+                *p = y;
+            }
+            x += 1.0 / 512.0;
+        }
+    }
+
+    #[test]
+    fn generic_instantiation_equals_the_scalar_functions() {
+        use crate::lane::Exact;
+        let mut b = 0u32;
+        while b < u32::MAX - 0x0010_0001 {
+            let x = f32::from_bits(b);
+            assert_eq!(generic::exp::<f32, Exact>(x).to_bits(), exp(x).to_bits());
+            assert_eq!(generic::gelu_tanh_grad::<f32, Exact>(x).to_bits(), gelu_tanh_grad(x).to_bits());
+            b += 0x0010_0001;
+        }
+    }
+
+    #[cfg(feature = "std")]
+    #[test]
+    fn fast_variants_are_close_to_exact() {
+        let mut b = 0u32;
+        while b < u32::MAX - 0x0000_4001 {
+            let x = f32::from_bits(b);
+            for (name, e, f) in [
+                ("exp", exp as F, fast::exp as F),
+                ("log", log, fast::log),
+                ("tanh", tanh, fast::tanh),
+                ("sigmoid", sigmoid, fast::sigmoid),
+            ] {
+                let (ye, yf) = (e(x), f(x));
+                if ye.is_nan() {
+                    assert_eq!(yf.to_bits(), NAN, "fast {name}({x:e})");
+                } else if ye != yf {
+                    assert!(ulps(ye, yf) <= 2, "fast {name}({x:e}): {yf:e} vs exact {ye:e}");
+                }
+            }
+            b += 0x0000_4001;
+        }
+    }
+
+    #[test]
+    fn coefficient_literals_have_the_documented_bits() {
+        use coeffs::*;
+        let check = |name: &str, c: &[f32], bits: &[u32]| {
+            for (i, (&v, &b)) in c.iter().zip(bits).enumerate() {
+                assert_eq!(v.to_bits(), b, "{name}[{i}]");
+            }
+        };
+        check("EXP_P", &EXP_P, &[0x3F000000, 0x3E2AAAAA, 0x3D2AAA74, 0x3C088987, 0x3AB6A65F, 0x394EFDDE]);
+        check("LOG_R", &LOG_R, &[0x3F2AAAAA, 0x3ECCCE13, 0x3E91E9E7, 0x3E78A09D]);
+        check("TANH_P", &TANH_P, &[0xBEAAAAAA, 0x3E08883D, 0xBD5CF8C4, 0x3CB1D2A8, 0xBC062F67, 0x3B0D13FF]);
+        check(
+            "ERF_Q",
+            &ERF_Q,
+            &[0x3E0375D4, 0xBEC0939F, 0x3DE71673, 0xBCDBFB8D, 0x3BA9F912, 0xBA51A8AF, 0x38A3B8FE],
+        );
+        check("MILLS_H0", &MILLS_H0, &[0x3F4C422A, 0xB2C2BC9B]);
+        check("MILLS_P", &MILLS_P, &[0xBEBA0CFA, 0xBE9059AB, 0xBDD5547A, 0xBCA926CF, 0xBAF941AD]);
+        check("MILLS_Q", &MILLS_Q, &[0x3F800000, 0x3F89B556, 0x3F0E86A6, 0x3E2AB568, 0x3CEC79E7, 0x3B1C32A9]);
     }
 }
