@@ -20,7 +20,7 @@
 mod x86 {
     use exactgrad_backends::cpu::simd::{F32x16, F32x4, F32x8, SimdLane};
     use exactgrad_backends::cpu::Isa;
-    use exactgrad_backends::lane::Exact;
+    use exactgrad_backends::lane::{Exact, Lane};
 
     use exactgrad_backends::transcendental::generic as g;
     use exactgrad_core::ComputeMode;
@@ -41,19 +41,27 @@ mod x86 {
         a
     };
 
-    /// Writes `f(from_bits(x0 + i))` to `out[i]` with lane type `L` (BLOCK is a multiple of
-    /// every width).
-    #[inline(always)]
-    fn vector_block<L: SimdLane>(x0: u32, out: &mut [f32; BLOCK], f: impl Fn(L) -> L) {
-        // SAFETY: IOTA holds 16 >= WIDTH elements.
-        let iota = unsafe { L::load(IOTA.as_ptr()) }.to_bits();
-        let mut i = 0;
-        while i < BLOCK {
-            let x = L::from_bits(L::bits_add(iota, L::bits_splat(x0.wrapping_add(i as u32))));
-            // SAFETY: i + WIDTH <= BLOCK = out.len().
-            unsafe { f(x).store(out.as_mut_ptr().add(i)) };
-            i += L::WIDTH;
-        }
+    /// A target-feature function writing `f(from_bits(x0 + i))` to `out[i]` with lane type
+    /// `$lane` (BLOCK is a multiple of every width). The generic function is called by name
+    /// inside the function so that it is inlined with the path's features, as in the
+    /// backends (passing it as a value would compile it without them).
+    macro_rules! vector_fn {
+        ($name:ident, $lane:ty, $feature:literal, $f:ident) => {
+            #[target_feature(enable = $feature)]
+            pub unsafe fn $name(x0: u32, out: &mut [f32; BLOCK]) {
+                type L = $lane;
+                // SAFETY: IOTA holds 16 >= WIDTH elements.
+                let iota = unsafe { L::load(IOTA.as_ptr()) }.to_bits();
+                let mut i = 0;
+                while i < BLOCK {
+                    let x =
+                        L::from_bits(L::bits_add(iota, L::bits_splat(x0.wrapping_add(i as u32))));
+                    // SAFETY: i + WIDTH <= BLOCK = out.len().
+                    unsafe { g::$f::<L, Exact>(x).store(out.as_mut_ptr().add(i)) };
+                    i += L::WIDTH;
+                }
+            }
+        };
     }
 
     macro_rules! exhaustive {
@@ -76,20 +84,9 @@ mod x86 {
                     }
                 }
 
-                #[target_feature(enable = "avx512f")]
-                pub unsafe fn avx512(x0: u32, out: &mut [f32; BLOCK]) {
-                    vector_block::<F32x16>(x0, out, g::$f::<F32x16, Exact>)
-                }
-
-                #[target_feature(enable = "avx2,fma")]
-                pub unsafe fn avx2(x0: u32, out: &mut [f32; BLOCK]) {
-                    vector_block::<F32x8>(x0, out, g::$f::<F32x8, Exact>)
-                }
-
-                #[target_feature(enable = "sse2")]
-                pub unsafe fn v128(x0: u32, out: &mut [f32; BLOCK]) {
-                    vector_block::<F32x4>(x0, out, g::$f::<F32x4, Exact>)
-                }
+                vector_fn!(avx512, F32x16, "avx512f", $f);
+                vector_fn!(avx2, F32x8, "avx2,fma", $f);
+                vector_fn!(v128, F32x4, "sse2", $f);
             }
 
             #[test]
