@@ -23,7 +23,7 @@
 //! ```
 //!
 //! or generates one `#[test]` per kernel with [`conformance_tests!`](crate::conformance_tests).
-//! A failure is a [`Mismatch`]: the kernel, the backend, the case (shapes, layouts, op)
+//! A failure is a (boxed) [`Mismatch`]: the kernel, the backend, the case (shapes, layouts, op)
 //! and the first differing element with both values and their bits. The pieces (case
 //! generation, [`check_case`], [`first_difference`]) are public so that a property-test
 //! driver can generate cases its own way.
@@ -960,13 +960,13 @@ pub fn check_case_on<B: Backend, R: Backend>(
     backends: &[B],
     reference: &R,
     case: &Case,
-) -> Result<(), Mismatch> {
+) -> Result<(), Box<Mismatch>> {
     let inputs = Inputs::new(case, reference);
     let want = inputs.run(&case.call, reference);
     for b in backends {
         let got = inputs.run(&case.call, b);
         if let Some(i) = first_difference(b.mode(), &got, &want) {
-            return Err(Mismatch {
+            return Err(Box::new(Mismatch {
                 kernel: case.call.label(),
                 backend: b.name(),
                 reference: reference.name(),
@@ -975,7 +975,7 @@ pub fn check_case_on<B: Backend, R: Backend>(
                 index: i,
                 got: got.get(i).copied(),
                 want: want.get(i).copied(),
-            });
+            }));
         }
     }
     Ok(())
@@ -986,7 +986,7 @@ pub fn check_case<B: Backend, R: Backend>(
     backend: &B,
     reference: &R,
     case: &Case,
-) -> Result<(), Mismatch> {
+) -> Result<(), Box<Mismatch>> {
     check_case_on(core::slice::from_ref(backend), reference, case)
 }
 
@@ -1049,7 +1049,7 @@ pub fn check_kernel_on<B: Backend, R: Backend>(
     reference: &R,
     kernel: Kernel,
     config: &Config,
-) -> Result<usize, Mismatch> {
+) -> Result<usize, Box<Mismatch>> {
     let cases = kernel_cases(kernel, config);
     for c in &cases {
         check_case_on(backends, reference, c)?;
@@ -1063,7 +1063,7 @@ pub fn check_kernel<B: Backend, R: Backend>(
     reference: &R,
     kernel: Kernel,
     config: &Config,
-) -> Result<usize, Mismatch> {
+) -> Result<usize, Box<Mismatch>> {
     check_kernel_on(core::slice::from_ref(backend), reference, kernel, config)
 }
 
@@ -1096,7 +1096,7 @@ pub fn check_backends<B: Backend, R: Backend>(
     backends: &[B],
     reference: &R,
     config: &Config,
-) -> Result<Report, Mismatch> {
+) -> Result<Report, Box<Mismatch>> {
     let mut report = Report::default();
     for k in Kernel::ALL {
         let n = check_kernel_on(backends, reference, k, config)?;
@@ -1110,7 +1110,7 @@ pub fn check_backend<B: Backend, R: Backend>(
     backend: &B,
     reference: &R,
     config: &Config,
-) -> Result<Report, Mismatch> {
+) -> Result<Report, Box<Mismatch>> {
     check_backends(core::slice::from_ref(backend), reference, config)
 }
 

@@ -138,7 +138,7 @@ mod x86 {
             if wide {
                 // SAFETY: AVX-512F was detected.
                 unsafe { scalar_wide(x0, &mut want) };
-                if block % 64 == 0 {
+                if block & 63 == 0 {
                     scalar(x0, &mut got);
                     let same = got
                         .iter()

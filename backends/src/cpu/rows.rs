@@ -247,7 +247,7 @@ fn softmax_rows<L: RowSum, M: ModeSpec + Madd<L>>(
     log: bool,
 ) {
     assert!(
-        cols > 0 && x.len() == out.len() && x.len() % cols == 0,
+        cols > 0 && x.len() == out.len() && x.len() / cols * cols == x.len(),
         "softmax: lengths"
     );
     let rows = x.len() / cols;
@@ -316,7 +316,7 @@ fn softmax_backward_rows<L: RowSum, M: ModeSpec + Madd<L>>(
     log: bool,
 ) {
     assert!(
-        cols > 0 && y.len() == out.len() && g.len() == out.len() && out.len() % cols == 0,
+        cols > 0 && y.len() == out.len() && g.len() == out.len() && out.len() / cols * cols == out.len(),
         "softmax_backward: lengths"
     );
     let rows = out.len() / cols;
@@ -611,6 +611,7 @@ macro_rules! row_kernels {
             }
 
             $(#[target_feature(enable = $feature)])?
+            #[allow(clippy::extra_unused_type_parameters)]
             pub(super) unsafe fn select<M: ModeSpec + Madd<$lane>>(
                 c: &[f32],
                 a: &[f32],
