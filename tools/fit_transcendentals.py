@@ -6,7 +6,8 @@ reweighted least squares on a dense grid, with the target function evaluated by
 mpmath at 50 digits. Coefficients are then rounded to f32 one at a time, from the
 most significant (lowest order) to the least, refitting the remaining ones after
 each rounding so that the higher-order terms absorb the rounding of the lower ones.
-The rational fit of G uses the linearised (Loeb / Sanathanan-Koerner) iteration.
+The rational fit of R (the normal-tail denominator D(u) = (u + H0) + u*R(u)) uses the
+linearised (Loeb / Sanathanan-Koerner) iteration.
 
 Usage:  python3 tools/fit_transcendentals.py      (needs numpy and mpmath)
 
@@ -135,7 +136,7 @@ def show(name, coeffs, err, note=""):
     print(f"// {name}: max weighted error {err:.3e} ({np.log2(err):.1f} bits) {note}")
     for c in coeffs:
         bits = np.array([c], dtype=np.float32).view(np.uint32)[0]
-        print(f"    {repr(np.float32(c))}, // 0x{bits:08X}")
+        print(f"    {np.float32(c)!s}, // 0x{bits:08X}")
 
 
 # ---------------------------------------------------------------- exp
