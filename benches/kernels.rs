@@ -117,6 +117,9 @@ fn run<B: Backend>(b: &B, k: K, bufs: &mut Bufs) {
 
 /// Splits `out` (and the inputs alongside) over `threads` scoped threads.
 fn split(threads: usize, out: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync) {
+    if threads == 1 {
+        return f(0, out);
+    }
     let chunk = out.len().div_ceil(threads);
     std::thread::scope(|s| {
         for (i, o) in out.chunks_mut(chunk).enumerate() {
