@@ -513,7 +513,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            cases: 48,
+            cases: 128,
             seed: 0x5EED_C0DE,
             max_elems: 1 << 16,
         }

@@ -197,7 +197,7 @@ fn cases() -> u32 {
     if cfg!(debug_assertions) {
         8
     } else {
-        48
+        128
     }
 }
 
