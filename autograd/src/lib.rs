@@ -1,6 +1,6 @@
 //! Tensors and the reverse-mode engine of exactgrad.
 //!
-//! [`Tensor<B>`] is generic over a [`Backend`](exactgrad_core::Backend); operators record
+//! [`Tensor<B>`] is generic over a [`Backend`]; operators record
 //! what their backward rule needs while grad mode is on (see [`no_grad`]), and
 //! [`Tensor::backward`] runs the engine described in [`engine`]. [`gradcheck`] compares
 //! analytic gradients with central differences.

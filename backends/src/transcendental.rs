@@ -1,8 +1,8 @@
 //! The exact transcendental functions: fixed polynomial and rational evaluations that use
 //! only IEEE f32 `+ − × ÷`, compare/select and integer operations on the bit pattern.
 //!
-//! The algorithms are written once in [`generic`], over a [`Lane`] and a multiply-add
-//! strategy [`Madd`]. The plain `fn(f32) -> f32` functions of this module are the
+//! The algorithms are written once in [`generic`], over a [`Lane`](crate::lane::Lane) and a multiply-add
+//! strategy [`Madd`](crate::lane::Madd). The plain `fn(f32) -> f32` functions of this module are the
 //! [`Exact`] scalar instantiation: they *are* the definition of Exact mode, and every
 //! vector instantiation must return the same bits. [`fast`] holds the FMA instantiation
 //! (Fast mode, std only). The algorithms, coefficients and measured errors are written
