@@ -101,9 +101,6 @@ mod x86 {
     // which run only after run-time detection confirmed them. Memory accesses are covered
     // by each method's documented safety contract.
     #![allow(unsafe_op_in_unsafe_fn)]
-    // The AVX-512 intrinsics are stable since Rust 1.89, like the `avx512f` target feature
-    // and the `F32x16` lane type this path builds on (see `simd.rs`).
-    #![allow(clippy::incompatible_msrv)]
     use super::*;
     use crate::cpu::simd::{F32x16, F32x4, F32x8};
     use core::arch::x86_64::*;
