@@ -4,89 +4,21 @@
 //! arguments.
 
 use exactgrad::autograd::{AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions};
-use exactgrad::prelude::*;
 use exactgrad::Result;
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-type T = Tensor<ScalarRefBackend>;
-const B: ScalarRefBackend = ScalarRefBackend;
+mod common;
+use common::*;
 
-fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut r = Philox::new(seed);
-    (0..n).map(|_| r.uniform(lo, hi)).collect()
-}
-
+/// Values uniform in [-1, 1).
 fn tensor(shape: &[usize], seed: u64) -> T {
-    T::from_vec(&B, values(shape.iter().product(), seed, -1.0, 1.0), shape).unwrap()
+    uniform(shape, seed, -1.0, 1.0)
 }
 
-/// Distinct values `0.1·(π(i) − n/2)` for a seeded permutation π: no two elements are
-/// closer than 0.1, so a ±1e-2 perturbation never changes which one is a window's max.
+/// Values at least 0.1 apart, so a window's maximum never changes under perturbation.
 fn distinct(shape: &[usize], seed: u64) -> T {
-    let n: usize = shape.iter().product();
-    let mut perm: Vec<usize> = (0..n).collect();
-    let mut r = Philox::new(seed);
-    for i in (1..n).rev() {
-        perm.swap(i, r.below(i as u32 + 1) as usize);
-    }
-    let v = perm
-        .iter()
-        .map(|&p| 0.1 * (p as f32 - n as f32 / 2.0))
-        .collect();
-    T::from_vec(&B, v, shape).unwrap()
-}
-
-fn check(name: &str, inputs: &[T], f: impl Fn(&[T]) -> Result<T>) {
-    GradCheck::default()
-        .run(name, inputs, f)
-        .unwrap()
-        .assert_passed();
-}
-
-/// How the input reaches the operator.
-#[derive(Clone, Copy, Debug)]
-enum View {
-    /// The leaf itself.
-    Plain,
-    /// A leaf with the last two dimensions swapped, transposed back.
-    Transposed,
-    /// Every second element of a leaf twice as wide.
-    Strided,
-    /// A leaf with the first two dimensions swapped, permuted back.
-    Permuted,
-}
-
-fn view_strategy() -> impl Strategy<Value = View> {
-    prop_oneof![
-        Just(View::Plain),
-        Just(View::Transposed),
-        Just(View::Strided),
-        Just(View::Permuted)
-    ]
-}
-
-/// The leaf shape whose view under `view` has `shape`.
-fn leaf_shape(view: View, shape: &[usize]) -> Vec<usize> {
-    let mut s = shape.to_vec();
-    let r = s.len();
-    match view {
-        View::Plain => {}
-        View::Transposed => s.swap(r - 2, r - 1),
-        View::Strided => s[r - 1] *= 2,
-        View::Permuted => s.swap(0, 1),
-    }
-    s
-}
-
-fn apply_view(view: View, x: &T) -> Result<T> {
-    let r = x.rank() as isize;
-    match view {
-        View::Plain => Ok(x.clone()),
-        View::Transposed => x.transpose(r - 2, r - 1),
-        View::Strided => x.slice(r - 1, 0, x.dims()[r as usize - 1] as isize, 2),
-        View::Permuted => x.transpose(0, 1),
-    }
+    permuted_grid(shape, seed, 0.1)
 }
 
 /// A spatial size for which a kernel of `k` taps with dilation `d` and padding `p` fits.

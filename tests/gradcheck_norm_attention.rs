@@ -10,92 +10,17 @@ use exactgrad::Result;
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-type T = Tensor<ScalarRefBackend>;
-const B: ScalarRefBackend = ScalarRefBackend;
+mod common;
+use common::*;
 
-fn values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut r = Philox::new(seed);
-    (0..n).map(|_| r.uniform(lo, hi)).collect()
-}
-
+/// Values uniform in [lo, hi).
 fn tensor(shape: &[usize], seed: u64, lo: f32, hi: f32) -> T {
-    T::from_vec(&B, values(shape.iter().product(), seed, lo, hi), shape).unwrap()
+    uniform(shape, seed, lo, hi)
 }
 
-/// Distinct values `0.3·(π(i) − n/2)` for a seeded permutation π: no two elements are
-/// closer than 0.3, so every normalisation group has a healthy variance and the central
-/// differences of the gradient check stay accurate.
+/// Values at least 0.3 apart: every normalisation group has a healthy variance.
 fn spread(shape: &[usize], seed: u64) -> T {
-    let n: usize = shape.iter().product();
-    let mut perm: Vec<usize> = (0..n).collect();
-    let mut r = Philox::new(seed);
-    for i in (1..n).rev() {
-        perm.swap(i, r.below(i as u32 + 1) as usize);
-    }
-    let v = perm
-        .iter()
-        .map(|&p| 0.3 * (p as f32 - n as f32 / 2.0))
-        .collect();
-    T::from_vec(&B, v, shape).unwrap()
-}
-
-fn check(name: &str, inputs: &[T], f: impl Fn(&[T]) -> Result<T>) {
-    GradCheck::default()
-        .run(name, inputs, f)
-        .unwrap()
-        .assert_passed();
-}
-
-/// How an input reaches the operator.
-#[derive(Clone, Copy, Debug)]
-enum View {
-    /// The leaf itself.
-    Plain,
-    /// A leaf with the last two dimensions swapped, transposed back.
-    Transposed,
-    /// Every second element of a leaf twice as wide.
-    Strided,
-    /// A leaf with the first two dimensions swapped, permuted back.
-    Permuted,
-}
-
-fn view_strategy() -> impl Strategy<Value = View> {
-    prop_oneof![
-        Just(View::Plain),
-        Just(View::Transposed),
-        Just(View::Strided),
-        Just(View::Permuted)
-    ]
-}
-
-/// The leaf shape whose view under `view` has `shape` (views needing two dimensions
-/// fall back to `Plain` on rank-1 shapes, see [`effective`]).
-fn leaf_shape(view: View, shape: &[usize]) -> Vec<usize> {
-    let mut s = shape.to_vec();
-    let r = s.len();
-    match effective(view, r) {
-        View::Plain => {}
-        View::Transposed => s.swap(r - 2, r - 1),
-        View::Strided => s[r - 1] *= 2,
-        View::Permuted => s.swap(0, 1),
-    }
-    s
-}
-
-fn effective(view: View, rank: usize) -> View {
-    match view {
-        View::Transposed | View::Permuted if rank < 2 => View::Plain,
-        v => v,
-    }
-}
-
-fn apply_view(view: View, x: &T) -> Result<T> {
-    match effective(view, x.rank()) {
-        View::Plain => Ok(x.clone()),
-        View::Transposed => x.transpose(-1, -2),
-        View::Strided => x.slice(-1, 0, x.dims()[x.rank() - 1] as isize, 2),
-        View::Permuted => x.transpose(0, 1),
-    }
+    permuted_grid(shape, seed, 0.3)
 }
 
 /// Optional parameters: the list of inputs after the first, and which ones exist.
