@@ -85,9 +85,17 @@ impl<B: Backend> Cases<'_, B> {
     }
 }
 
+/// A named operator of one operand.
+type UnaryCase<B> = (&'static str, fn(&Tensor<B>) -> Result<Tensor<B>>);
+/// A named operator of two operands.
+type BinaryCase<B> = (
+    &'static str,
+    fn(&Tensor<B>, &Tensor<B>) -> Result<Tensor<B>>,
+);
+
 fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
     let mut c = Cases { b, out: Vec::new() };
-    let unary: Vec<(&str, fn(&Tensor<B>) -> Result<Tensor<B>>)> = vec![
+    let unary: Vec<UnaryCase<B>> = vec![
         ("neg", |x| x.neg()),
         ("abs", |x| x.abs()),
         ("relu", |x| x.relu()),
@@ -115,7 +123,7 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             f(&v[0].t()?)
         });
     }
-    let bin: Vec<(&str, fn(&Tensor<B>, &Tensor<B>) -> Result<Tensor<B>>)> = vec![
+    let bin: Vec<BinaryCase<B>> = vec![
         ("add", |a, b| a.add(b)),
         ("sub", |a, b| a.sub(b)),
         ("mul", |a, b| a.mul(b)),

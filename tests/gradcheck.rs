@@ -93,7 +93,7 @@ fn leaf_shape(view: View, shape: &[usize]) -> Vec<usize> {
         View::Strided => {
             let mut s = shape.to_vec();
             let last = s.len() - 1;
-            s[last] = 2 * s[last];
+            s[last] *= 2;
             s
         }
     }
@@ -219,10 +219,10 @@ proptest! {
         } else if r.below(2) == 0 {
             dims[0] -= rank as isize; // a negative index for the same dimension
         }
-        check(&format!("sum all {shape:?}"), &[x.clone()], |v| v[0].sum());
-        check(&format!("mean all {shape:?}"), &[x.clone()], |v| v[0].mean());
-        check(&format!("sum {dims:?} {keepdim} {shape:?}"), &[x.clone()], |v| v[0].sum_dims(&dims, keepdim));
-        check(&format!("mean {dims:?} {keepdim} {shape:?}"), &[x.clone()], |v| v[0].mean_dims(&dims, keepdim));
+        check(&format!("sum all {shape:?}"), std::slice::from_ref(&x), |v| v[0].sum());
+        check(&format!("mean all {shape:?}"), std::slice::from_ref(&x), |v| v[0].mean());
+        check(&format!("sum {dims:?} {keepdim} {shape:?}"), std::slice::from_ref(&x), |v| v[0].sum_dims(&dims, keepdim));
+        check(&format!("mean {dims:?} {keepdim} {shape:?}"), std::slice::from_ref(&x), |v| v[0].mean_dims(&dims, keepdim));
         check(&format!("sum of transposed {shape:?}"), &[x], |v| {
             let perm: Vec<isize> = (0..rank as isize).rev().collect();
             v[0].permute(&perm)?.sum_dims(&[0], keepdim)
@@ -269,21 +269,21 @@ proptest! {
             let u = tensor(t.dims(), 99, -1.0, 1.0);
             t.mul(&u)
         };
-        check("reshape", &[x.clone()], |v| w(&v[0].reshape(&[-1])?));
-        check("reshape of transpose (copy)", &[x.clone()], |v| {
+        check("reshape", std::slice::from_ref(&x), |v| w(&v[0].reshape(&[-1])?));
+        check("reshape of transpose (copy)", std::slice::from_ref(&x), |v| {
             let perm: Vec<isize> = (0..rank as isize).rev().collect();
             w(&v[0].permute(&perm)?.reshape(&[-1])?)
         });
-        check("unsqueeze/squeeze", &[x.clone()], |v| w(&v[0].unsqueeze(d as isize)?.squeeze(d as isize)?.unsqueeze(-1)?));
-        check("flatten", &[x.clone()], |v| w(&v[0].flatten(0, -1)?));
+        check("unsqueeze/squeeze", std::slice::from_ref(&x), |v| w(&v[0].unsqueeze(d as isize)?.squeeze(d as isize)?.unsqueeze(-1)?));
+        check("flatten", std::slice::from_ref(&x), |v| w(&v[0].flatten(0, -1)?));
         let start = r.below(shape[d] as u32) as usize;
         let len = 1 + r.below((shape[d] - start) as u32) as usize;
-        check("narrow", &[x.clone()], |v| w(&v[0].narrow(d as isize, start, len)?));
-        check("slice step 2", &[x.clone()], |v| w(&v[0].slice(d as isize, 0, shape[d] as isize, 2)?));
-        check("contiguous of transpose", &[x.clone()], |v| w(&v[0].transpose(0, -1)?.contiguous()));
+        check("narrow", std::slice::from_ref(&x), |v| w(&v[0].narrow(d as isize, start, len)?));
+        check("slice step 2", std::slice::from_ref(&x), |v| w(&v[0].slice(d as isize, 0, shape[d] as isize, 2)?));
+        check("contiguous of transpose", std::slice::from_ref(&x), |v| w(&v[0].transpose(0, -1)?.contiguous()));
         let mut big = vec![2];
         big.extend_from_slice(&shape);
-        check("expand", &[x.clone()], |v| w(&v[0].expand(&big)?));
+        check("expand", std::slice::from_ref(&x), |v| w(&v[0].expand(&big)?));
         let y = tensor(&shape, seed ^ 5, -2.0, 2.0);
         let mut s2 = shape.clone();
         s2[d] += 1;
@@ -299,8 +299,8 @@ proptest! {
     fn softmax_family(shape in shape_strategy(3), seed in any::<u64>(), pick in any::<u64>()) {
         let x = tensor(&shape, seed, -3.0, 3.0);
         let d = (Philox::new(pick).below(shape.len() as u32)) as isize;
-        check(&format!("softmax {d} {shape:?}"), &[x.clone()], |v| v[0].softmax(d));
-        check(&format!("log_softmax {d} {shape:?}"), &[x.clone()], |v| v[0].log_softmax(d));
+        check(&format!("softmax {d} {shape:?}"), std::slice::from_ref(&x), |v| v[0].softmax(d));
+        check(&format!("log_softmax {d} {shape:?}"), std::slice::from_ref(&x), |v| v[0].log_softmax(d));
         check(&format!("softmax of transposed {shape:?}"), &[x], |v| v[0].transpose(0, -1)?.softmax(-1));
     }
 
@@ -316,7 +316,7 @@ proptest! {
         let targets: Vec<i64> = (0..rows).map(|i| if i == 1 { -100 } else { r.below(c as u32) as i64 }).collect();
         for reduction in [Reduction::None, Reduction::Mean, Reduction::Sum] {
             let opts = CrossEntropyOptions { reduction, label_smoothing: smoothing, ..Default::default() };
-            check(&format!("cross_entropy {shape:?} {reduction:?} {smoothing}"), &[x.clone()], |v| v[0].cross_entropy(&targets, opts));
+            check(&format!("cross_entropy {shape:?} {reduction:?} {smoothing}"), std::slice::from_ref(&x), |v| v[0].cross_entropy(&targets, opts));
             let t = tensor(&shape, seed ^ 2, -2.0, 2.0);
             check(&format!("mse {shape:?} {reduction:?}"), &[x.clone(), t], |v| v[0].mse_loss(&v[1], reduction));
         }

@@ -204,10 +204,10 @@ proptest! {
                 .collect::<Result<_>>()?;
             T::concat(&used.iter().collect::<Vec<_>>(), 0)
         };
-        check(&format!("split {shape:?} {size} dim {d} {view:?}"), &[x.clone()], |v| {
+        check(&format!("split {shape:?} {size} dim {d} {view:?}"), std::slice::from_ref(&x), |v| {
             consume(apply_view(view, &v[0])?.split(size, d)?)
         });
-        check(&format!("chunk {shape:?} {chunks} dim {d} {view:?}"), &[x.clone()], |v| {
+        check(&format!("chunk {shape:?} {chunks} dim {d} {view:?}"), std::slice::from_ref(&x), |v| {
             consume(apply_view(view, &v[0])?.chunk(chunks, d)?)
         });
         let n = shape[d as usize];

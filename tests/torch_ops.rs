@@ -332,8 +332,15 @@ fn call_op(c: &Case, x: &[T]) -> Result<T, String> {
         "conv1d" | "conv2d" | "max_pool2d" | "avg_pool2d" | "adaptive_avg_pool2d" | "pad" => {
             conv_call(c, x)
         }
-        "batch_norm" | "layer_norm" | "group_norm" | "embedding" | "index_select" | "split"
-        | "split_sizes" | "chunk" | "scaled_dot_product_attention" => norm_attention_call(c, x),
+        "batch_norm"
+        | "layer_norm"
+        | "group_norm"
+        | "embedding"
+        | "index_select"
+        | "split"
+        | "split_sizes"
+        | "chunk"
+        | "scaled_dot_product_attention" => norm_attention_call(c, x),
         _ => Err(format!("no runner for operator `{op}`")),
     }
 }
@@ -344,7 +351,9 @@ fn conv_call(c: &Case, x: &[T]) -> Result<T, String> {
     let pair = |key: &str| -> Result<[usize; 2], String> {
         match c.ints(key)?[..] {
             [a, b] => Ok([a as usize, b as usize]),
-            ref v => Err(format!("argument `{key}` should be two integers, got {v:?}")),
+            ref v => Err(format!(
+                "argument `{key}` should be two integers, got {v:?}"
+            )),
         }
     };
     let one = |key: &str| c.int(key).map(|v| v as usize);
@@ -417,7 +426,8 @@ fn norm_attention_call(c: &Case, x: &[T]) -> Result<T, String> {
     let e = |r: exactgrad::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
     let flag = |key: &str| c.int(key).map(|v| v != 0);
     let float = |key: &str| -> Result<f32, String> {
-        c.float(key)?.ok_or_else(|| format!("argument `{key}` is none"))
+        c.float(key)?
+            .ok_or_else(|| format!("argument `{key}` is none"))
     };
     let usizes = |key: &str| -> Result<Vec<usize>, String> {
         Ok(c.ints(key)?.iter().map(|&v| v as usize).collect())
@@ -486,7 +496,11 @@ fn norm_attention_call(c: &Case, x: &[T]) -> Result<T, String> {
             }
             let used = usizes("use")?
                 .into_iter()
-                .map(|k| e(pieces[k].reshape(&[-1]).and_then(|p| p.mul_scalar((k + 1) as f32))))
+                .map(|k| {
+                    e(pieces[k]
+                        .reshape(&[-1])
+                        .and_then(|p| p.mul_scalar((k + 1) as f32)))
+                })
                 .collect::<Result<Vec<T>, String>>()?;
             e(T::concat(&used.iter().collect::<Vec<_>>(), 0))
         }

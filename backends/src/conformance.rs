@@ -1132,12 +1132,14 @@ pub fn assert_conforms<B: Backend, R: Backend>(
 /// [`Config`], `conformance_tests!(module_name, backend_expr, reference_expr, config_expr)`.
 /// The expressions are evaluated in each test.
 ///
-/// ```ignore
+/// ```no_run
+/// // In a downstream crate's tests/: one #[test] per kernel, here for ExactBackend.
 /// exactgrad_backends::conformance_tests!(
-///     my_backend_conforms,
-///     MyBackend::new(),
+///     exact_backend_conforms,
+///     exactgrad_backends::ExactBackend::with_threads(3),
 ///     exactgrad_backends::ScalarRefBackend
 /// );
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {

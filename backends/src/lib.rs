@@ -22,7 +22,7 @@ pub mod transcendental;
 
 #[cfg(feature = "std")]
 pub use cpu::{ExactBackend, FastBackend, Isa};
-#[cfg(feature = "alloc")]
-pub use scalar_ref::ScalarRefBackend;
 #[cfg(feature = "std")]
 pub use scalar_ref::FastScalarRefBackend;
+#[cfg(feature = "alloc")]
+pub use scalar_ref::ScalarRefBackend;

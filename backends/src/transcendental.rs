@@ -100,61 +100,61 @@ pub mod fast {
 pub mod coeffs {
     /// exp: e^r = 1 + r + r²·P(r), |r| ≤ ln2/2.
     pub const EXP_P: [f32; 6] = [
-        0.5,            // 0x3F000000
-        0.16666666,     // 0x3E2AAAAA
-        0.041666463,    // 0x3D2AAA74
-        0.00833357,     // 0x3C088987
-        0.001393508,    // 0x3AB6A65F
-        0.00019740264,  // 0x394EFDDE
+        0.5,           // 0x3F000000
+        0.16666666,    // 0x3E2AAAAA
+        0.041666463,   // 0x3D2AAA74
+        0.00833357,    // 0x3C088987
+        0.001393508,   // 0x3AB6A65F
+        0.00019740264, // 0x394EFDDE
     ];
     /// log: log(1+f) = f − f²/2 + s·(f²/2 + z·R(z)), s = f/(2+f), z = s².
     pub const LOG_R: [f32; 4] = [
-        0.6666666,   // 0x3F2AAAAA
-        0.40000972,  // 0x3ECCCE13
-        0.28498766,  // 0x3E91E9E7
-        0.24280019,  // 0x3E78A09D
+        0.6666666,  // 0x3F2AAAAA
+        0.40000972, // 0x3ECCCE13
+        0.28498766, // 0x3E91E9E7
+        0.24280019, // 0x3E78A09D
     ];
     /// tanh: tanh(x) = x + x·(z·P(z)), z = x², |x| < 0.625.
     pub const TANH_P: [f32; 6] = [
-        -0.3333333,    // 0xBEAAAAAA
-        0.13333221,    // 0x3E08883D
-        -0.05394818,   // 0xBD5CF8C4
-        0.021706894,   // 0x3CB1D2A8
-        -0.008190013,  // 0xBC062F67
-        0.0021526811,  // 0x3B0D13FF
+        -0.3333333,   // 0xBEAAAAAA
+        0.13333221,   // 0x3E08883D
+        -0.05394818,  // 0xBD5CF8C4
+        0.021706894,  // 0x3CB1D2A8
+        -0.008190013, // 0xBC062F67
+        0.0021526811, // 0x3B0D13FF
     ];
     /// erf: erf(x) = x + x·Q(z), z = x², |x| < 1.
     pub const ERF_Q: [f32; 7] = [
-        0.12837917,     // 0x3E0375D4
-        -0.37612626,    // 0xBEC0939F
-        0.11283579,     // 0x3DE71673
-        -0.026853347,   // 0xBCDBFB8D
-        0.005187162,    // 0x3BA9F912
-        -0.0007997853,  // 0xBA51A8AF
-        7.806903e-5,    // 0x38A3B8FE
+        0.12837917,    // 0x3E0375D4
+        -0.37612626,   // 0xBEC0939F
+        0.11283579,    // 0x3DE71673
+        -0.026853347,  // 0xBCDBFB8D
+        0.005187162,   // 0x3BA9F912
+        -0.0007997853, // 0xBA51A8AF
+        7.806903e-5,   // 0x38A3B8FE
     ];
     /// Normal tail Φ(−u) = φ(u) / D(u), u ≥ 0, D(u) = H0 + u·(1 + R(u)) with
     /// H0 = 2/√(2π) = `MILLS_H0[0] + MILLS_H0[1]` and R(u) ≈ RP(u)/RQ(u) on 0 ≤ u ≤ 15.
     pub const MILLS_H0: [f32; 2] = [
-        0.7978846,      // 0x3F4C422A
-        -2.267034e-8,   // 0xB2C2BC9B
+        0.7978846,    // 0x3F4C422A
+        -2.267034e-8, // 0xB2C2BC9B
     ];
     /// R(u) ≈ RP(u)/RQ(u): numerator.
     pub const MILLS_P: [f32; 5] = [
-        -0.36338025,    // 0xBEBA0CFA
-        -0.2819341,     // 0xBE9059AB
-        -0.10416503,    // 0xBDD5547A
-        -0.020648388,   // 0xBCA926CF
-        -0.0019016765,  // 0xBAF941AD
+        -0.36338025,   // 0xBEBA0CFA
+        -0.2819341,    // 0xBE9059AB
+        -0.10416503,   // 0xBDD5547A
+        -0.020648388,  // 0xBCA926CF
+        -0.0019016765, // 0xBAF941AD
     ];
     /// R(u) ≈ RP(u)/RQ(u): denominator.
     pub const MILLS_Q: [f32; 6] = [
-        1.0,           // 0x3F800000
-        1.0758464,     // 0x3F89B556
-        0.5567421,     // 0x3F0E86A6
-        0.16670763,    // 0x3E2AB568
-        0.028866721,   // 0x3CEC79E7
-        0.0023833907,  // 0x3B1C32A9
+        1.0,          // 0x3F800000
+        1.0758464,    // 0x3F89B556
+        0.5567421,    // 0x3F0E86A6
+        0.16670763,   // 0x3E2AB568
+        0.028866721,  // 0x3CEC79E7
+        0.0023833907, // 0x3B1C32A9
     ];
 }
 
@@ -173,7 +173,7 @@ pub mod generic {
     const LN2_HI: f32 = 0.693_145_75; // 0x3F317200 = 45426 * 2^-16, 16 significant bits
     const LN2_LO: f32 = 1.428_606_8e-6; // 0x35BFBE8E, ln2 - LN2_HI rounded
     const SQRT2: f32 = core::f32::consts::SQRT_2; // 0x3FB504F3
-    // ln(sqrt(2 pi)) and ln(sqrt(pi/2)) as hi + lo
+                                                  // ln(sqrt(2 pi)) and ln(sqrt(pi/2)) as hi + lo
     const LN_SQRT_2PI_HI: f32 = 0.918_938_5; // 0x3F6B3F8E
     const LN_SQRT_2PI_LO: f32 = 1.563_417_7e-8; // 0x32864BEB
     const LN_SQRT_PI_2_HI: f32 = 0.225_791_35; // 0x3E6735D9
@@ -268,7 +268,12 @@ pub mod generic {
         let p = a.mul(b);
         let (ah, al) = split(a);
         let (bh, bl) = split(b);
-        let e = ah.mul(bh).sub(p).add(ah.mul(bl)).add(al.mul(bh)).add(al.mul(bl));
+        let e = ah
+            .mul(bh)
+            .sub(p)
+            .add(ah.mul(bl))
+            .add(al.mul(bh))
+            .add(al.mul(bl));
         (p, e)
     }
 
@@ -313,7 +318,11 @@ pub mod generic {
         let bias = L::bits_splat(127);
         // below −170 every consumer's result is ±0: make it exactly so (f1 = 0) instead of
         // underflowing, which is slow on many CPUs
-        let f1 = L::select(lo_lim, k(0.0), L::from_bits(L::bits_shl::<23>(L::bits_add(k1, bias))));
+        let f1 = L::select(
+            lo_lim,
+            k(0.0),
+            L::from_bits(L::bits_shl::<23>(L::bits_add(k1, bias))),
+        );
         let f2 = L::from_bits(L::bits_shl::<23>(L::bits_add(k2, bias)));
         (p, f1, f2)
     }
@@ -372,7 +381,11 @@ pub mod generic {
         let t3 = t2.add(b1e.add(s1e));
         let res = s1.add(t3);
         let res = L::select(x.eq(k(f32::INFINITY)), k(f32::INFINITY), res);
-        let res = L::select(x.lt(k(0.0)), L::from_bits(L::bits_splat(CANONICAL_NAN_BITS)), res);
+        let res = L::select(
+            x.lt(k(0.0)),
+            L::from_bits(L::bits_splat(CANONICAL_NAN_BITS)),
+            res,
+        );
         let res = L::select(x.eq(k(0.0)), k(f32::NEG_INFINITY), res);
         canon(x, res)
     }
@@ -495,7 +508,7 @@ pub mod generic {
         let (dh, dl) = fast_two_sum(k(1.0), e); // d = 1 + e^(−v) exactly
         let rq = k::<L>(1.0).div(dh);
         let c = rq.mul(dl); // 1/d = (1/dh)·(1 − c)
-        // x ≥ 0: x/d = x/dh − (x/dh)·c, the correction formed from the finite a
+                            // x ≥ 0: x/d = x/dh − (x/dh)·c, the correction formed from the finite a
         let pos = x.div(dh).sub(a.mul(rq).mul(c));
         let tn = zero.sub(a).mul(p).div(dh);
         let neg = tn.sub(tn.mul(c)).mul(f1).mul(f2);
@@ -512,7 +525,7 @@ pub mod generic {
         let e = p.mul(f1).mul(f2);
         let (dh, dl) = fast_two_sum(one, e);
         let r = recip2(dh, dl); // 1/d
-        // x < 0: (e/d)·(1 − w/d);  x ≥ 0: (1/d)·(1 + w·e/d)
+                                // x < 0: (e/d)·(1 − w/d);  x ≥ 0: (1/d)·(1 + w·e/d)
         let wr = w.mul(r).add(wl.mul(r));
         let neg = p.mul(r).mul(one.sub(wr)).mul(f1).mul(f2);
         let pos = r.mul(one.add(w.mul(e).mul(r)));
@@ -544,12 +557,24 @@ mod tests {
     }
 
     fn same(name: &str, got: f32, want: f32) {
-        assert!(got.to_bits() == want.to_bits(), "{name}: got {got:e} ({:#x}), want {want:e}", got.to_bits());
+        assert!(
+            got.to_bits() == want.to_bits(),
+            "{name}: got {got:e} ({:#x}), want {want:e}",
+            got.to_bits()
+        );
     }
 
     #[test]
     fn nan_in_gives_canonical_nan() {
-        let nans = [0x7FC0_0000u32, 0xFFC0_0000, 0x7F80_0001, 0xFF80_0001, 0x7FFF_FFFF, 0xFFFF_FFFF, 0x7FA0_1234];
+        let nans = [
+            0x7FC0_0000u32,
+            0xFFC0_0000,
+            0x7F80_0001,
+            0xFF80_0001,
+            0x7FFF_FFFF,
+            0xFFFF_FFFF,
+            0x7FA0_1234,
+        ];
         for (name, f) in ALL {
             for &b in &nans {
                 assert_eq!(f(f32::from_bits(b)).to_bits(), NAN, "{name}({b:#x})");
@@ -593,7 +618,10 @@ mod tests {
             same(name, g(-1000.0), -0.0);
             same(name, g(1000.0), 1000.0);
         }
-        for (name, g) in [("gelu_erf_grad", gelu_erf_grad as F), ("gelu_tanh_grad", gelu_tanh_grad)] {
+        for (name, g) in [
+            ("gelu_erf_grad", gelu_erf_grad as F),
+            ("gelu_tanh_grad", gelu_tanh_grad),
+        ] {
             same(name, g(inf), 1.0);
             same(name, g(ninf), -0.0);
             same(name, g(0.0), 0.5);
@@ -650,8 +678,16 @@ mod tests {
         let mut b = 0u32;
         while b < 0x7F80_0000 {
             let x = f32::from_bits(b);
-            assert_eq!(tanh(-x).to_bits(), tanh(x).to_bits() ^ 0x8000_0000, "tanh {x:e}");
-            assert_eq!(erf(-x).to_bits(), erf(x).to_bits() ^ 0x8000_0000, "erf {x:e}");
+            assert_eq!(
+                tanh(-x).to_bits(),
+                tanh(x).to_bits() ^ 0x8000_0000,
+                "tanh {x:e}"
+            );
+            assert_eq!(
+                erf(-x).to_bits(),
+                erf(x).to_bits() ^ 0x8000_0000,
+                "erf {x:e}"
+            );
             b += 0x0001_0001;
         }
     }
@@ -661,9 +697,19 @@ mod tests {
         let mut prev = [f32::NEG_INFINITY; 6];
         let mut x = -20.0f32;
         while x < 20.0 {
-            let ys = [exp(x), tanh(x), sigmoid(x), erf(x), log(x + 20.5), gelu_erf(x.abs())];
+            let ys = [
+                exp(x),
+                tanh(x),
+                sigmoid(x),
+                erf(x),
+                log(x + 20.5),
+                gelu_erf(x.abs()),
+            ];
             for (i, (&y, p)) in ys.iter().zip(prev.iter_mut()).enumerate() {
-                assert!(y >= *p || (i == 5 && x <= 0.0), "function {i} decreases at {x}");
+                assert!(
+                    y >= *p || (i == 5 && x <= 0.0),
+                    "function {i} decreases at {x}"
+                );
                 *p = y;
             }
             x += 1.0 / 512.0;
@@ -677,7 +723,10 @@ mod tests {
         while b < u32::MAX - 0x0010_0001 {
             let x = f32::from_bits(b);
             assert_eq!(generic::exp::<f32, Exact>(x).to_bits(), exp(x).to_bits());
-            assert_eq!(generic::gelu_tanh_grad::<f32, Exact>(x).to_bits(), gelu_tanh_grad(x).to_bits());
+            assert_eq!(
+                generic::gelu_tanh_grad::<f32, Exact>(x).to_bits(),
+                gelu_tanh_grad(x).to_bits()
+            );
             b += 0x0010_0001;
         }
     }
@@ -698,7 +747,10 @@ mod tests {
                 if ye.is_nan() {
                     assert_eq!(yf.to_bits(), NAN, "fast {name}({x:e})");
                 } else if ye != yf {
-                    assert!(ulps(ye, yf) <= 2, "fast {name}({x:e}): {yf:e} vs exact {ye:e}");
+                    assert!(
+                        ulps(ye, yf) <= 2,
+                        "fast {name}({x:e}): {yf:e} vs exact {ye:e}"
+                    );
                 }
             }
             b += 0x0000_4001;
@@ -713,16 +765,44 @@ mod tests {
                 assert_eq!(v.to_bits(), b, "{name}[{i}]");
             }
         };
-        check("EXP_P", &EXP_P, &[0x3F000000, 0x3E2AAAAA, 0x3D2AAA74, 0x3C088987, 0x3AB6A65F, 0x394EFDDE]);
-        check("LOG_R", &LOG_R, &[0x3F2AAAAA, 0x3ECCCE13, 0x3E91E9E7, 0x3E78A09D]);
-        check("TANH_P", &TANH_P, &[0xBEAAAAAA, 0x3E08883D, 0xBD5CF8C4, 0x3CB1D2A8, 0xBC062F67, 0x3B0D13FF]);
+        check(
+            "EXP_P",
+            &EXP_P,
+            &[
+                0x3F000000, 0x3E2AAAAA, 0x3D2AAA74, 0x3C088987, 0x3AB6A65F, 0x394EFDDE,
+            ],
+        );
+        check(
+            "LOG_R",
+            &LOG_R,
+            &[0x3F2AAAAA, 0x3ECCCE13, 0x3E91E9E7, 0x3E78A09D],
+        );
+        check(
+            "TANH_P",
+            &TANH_P,
+            &[
+                0xBEAAAAAA, 0x3E08883D, 0xBD5CF8C4, 0x3CB1D2A8, 0xBC062F67, 0x3B0D13FF,
+            ],
+        );
         check(
             "ERF_Q",
             &ERF_Q,
-            &[0x3E0375D4, 0xBEC0939F, 0x3DE71673, 0xBCDBFB8D, 0x3BA9F912, 0xBA51A8AF, 0x38A3B8FE],
+            &[
+                0x3E0375D4, 0xBEC0939F, 0x3DE71673, 0xBCDBFB8D, 0x3BA9F912, 0xBA51A8AF, 0x38A3B8FE,
+            ],
         );
         check("MILLS_H0", &MILLS_H0, &[0x3F4C422A, 0xB2C2BC9B]);
-        check("MILLS_P", &MILLS_P, &[0xBEBA0CFA, 0xBE9059AB, 0xBDD5547A, 0xBCA926CF, 0xBAF941AD]);
-        check("MILLS_Q", &MILLS_Q, &[0x3F800000, 0x3F89B556, 0x3F0E86A6, 0x3E2AB568, 0x3CEC79E7, 0x3B1C32A9]);
+        check(
+            "MILLS_P",
+            &MILLS_P,
+            &[0xBEBA0CFA, 0xBE9059AB, 0xBDD5547A, 0xBCA926CF, 0xBAF941AD],
+        );
+        check(
+            "MILLS_Q",
+            &MILLS_Q,
+            &[
+                0x3F800000, 0x3F89B556, 0x3F0E86A6, 0x3E2AB568, 0x3CEC79E7, 0x3B1C32A9,
+            ],
+        );
     }
 }

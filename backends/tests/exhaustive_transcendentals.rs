@@ -50,7 +50,11 @@ fn ulp_of(a: f32) -> f64 {
 /// Error of `y` in ulp against the reference `r`, the ulp taken at max(|r|, scale).
 fn ulp_error(y: f32, r: f64, scale: f64) -> f64 {
     if r.is_nan() {
-        return if y.to_bits() == CANONICAL_NAN { 0.0 } else { f64::INFINITY };
+        return if y.to_bits() == CANONICAL_NAN {
+            0.0
+        } else {
+            f64::INFINITY
+        };
     }
     let r32 = r as f32;
     if r32.is_infinite() || y.is_infinite() || y.is_nan() {
@@ -72,15 +76,15 @@ struct Worst {
 /// reference value and the ulp scale; NaN ones must give the canonical NaN). The function
 /// is evaluated over blocks of inputs in a plain loop, which the compiler may vectorise:
 /// that changes nothing in the results, the operations being IEEE per element.
-fn scan(
-    lo: u32,
-    hi: u32,
-    f: impl Fn(f32) -> f32,
-    reference: impl Fn(f64) -> (f64, f64),
-) -> Worst {
+fn scan(lo: u32, hi: u32, f: impl Fn(f32) -> f32, reference: impl Fn(f64) -> (f64, f64)) -> Worst {
     const N: usize = 4096;
     let step = u64::from(STEP);
-    let mut w = Worst { ulp: -1.0, x: 0.0, y: 0.0, r: 0.0 };
+    let mut w = Worst {
+        ulp: -1.0,
+        x: 0.0,
+        y: 0.0,
+        r: 0.0,
+    };
     let mut xs = [0f32; N];
     let mut ys = [0f32; N];
     let mut start = u64::from(lo);
@@ -105,7 +109,12 @@ fn scan(
                 ulp_error(y, r, s)
             };
             if e > w.ulp || e.is_nan() {
-                w = Worst { ulp: e, x, y, r: 0.0 };
+                w = Worst {
+                    ulp: e,
+                    x,
+                    y,
+                    r: 0.0,
+                };
             }
         }
         start += n as u64 * step;
@@ -126,7 +135,11 @@ fn report(name: &str, half: &str, w: Worst, bound: f64, t: Instant) {
         w.r,
         t.elapsed().as_secs_f64()
     );
-    assert!(w.ulp <= bound, "{name} {half}: worst error {} ulp exceeds the documented bound {bound}", w.ulp);
+    assert!(
+        w.ulp <= bound,
+        "{name} {half}: worst error {} ulp exceeds the documented bound {bound}",
+        w.ulp
+    );
 }
 
 const POS: (u32, u32, &str) = (0x0000_0000, 0x7FFF_FFFF, "x >= +0");
@@ -175,7 +188,10 @@ fn check_odd(name: &str, f: impl Fn(f32) -> f32) {
         }
         start += N as u64 * u64::from(STEP);
     }
-    println!("{name} x <= -0: f(-x) == -f(x) bit for bit for all x [{:.1} s]", t.elapsed().as_secs_f64());
+    println!(
+        "{name} x <= -0: f(-x) == -f(x) bit for bit for all x [{:.1} s]",
+        t.elapsed().as_secs_f64()
+    );
 }
 
 fn exact(r: f64) -> (f64, f64) {
@@ -349,11 +365,15 @@ fn exhaustive_tanh_neg() {
 
 #[test]
 fn exhaustive_sigmoid_pos() {
-    run("sigmoid", POS, BOUND_SIGMOID, tr::sigmoid, |x| exact(sigmoid_ref(x)));
+    run("sigmoid", POS, BOUND_SIGMOID, tr::sigmoid, |x| {
+        exact(sigmoid_ref(x))
+    });
 }
 #[test]
 fn exhaustive_sigmoid_neg() {
-    run("sigmoid", NEG, BOUND_SIGMOID, tr::sigmoid, |x| exact(sigmoid_ref(x)));
+    run("sigmoid", NEG, BOUND_SIGMOID, tr::sigmoid, |x| {
+        exact(sigmoid_ref(x))
+    });
 }
 
 // ---------------------------------------------------------------- erf
@@ -371,33 +391,65 @@ fn exhaustive_erf_neg() {
 
 #[test]
 fn exhaustive_gelu_erf_pos() {
-    run("gelu_erf", POS, BOUND_GELU_ERF, tr::gelu_erf, |x| exact(gelu_erf_ref(x)));
+    run("gelu_erf", POS, BOUND_GELU_ERF, tr::gelu_erf, |x| {
+        exact(gelu_erf_ref(x))
+    });
 }
 #[test]
 fn exhaustive_gelu_erf_neg() {
-    run("gelu_erf", NEG, BOUND_GELU_ERF, tr::gelu_erf, |x| exact(gelu_erf_ref(x)));
+    run("gelu_erf", NEG, BOUND_GELU_ERF, tr::gelu_erf, |x| {
+        exact(gelu_erf_ref(x))
+    });
 }
 #[test]
 fn exhaustive_gelu_tanh_pos() {
-    run("gelu_tanh", POS, BOUND_GELU_TANH, tr::gelu_tanh, |x| exact(gelu_tanh_ref(x)));
+    run("gelu_tanh", POS, BOUND_GELU_TANH, tr::gelu_tanh, |x| {
+        exact(gelu_tanh_ref(x))
+    });
 }
 #[test]
 fn exhaustive_gelu_tanh_neg() {
-    run("gelu_tanh", NEG, BOUND_GELU_TANH, tr::gelu_tanh, |x| exact(gelu_tanh_ref(x)));
+    run("gelu_tanh", NEG, BOUND_GELU_TANH, tr::gelu_tanh, |x| {
+        exact(gelu_tanh_ref(x))
+    });
 }
 #[test]
 fn exhaustive_gelu_erf_grad_pos() {
-    run("gelu_erf_grad", POS, BOUND_GELU_ERF_GRAD, tr::gelu_erf_grad, gelu_erf_grad_ref);
+    run(
+        "gelu_erf_grad",
+        POS,
+        BOUND_GELU_ERF_GRAD,
+        tr::gelu_erf_grad,
+        gelu_erf_grad_ref,
+    );
 }
 #[test]
 fn exhaustive_gelu_erf_grad_neg() {
-    run("gelu_erf_grad", NEG, BOUND_GELU_ERF_GRAD, tr::gelu_erf_grad, gelu_erf_grad_ref);
+    run(
+        "gelu_erf_grad",
+        NEG,
+        BOUND_GELU_ERF_GRAD,
+        tr::gelu_erf_grad,
+        gelu_erf_grad_ref,
+    );
 }
 #[test]
 fn exhaustive_gelu_tanh_grad_pos() {
-    run("gelu_tanh_grad", POS, BOUND_GELU_TANH_GRAD, tr::gelu_tanh_grad, gelu_tanh_grad_ref);
+    run(
+        "gelu_tanh_grad",
+        POS,
+        BOUND_GELU_TANH_GRAD,
+        tr::gelu_tanh_grad,
+        gelu_tanh_grad_ref,
+    );
 }
 #[test]
 fn exhaustive_gelu_tanh_grad_neg() {
-    run("gelu_tanh_grad", NEG, BOUND_GELU_TANH_GRAD, tr::gelu_tanh_grad, gelu_tanh_grad_ref);
+    run(
+        "gelu_tanh_grad",
+        NEG,
+        BOUND_GELU_TANH_GRAD,
+        tr::gelu_tanh_grad,
+        gelu_tanh_grad_ref,
+    );
 }

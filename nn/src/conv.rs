@@ -123,7 +123,7 @@ impl<B: Backend> Conv2d<B> {
             ));
         }
         let out = weight.dims()[0];
-        if out % options.groups != 0 {
+        if !out.is_multiple_of(options.groups) {
             return Err(Error::invalid(
                 op,
                 "weight",

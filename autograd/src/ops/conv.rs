@@ -1179,7 +1179,7 @@ impl<B: Backend> Tensor<B> {
     pub fn pad(&self, pads: &[usize], value: f32) -> Result<Tensor<B>> {
         let op = "pad";
         let rank = self.rank();
-        if pads.len() % 2 != 0 {
+        if !pads.len().is_multiple_of(2) {
             return Err(Error::invalid(
                 op,
                 "pads",

@@ -601,7 +601,7 @@ impl<B: Backend> Tensor<B> {
             ));
         }
         let c = dims[1];
-        if num_groups == 0 || c % num_groups != 0 {
+        if num_groups == 0 || !c.is_multiple_of(num_groups) {
             return Err(Error::invalid(
                 op,
                 "num_groups",

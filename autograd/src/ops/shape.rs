@@ -67,7 +67,7 @@ impl<B: Backend> Tensor<B> {
         }
         let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(bad());
             }
             dims[i] = numel / known;

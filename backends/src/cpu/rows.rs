@@ -316,7 +316,10 @@ fn softmax_backward_rows<L: RowSum, M: ModeSpec + Madd<L>>(
     log: bool,
 ) {
     assert!(
-        cols > 0 && y.len() == out.len() && g.len() == out.len() && out.len() / cols * cols == out.len(),
+        cols > 0
+            && y.len() == out.len()
+            && g.len() == out.len()
+            && out.len() / cols * cols == out.len(),
         "softmax_backward: lengths"
     );
     let rows = out.len() / cols;

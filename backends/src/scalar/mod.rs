@@ -458,7 +458,7 @@ mod tests {
     #[test]
     fn sqrt_digits_matches_hardware_on_samples() {
         let mut state = 0x9E37_79B9u32;
-        let mut check = |x: f32| {
+        let check = |x: f32| {
             let want = x.sqrt();
             let got = sqrt_digits(x);
             assert!(
