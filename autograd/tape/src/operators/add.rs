@@ -5,7 +5,7 @@
 use super::{emit, operator_type, slice_of, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
-use crate::view::{BufferView, Output, Role, NO_RECORD};
+use crate::view::{BufferView, Output, Role};
 
 operator_type!(
     /// The operator type of [`add()`]; register it with `tape.register_operator::<Add<f32>>()`.
@@ -41,23 +41,17 @@ pub fn add<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     b: &'g BufferView<'b, T, RB>,
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
-    let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
-    let fits = ar.len >= n && br.len >= n;
-    let Some(pending) = g.begin::<Add<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n)
-    else {
-        y.raw.record = NO_RECORD;
-        return y;
-    };
-    let (av, bv) = (ar.values(), br.values());
-    for (i, o) in y.values_mut().iter_mut().enumerate() {
-        *o = (av[i] + bv[i]).canon();
-    }
-    let saved = AddSaved {
-        ga: ar.grad,
-        gb: br.grad,
-        gy: y.raw.grad,
-        len: n,
-    };
-    g.finish::<Add<T>>(pending, &[ar, br], saved, &mut y.raw);
-    y
+    super::apply_pair::<_, _, _, Add<T>, M>(
+        g,
+        a,
+        b,
+        y,
+        |x, z| x + z,
+        |ar, br, yr| AddSaved {
+            ga: ar.grad,
+            gb: br.grad,
+            gy: yr.grad,
+            len: yr.len,
+        },
+    )
 }

@@ -220,6 +220,39 @@ pub(crate) mod unary {
     }
 }
 
+/// Records `y = f(a, b)` element-wise for two inputs of `y`'s length (add, sub, mul):
+/// validation, the forward loop and the record, with `saved` building the operator's
+/// record from the raw views of `a`, `b` and `y`.
+pub(crate) fn apply_pair<'g, 'a, 'b, 'y, T, RA, RB, Op, const M: usize>(
+    g: &mut crate::graph::Graph<'g, '_, T, M>,
+    a: &'g crate::view::BufferView<'a, T, RA>,
+    b: &'g crate::view::BufferView<'b, T, RB>,
+    y: &'g mut crate::view::BufferView<'y, T, crate::view::Output>,
+    f: impl Fn(T, T) -> T,
+    saved: impl FnOnce(&crate::view::Raw<T>, &crate::view::Raw<T>, &crate::view::Raw<T>) -> Op::Saved,
+) -> &'g crate::view::BufferView<'y, T, crate::view::Output>
+where
+    T: TapeScalar,
+    RA: crate::view::Role,
+    RB: crate::view::Role,
+    Op: Operator<T>,
+{
+    let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
+    let fits = ar.len >= n && br.len >= n;
+    let Some(pending) = g.begin::<Op>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n)
+    else {
+        y.raw.record = crate::view::NO_RECORD;
+        return y;
+    };
+    let (av, bv) = (ar.values(), br.values());
+    for (i, o) in y.values_mut().iter_mut().enumerate() {
+        *o = f(av[i], bv[i]).canon();
+    }
+    let saved = saved(ar, br, &y.raw);
+    g.finish::<Op>(pending, &[ar, br], saved, &mut y.raw);
+    y
+}
+
 /// Declares an element-wise operator type with its rule.
 macro_rules! unary_operator {
     ($(#[$doc:meta])* $name:ident, $label:literal) => {

@@ -6,7 +6,7 @@ use super::add::AddSaved;
 use super::{emit, operator_type, slice_of, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
-use crate::view::{BufferView, Output, Role, NO_RECORD};
+use crate::view::{BufferView, Output, Role};
 
 operator_type!(
     /// The operator type of [`sub()`]; register it with `tape.register_operator::<Sub<f32>>()`.
@@ -32,23 +32,17 @@ pub fn sub<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     b: &'g BufferView<'b, T, RB>,
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
-    let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
-    let fits = ar.len >= n && br.len >= n;
-    let Some(pending) = g.begin::<Sub<T>>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n)
-    else {
-        y.raw.record = NO_RECORD;
-        return y;
-    };
-    let (av, bv) = (ar.values(), br.values());
-    for (i, o) in y.values_mut().iter_mut().enumerate() {
-        *o = (av[i] - bv[i]).canon();
-    }
-    let saved = AddSaved {
-        ga: ar.grad,
-        gb: br.grad,
-        gy: y.raw.grad,
-        len: n,
-    };
-    g.finish::<Sub<T>>(pending, &[ar, br], saved, &mut y.raw);
-    y
+    super::apply_pair::<_, _, _, Sub<T>, M>(
+        g,
+        a,
+        b,
+        y,
+        |x, z| x - z,
+        |ar, br, yr| AddSaved {
+            ga: ar.grad,
+            gb: br.grad,
+            gy: yr.grad,
+            len: yr.len,
+        },
+    )
 }
