@@ -133,19 +133,7 @@ impl<B: Backend> Conv2d<B> {
                 ),
             ));
         }
-        if let Some(b) = bias {
-            if b.dims() != [out] {
-                return Err(Error::invalid(
-                    op,
-                    "bias",
-                    format!("must have shape [{out}], got {:?}", b.dims()),
-                ));
-            }
-        }
-        let weight = weight.detach().copy_contiguous().requires_grad()?;
-        let bias = bias
-            .map(|b| b.detach().copy_contiguous().requires_grad())
-            .transpose()?;
+        let (weight, bias) = init::leaf_parameters(op, weight, bias, out)?;
         Ok(Self {
             weight,
             bias,

@@ -30,3 +30,28 @@ pub fn uniform<B: Backend>(
 ) -> Tensor<B> {
     Tensor::rand_uniform(backend, shape, -bound, bound, rng)
 }
+
+/// Checks that `bias` (if any) has shape `[out]` and returns fresh leaf parameters that
+/// copy `weight` and `bias` (contiguous, requiring gradients), for `from_tensors`
+/// constructors.
+pub(crate) fn leaf_parameters<B: Backend>(
+    op: &'static str,
+    weight: &Tensor<B>,
+    bias: Option<&Tensor<B>>,
+    out: usize,
+) -> crate::Result<(Tensor<B>, Option<Tensor<B>>)> {
+    if let Some(b) = bias {
+        if b.dims() != [out] {
+            return Err(crate::Error::invalid(
+                op,
+                "bias",
+                format!("must have shape [{out}], got {:?}", b.dims()),
+            ));
+        }
+    }
+    let weight = weight.detach().copy_contiguous().requires_grad()?;
+    let bias = bias
+        .map(|b| b.detach().copy_contiguous().requires_grad())
+        .transpose()?;
+    Ok((weight, bias))
+}

@@ -68,19 +68,7 @@ impl<B: Backend> Linear<B> {
             ));
         }
         let out = weight.dims()[0];
-        if let Some(b) = bias {
-            if b.dims() != [out] {
-                return Err(Error::invalid(
-                    op,
-                    "bias",
-                    format!("must have shape [{out}], got {:?}", b.dims()),
-                ));
-            }
-        }
-        let weight = weight.detach().copy_contiguous().requires_grad()?;
-        let bias = bias
-            .map(|b| b.detach().copy_contiguous().requires_grad())
-            .transpose()?;
+        let (weight, bias) = init::leaf_parameters(op, weight, bias, out)?;
         Ok(Self { weight, bias })
     }
 
