@@ -8,6 +8,8 @@ pub mod linalg;
 pub mod loss;
 pub mod misc;
 pub mod norm;
+pub mod pad;
+pub mod pool;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
@@ -26,6 +28,18 @@ pub(crate) fn canon(mode: ComputeMode, v: f32) -> f32 {
     } else {
         v
     }
+}
+
+/// Rewrites every NaN to the canonical NaN in exact mode.
+pub(crate) fn canon_all(mode: ComputeMode, v: &mut [f32]) {
+    if mode == ComputeMode::Exact {
+        v.iter_mut().for_each(|x| *x = canon(mode, *x));
+    }
+}
+
+/// A `[height, width]` argument for error messages.
+pub(crate) fn fmt_pair(v: [usize; 2]) -> String {
+    format!("[{}, {}]", v[0], v[1])
 }
 
 /// `op(x)` element-wise, unrecorded; the result is contiguous.

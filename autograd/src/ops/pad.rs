@@ -1,0 +1,115 @@
+//! Constant padding (`pad`, PyTorch's `F.pad(mode="constant")`) and its backward rule
+//! (`docs/conv.md` §3); the unrecorded [`pad_forward`] also builds the zero-padded im2col
+//! source of the convolutions.
+
+use crate::engine::record;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use exactgrad_core::{Backend, Layout, Shape};
+
+// ----- pad -------------------------------------------------------------------------------
+
+/// `x` with `before[i]` and `after[i]` elements of `value` added around dimension `i`
+/// (unrecorded, contiguous; the elements of `x` are copied bit for bit).
+pub(super) fn pad_forward<B: Backend>(
+    x: &Tensor<B>,
+    before: &[usize],
+    after: &[usize],
+    value: f32,
+) -> Tensor<B> {
+    let dims = x.dims();
+    let rank = dims.len();
+    let out_dims: Vec<usize> = (0..rank).map(|i| dims[i] + before[i] + after[i]).collect();
+    let out_shape = Shape::from(out_dims.clone());
+    let mut buf = vec![value; out_shape.numel()];
+    if x.numel() > 0 {
+        let xs = x.to_vec();
+        if rank == 0 {
+            buf[0] = xs[0];
+        } else {
+            let ostrides = out_shape.contiguous_strides();
+            let len = dims[rank - 1];
+            let mut idx = vec![0usize; rank - 1];
+            for row in xs.chunks_exact(len) {
+                let mut dst = before[rank - 1];
+                for d in 0..rank - 1 {
+                    dst += (idx[d] + before[d]) * ostrides[d];
+                }
+                buf[dst..dst + len].copy_from_slice(row);
+                for d in (0..rank - 1).rev() {
+                    idx[d] += 1;
+                    if idx[d] < dims[d] {
+                        break;
+                    }
+                    idx[d] = 0;
+                }
+            }
+        }
+    }
+    Tensor::from_vec(x.backend(), buf, out_shape).expect("pad: sizes agree")
+}
+
+// ----- the operator ----------------------------------------------------------------------
+
+impl<B: Backend> Tensor<B> {
+    /// Constant padding (PyTorch's `F.pad(x, pads, value=value)`): `pads` lists
+    /// `(before, after)` pairs starting with the last dimension, then the one before it,
+    /// …; at most `2·rank` entries, an even number. Backward takes the interior of the
+    /// gradient.
+    pub fn pad(&self, pads: &[usize], value: f32) -> Result<Tensor<B>> {
+        let op = "pad";
+        let rank = self.rank();
+        if !pads.len().is_multiple_of(2) {
+            return Err(Error::invalid(
+                op,
+                "pads",
+                format!(
+                    "must have an even length ((before, after) pairs), got {} values {pads:?}",
+                    pads.len()
+                ),
+            ));
+        }
+        if pads.len() > 2 * rank {
+            return Err(Error::invalid(
+                op,
+                "pads",
+                format!(
+                    "{} values {pads:?} pad more dimensions than the input of shape {:?} has (at most {})",
+                    pads.len(),
+                    self.dims(),
+                    2 * rank
+                ),
+            ));
+        }
+        let mut before = vec![0usize; rank];
+        let mut after = vec![0usize; rank];
+        for (i, pair) in pads.chunks_exact(2).enumerate() {
+            before[rank - 1 - i] = pair[0];
+            after[rank - 1 - i] = pair[1];
+        }
+        let y = pad_forward(self, &before, &after, value);
+        let in_dims = self.dims().to_vec();
+        Ok(record(op, y, &[self], move || {
+            move |gy: &Tensor<B>| {
+                let l = gy.layout();
+                let interior = Layout {
+                    shape: Shape::from(in_dims.clone()),
+                    strides: l.strides.clone(),
+                    offset: l.offset
+                        + before
+                            .iter()
+                            .zip(&l.strides)
+                            .map(|(b, s)| b * s)
+                            .sum::<usize>(),
+                };
+                let be = gy.backend();
+                let mut out = be.zeros(interior.numel());
+                if interior.numel() > 0 {
+                    let d = gy.read();
+                    be.copy_strided(d.as_ref(), &interior, out.as_mut());
+                }
+                Ok(vec![Some(Tensor::from_storage(be, out, interior.shape))])
+            }
+        }))
+    }
+}
