@@ -133,15 +133,9 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
         for t in [&q, &k, &v] {
             t.clear_grad();
         }
-        let o = Tensor::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            Some(AttentionMask::Bool(&mask)),
-            false,
-            None,
-        )
-        .unwrap();
+        let o = q
+            .scaled_dot_product_attention(&k, &v, AttentionOptions::masked(AttentionMask::Allow(&mask)))
+            .unwrap();
         o.backward(Some(&g), false).unwrap();
     })
 }

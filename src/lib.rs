@@ -28,10 +28,14 @@ pub use exactgrad_autograd::{Error, Result};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-/// What a user needs for most programs: tensors, backends, modes, losses and the guard.
+/// What a user needs for most programs: tensors, backends, modes, the operators' option
+/// structs, losses, layers, optimizers and the grad-mode guard.
 pub mod prelude {
     pub use exactgrad_autograd::{
-        hash_tensors, no_grad, CrossEntropyOptions, GeluApproximation, GradCheck, Reduction, Tensor,
+        hash_tensors, no_grad, AttentionMask, AttentionOptions, AvgPool2dOptions,
+        BatchNormOptions, Conv1dOptions, Conv2dOptions, CrossEntropyOptions, GeluApproximation,
+        GradCheck, GroupNormOptions, LayerNormOptions, MaxPool2dOptions, Momentum, Reduction,
+        Tensor,
     };
     pub use exactgrad_backends::{
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
@@ -40,5 +44,9 @@ pub mod prelude {
     pub use exactgrad_nn::optim::{
         Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig,
     };
-    pub use exactgrad_nn::{Gelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh};
+    pub use exactgrad_nn::{
+        BatchNorm2d, BatchNormConfig, Conv2d, FeedForwardActivation, Flatten, Gelu, LayerNorm,
+        LeakyRelu, Linear, Module, MultiheadAttention, MultiheadAttentionConfig, Relu,
+        Sequential, Sigmoid, Tanh, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+    };
 }

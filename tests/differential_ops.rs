@@ -338,7 +338,9 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
     // Normalisation, dropout, embedding, index_select, split/chunk and attention
     // (exactgrad::autograd::ops::{norm, misc, attention}).
     {
-        use exactgrad::autograd::AttentionMask;
+        use exactgrad::autograd::{
+            AttentionMask, AttentionOptions, BatchNormOptions, GroupNormOptions, LayerNormOptions,
+        };
         let consts = |b: &B, n: usize, seed: u64, lo: f32| {
             let v = values(n, seed, false)
                 .iter()
@@ -354,23 +356,20 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
                 |v| {
                     let rm = consts(v[0].backend(), 5, 7, -1.0)?;
                     let rv = consts(v[0].backend(), 5, 8, 0.5)?;
-                    v[0].batch_norm(
-                        Some(&rm),
-                        Some(&rv),
-                        Some(&v[1]),
-                        Some(&v[2]),
+                    v[0].batch_norm(BatchNormOptions {
                         training,
-                        0.1,
-                        1e-5,
-                    )
+                        ..BatchNormOptions::default()
+                            .running_stats(&rm, &rv)
+                            .affine(&v[1], &v[2])
+                    })
                 },
             );
         }
         c.case("batch_norm specials", &[&[6, 4, 5]], true, |v| {
-            v[0].batch_norm(None, None, None, None, true, 0.1, 1e-5)
+            v[0].batch_norm(BatchNormOptions::training())
         });
         c.case("layer_norm", &[&[6, 33], &[33], &[33]], false, |v| {
-            v[0].layer_norm(&[33], Some(&v[1]), Some(&v[2]), 1e-5)
+            v[0].layer_norm(&[33], LayerNormOptions::default().affine(&v[1], &v[2]))
         });
         c.case(
             "layer_norm two dims transposed",
@@ -378,14 +377,14 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             false,
             |v| {
                 v[0].permute(&[2, 1, 0])?
-                    .layer_norm(&[3, 17], None, None, 1e-5)
+                    .layer_norm(&[3, 17], LayerNormOptions::default())
             },
         );
         c.case("layer_norm specials", &[&[11, 17]], true, |v| {
-            v[0].layer_norm(&[17], None, None, 1e-5)
+            v[0].layer_norm(&[17], LayerNormOptions::default())
         });
         c.case("group_norm", &[&[3, 6, 5, 4], &[6], &[6]], false, |v| {
-            v[0].group_norm(3, Some(&v[1]), Some(&v[2]), 1e-5)
+            v[0].group_norm(3, GroupNormOptions::default().affine(&v[1], &v[2]))
         });
         c.case("dropout", &[&[9, 33]], true, |v| {
             v[0].dropout(0.3, true, &mut Philox::new(17))
@@ -405,7 +404,7 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             let s = v[0].split_sizes(&[2, 30, 1], -1)?;
             let flat = [&a[3], &a[1], &b[2], &b[0], &s[1]]
                 .iter()
-                .map(|t| t.reshape(&[-1]))
+                .map(|t| t.reshape([t.numel()]))
                 .collect::<Result<Vec<_>>>()?;
             Tensor::concat(&flat.iter().collect::<Vec<_>>(), 0)
         });
@@ -442,9 +441,14 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
                     let mask = match kind {
                         0 => None,
                         2 => Some(AttentionMask::Additive(&v[3])),
-                        _ => Some(AttentionMask::Bool(&bool_mask)),
+                        _ => Some(AttentionMask::Allow(&bool_mask)),
                     };
-                    Tensor::scaled_dot_product_attention(&v[0], &v[1], &v[2], mask, causal, None)
+                    let opts = AttentionOptions {
+                        mask,
+                        is_causal: causal,
+                        scale: None,
+                    };
+                    v[0].scaled_dot_product_attention(&v[1], &v[2], opts)
                 },
             );
         }
@@ -453,13 +457,10 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             &[&[2, 9, 3, 17], &[2, 13, 3, 17], &[2, 13, 3, 11]],
             false,
             |v| {
-                Tensor::scaled_dot_product_attention(
-                    &v[0].transpose(1, 2)?,
+                v[0].transpose(1, 2)?.scaled_dot_product_attention(
                     &v[1].transpose(1, 2)?,
                     &v[2].transpose(1, 2)?,
-                    None,
-                    false,
-                    Some(0.3),
+                    AttentionOptions::default().scale(0.3),
                 )
             },
         );

@@ -269,10 +269,11 @@ proptest! {
             let u = tensor(t.dims(), 99, -1.0, 1.0);
             t.mul(&u)
         };
-        check("reshape", std::slice::from_ref(&x), |v| w(&v[0].reshape(&[-1])?));
+        check("reshape", std::slice::from_ref(&x), |v| w(&v[0].reshape([v[0].numel()])?));
+        check("reshape_infer", std::slice::from_ref(&x), |v| w(&v[0].reshape_infer(&[-1])?));
         check("reshape of transpose (copy)", std::slice::from_ref(&x), |v| {
             let perm: Vec<isize> = (0..rank as isize).rev().collect();
-            w(&v[0].permute(&perm)?.reshape(&[-1])?)
+            w(&v[0].permute(&perm)?.reshape_infer(&[-1])?)
         });
         check("unsqueeze/squeeze", std::slice::from_ref(&x), |v| w(&v[0].unsqueeze(d as isize)?.squeeze(d as isize)?.unsqueeze(-1)?));
         check("flatten", std::slice::from_ref(&x), |v| w(&v[0].flatten(0, -1)?));

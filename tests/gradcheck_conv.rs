@@ -4,9 +4,7 @@
 //! arguments.
 
 use exactgrad::autograd::{AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions};
-use exactgrad::Result;
 use proptest::prelude::*;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 mod common;
 use common::*;
@@ -299,10 +297,6 @@ fn direct_conv2d(
     Direct { y, gx, gw, gb }
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -439,23 +433,6 @@ fn pool_output_sizes() {
 }
 
 // ----- errors -----------------------------------------------------------------------------
-
-/// `f` must return an `Err` (not panic) whose message names the operator and contains
-/// every needle.
-#[track_caller]
-fn expect_err(what: &str, f: impl FnOnce() -> Result<T>, needles: &[&str]) {
-    let r = catch_unwind(AssertUnwindSafe(f))
-        .unwrap_or_else(|_| panic!("{what}: panicked instead of returning Err"));
-    match r {
-        Ok(t) => panic!("{what}: expected an error, got shape {:?}", t.dims()),
-        Err(e) => {
-            let msg = e.to_string();
-            for n in needles {
-                assert!(msg.contains(n), "{what}: `{msg}` does not mention `{n}`");
-            }
-        }
-    }
-}
 
 #[test]
 fn conv_errors() {

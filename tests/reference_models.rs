@@ -16,7 +16,7 @@ use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
     ConvNetCase, EncoderCase, ReferenceCase, TensorFile, PINNED_HASHES,
 };
-use exactgrad::nn::{AttnMask, Module, MultiheadAttention, MultiheadAttentionConfig};
+use exactgrad::nn::{AttentionMask, Module, MultiheadAttention, MultiheadAttentionConfig};
 use exactgrad::prelude::*;
 
 /// `hash_tensors` of the conv net's gradients in exact mode. This is the value
@@ -204,7 +204,13 @@ fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
     let kpm = Tensor::from_vec(b, m.iter().map(|&x| x as f32).collect(), mshape).unwrap();
     let attn = file.tensor(b, "input/attn_mask").unwrap();
     let out = mha
-        .forward_attention(&q, &k, &v, Some(&kpm), Some(AttnMask::Float(&attn)))
+        .forward_attention(
+            &q,
+            &k,
+            &v,
+            Some(AttentionMask::Block(&kpm)),
+            Some(AttentionMask::Additive(&attn)),
+        )
         .unwrap();
     let loss = out
         .mul(&file.tensor(b, "input/upstream").unwrap())

@@ -4,6 +4,21 @@
 //! what their backward rule needs while grad mode is on (see [`no_grad`]), and
 //! [`Tensor::backward`] runs the engine described in [`engine`]. [`gradcheck`] compares
 //! analytic gradients with central differences.
+//!
+//! Where things are:
+//!
+//! - [`tensor`]: the `Tensor` type, construction, accessors, the autograd flags
+//!   ([`Tensor::requires_grad`], [`Tensor::requires_grad_`]) and the in-place operations;
+//! - [`ops`]: every differentiable operator, one file per family (its module docs list
+//!   them), with the option structs re-exported here ([`Conv2dOptions`],
+//!   [`BatchNormOptions`], [`AttentionOptions`], …);
+//! - [`engine`]: records, saved tensors and `backward`; [`grad_mode`]: `no_grad`;
+//! - [`gradcheck`]: the gradient check; [`error`]: the error type.
+//!
+//! The arithmetic of every operator is fixed by `docs/arithmetic.md` (and `docs/conv.md`
+//! for the convolution family); the API decisions are explained in `docs/api.md`. This
+//! crate needs `std` (threads, locks, the thread-local grad mode); the `no_std` face of
+//! exactgrad is the arena tape, `exactgrad-tape`.
 #![warn(missing_docs)]
 
 pub mod engine;
@@ -16,10 +31,11 @@ pub mod tensor;
 pub use error::{Error, Result};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};
-pub use ops::attention::AttentionMask;
+pub use ops::attention::{AttentionMask, AttentionOptions};
 pub use ops::conv::{Conv1dOptions, Conv2dOptions};
 pub use ops::pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::elementwise::GeluApproximation;
+pub use ops::norm::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum};
 pub use ops::{CrossEntropyOptions, Reduction};
 pub use tensor::Tensor;
 

@@ -6,7 +6,7 @@ use crate::grad_mode::is_grad_enabled;
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::{Backend, Layout, Philox, Shape};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -35,7 +35,8 @@ pub(crate) struct TensorImpl<B: Backend> {
     pub(crate) backend: B,
     pub(crate) storage: Arc<StorageCell<B>>,
     pub(crate) layout: Layout,
-    pub(crate) requires_grad: bool,
+    /// Shared by every clone of the tensor, so that marking one marks them all.
+    pub(crate) requires_grad: AtomicBool,
     pub(crate) grad_fn: Option<Arc<Node<B>>>,
     pub(crate) grad: Mutex<Option<Tensor<B>>>,
 }
@@ -67,7 +68,7 @@ impl<B: Backend> fmt::Debug for Tensor<B> {
         }
         if let Some(n) = &self.inner.grad_fn {
             d.field("grad_fn", &n.name);
-        } else if self.inner.requires_grad {
+        } else if self.is_requires_grad() {
             d.field("requires_grad", &true);
         }
         d.finish()
@@ -99,7 +100,7 @@ impl<B: Backend> Tensor<B> {
                 backend,
                 storage,
                 layout,
-                requires_grad,
+                requires_grad: AtomicBool::new(requires_grad),
                 grad_fn,
                 grad: Mutex::new(None),
             }),
@@ -292,32 +293,43 @@ impl<B: Backend> Tensor<B> {
 
     // ----- autograd metadata ---------------------------------------------------------
 
-    /// This tensor as a leaf that requires gradients (shares storage with `self`).
+    /// Marks this leaf as requiring gradients and returns it (the builder form of
+    /// [`Tensor::requires_grad_`]`(true)`).
+    ///
+    /// The flag lives on the tensor that every clone shares: a clone taken before this
+    /// call requires gradients too, and `backward` fills the gradient they share.
     ///
     /// Fails on a tensor produced by a recorded operation: only leaves can be marked.
     pub fn requires_grad(self) -> Result<Self> {
+        self.requires_grad_(true)?;
+        Ok(self)
+    }
+
+    /// Sets in place whether gradients flow to this leaf (PyTorch's `requires_grad_()`);
+    /// every clone of the tensor sees the change.
+    ///
+    /// Fails on a tensor produced by a recorded operation (not a leaf): its flag follows
+    /// its inputs; `detach()` it first to get a leaf.
+    pub fn requires_grad_(&self, requires_grad: bool) -> Result<&Self> {
         if self.inner.grad_fn.is_some() {
             return Err(Error::invalid(
-                "requires_grad",
+                "requires_grad_",
                 "self",
-                "only leaf tensors can be marked; detach() the result of an operation first",
+                format!(
+                    "only leaf tensors can be marked; this tensor was produced by `{}` (detach() it first)",
+                    self.grad_fn_name().unwrap_or("an operation")
+                ),
             ));
         }
-        if self.inner.requires_grad {
-            return Ok(self);
-        }
-        Ok(Self::from_parts(
-            self.inner.backend.clone(),
-            Arc::clone(&self.inner.storage),
-            self.inner.layout.clone(),
-            true,
-            None,
-        ))
+        self.inner
+            .requires_grad
+            .store(requires_grad, Ordering::Relaxed);
+        Ok(self)
     }
 
     /// Whether gradients flow to this tensor (a marked leaf or a recorded result).
     pub fn is_requires_grad(&self) -> bool {
-        self.inner.requires_grad
+        self.inner.requires_grad.load(Ordering::Relaxed)
     }
 
     /// Whether this tensor is a leaf (not produced by a recorded operation).
@@ -405,7 +417,7 @@ impl<B: Backend> Tensor<B> {
     // ----- in-place operations (not recorded) ------------------------------------------
 
     fn check_in_place(&self, op: &'static str) -> Result<()> {
-        if self.inner.requires_grad && is_grad_enabled() {
+        if self.is_requires_grad() && is_grad_enabled() {
             return Err(Error::InPlaceOnGrad { op });
         }
         Ok(())

@@ -1,5 +1,6 @@
-//! The engine's contract (seed §2): traversal order, accumulation, release, version
-//! checks and the errors of backward.
+//! The engine's contract (the module docs of `exactgrad_autograd::engine`, in
+//! `autograd/src/engine.rs`): traversal order, accumulation, release, version checks and
+//! the errors of backward; and the shared `requires_grad` flag (`docs/api.md` §4).
 
 use exactgrad_autograd::{no_grad, Error, Tensor};
 use exactgrad_backends::ScalarRefBackend;
@@ -217,8 +218,53 @@ fn no_grad_records_nothing() {
 fn requires_grad_only_on_leaves() {
     let w = leaf(&[1.0], &[1]);
     let y = w.mul_scalar(2.0).unwrap();
-    assert!(y.clone().requires_grad().is_err());
+    for err in [
+        y.clone().requires_grad().unwrap_err(),
+        y.requires_grad_(true).unwrap_err(),
+        y.requires_grad_(false).unwrap_err(),
+    ] {
+        let msg = err.to_string();
+        assert!(
+            msg.contains("requires_grad_") && msg.contains("leaf") && msg.contains("mul_scalar"),
+            "{msg}"
+        );
+    }
+    // The failed calls changed nothing: y still carries its record.
+    assert!(y.is_requires_grad() && y.grad_fn_name() == Some("mul_scalar"));
     assert!(y.detach().requires_grad().is_ok());
+}
+
+/// The flag is shared by every clone: a clone taken before `requires_grad` requires
+/// gradients too and receives the gradient of backward.
+#[test]
+fn a_clone_taken_before_requires_grad_receives_the_gradient() {
+    let x = c(&[1.0, -2.0, 3.0], &[3]);
+    let kept = x.clone();
+    assert!(!kept.is_requires_grad());
+    let marked = x.requires_grad().unwrap();
+    assert!(kept.is_requires_grad() && kept.is_leaf());
+    marked.mul_scalar(3.0).unwrap().sum().unwrap().backward(None, false).unwrap();
+    assert_eq!(kept.grad().unwrap().to_vec(), [3.0, 3.0, 3.0]);
+    // The in-place form on a clone: the original sees it, and an operation on the
+    // original is recorded.
+    let y = c(&[2.0], &[1]);
+    let alias = y.clone();
+    assert!(std::ptr::eq(alias.requires_grad_(true).unwrap(), &alias));
+    let z = y.mul(&y).unwrap();
+    assert_eq!(z.grad_fn_name(), Some("mul"));
+    z.backward(None, false).unwrap();
+    assert_eq!(alias.grad().unwrap().to_vec(), [4.0]);
+    // Turning it off again: operations on any clone are no longer recorded, and
+    // in-place changes are allowed in grad mode.
+    y.requires_grad_(false).unwrap();
+    assert!(!alias.is_requires_grad());
+    assert!(alias.mul(&alias).unwrap().grad_fn_name().is_none());
+    y.fill_(1.0).unwrap();
+    assert_eq!(alias.to_vec(), [1.0]);
+    // A detached tensor has its own flag.
+    let d = alias.detach();
+    d.requires_grad_(true).unwrap();
+    assert!(!alias.is_requires_grad());
 }
 
 #[test]

@@ -47,6 +47,18 @@ impl<const N: usize> From<[usize; N]> for Shape {
     }
 }
 
+impl<const N: usize> From<&[usize; N]> for Shape {
+    fn from(v: &[usize; N]) -> Self {
+        Shape(v.to_vec())
+    }
+}
+
+impl From<&Vec<usize>> for Shape {
+    fn from(v: &Vec<usize>) -> Self {
+        Shape(v.clone())
+    }
+}
+
 impl From<&Shape> for Shape {
     fn from(v: &Shape) -> Self {
         v.clone()

@@ -7,8 +7,9 @@
 //! mini-batch loader, [`init`] with deterministic initialisation and [`metrics`].
 //! Layers for convolutional and transformer models: [`Conv2d`], [`BatchNorm2d`] (its
 //! running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`],
-//! [`MultiheadAttention`] and [`TransformerEncoderLayer`]; [`reference`](mod@reference)
-//! holds the two reference models of the PyTorch oracle and loads safetensors weights.
+//! [`MultiheadAttention`] and [`TransformerEncoderLayer`] (masks are
+//! [`AttentionMask`]s); [`checkpoint`] reads safetensors files into modules, and
+//! [`reference`](mod@reference) holds the two reference models of the PyTorch oracle.
 //!
 //! ```
 //! use exactgrad_autograd::{CrossEntropyOptions, Tensor};
@@ -40,6 +41,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod checkpoint;
 pub mod conv;
 pub mod data;
 pub mod error;
@@ -54,9 +56,10 @@ pub mod sequential;
 
 pub use activation::{Flatten, Gelu, LeakyRelu, Relu, Sigmoid, Tanh};
 pub use attention::{
-    AttnMask, FeedForwardActivation, MultiheadAttention, MultiheadAttentionConfig,
-    TransformerEncoderLayer, TransformerEncoderLayerConfig,
+    FeedForwardActivation, MultiheadAttention, MultiheadAttentionConfig, TransformerEncoderLayer,
+    TransformerEncoderLayerConfig,
 };
+pub use exactgrad_autograd::AttentionMask;
 pub use conv::Conv2d;
 pub use error::{DataError, Error, Result};
 pub use linear::Linear;

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::module::{join_name, Module};
-use exactgrad_autograd::Tensor;
+use exactgrad_autograd::{BatchNormOptions, LayerNormOptions, Momentum, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct BatchNormConfig {
     /// Added to the variance before the square root (default `1e-5`).
     pub eps: f32,
-    /// Weight of the new batch statistic in the running averages (default `Some(0.1)`);
-    /// `None` gives the cumulative average `1 / num_batches_tracked`, as PyTorch's
-    /// `momentum=None`.
+    /// Weight of the new batch statistic in the running averages (default `Some(0.1)`,
+    /// [`Momentum::Exponential`]); `None` gives the cumulative average
+    /// `1 / num_batches_tracked`, as PyTorch's `momentum=None`
+    /// ([`Momentum::CumulativeAverage`] with the layer's batch count).
     pub momentum: Option<f32>,
     /// Whether the layer has a learnable per-channel `weight` and `bias` (default true).
     pub affine: bool,
@@ -152,23 +153,27 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
                 ),
             ));
         }
-        let mut factor = self.config.momentum.unwrap_or(0.0);
-        if self.training && self.config.track_running_stats {
-            let n = self.num_batches_tracked.fetch_add(1, Ordering::Relaxed) + 1;
-            if self.config.momentum.is_none() {
-                factor = (1.0 / n as f64) as f32;
-            }
-        }
-        let use_batch_stats = self.training || self.running_mean.is_none();
-        Ok(input.batch_norm(
-            self.running_mean.as_ref(),
-            self.running_var.as_ref(),
-            self.weight.as_ref(),
-            self.bias.as_ref(),
-            use_batch_stats,
-            factor,
-            self.config.eps,
-        )?)
+        // Training with running statistics counts this batch and updates them.
+        let updates = self.training && self.config.track_running_stats;
+        let batches = updates.then(|| self.num_batches_tracked.fetch_add(1, Ordering::Relaxed) + 1);
+        let momentum = match (self.config.momentum, batches) {
+            (Some(m), _) => Momentum::Exponential(m),
+            (None, Some(n)) => Momentum::CumulativeAverage {
+                num_batches_tracked: n,
+            },
+            // Nothing is updated, so the momentum is not used.
+            (None, None) => Momentum::default(),
+        };
+        let opts = BatchNormOptions {
+            running_mean: self.running_mean.as_ref(),
+            running_var: self.running_var.as_ref(),
+            weight: self.weight.as_ref(),
+            bias: self.bias.as_ref(),
+            training: self.training || self.running_mean.is_none(),
+            momentum,
+            eps: self.config.eps,
+        };
+        Ok(input.batch_norm(opts)?)
     }
 
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
@@ -280,12 +285,12 @@ impl<B: Backend> LayerNorm<B> {
 
 impl<B: Backend> Module<B> for LayerNorm<B> {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        Ok(input.layer_norm(
-            &self.normalized_shape,
-            self.weight.as_ref(),
-            self.bias.as_ref(),
-            self.eps,
-        )?)
+        let opts = LayerNormOptions {
+            weight: self.weight.as_ref(),
+            bias: self.bias.as_ref(),
+            eps: self.eps,
+        };
+        Ok(input.layer_norm(&self.normalized_shape, opts)?)
     }
 
     fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {

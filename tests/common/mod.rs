@@ -1,10 +1,11 @@
-//! Helpers shared by the gradient-check test files: seeded inputs, the check itself and
-//! the views an input reaches an operator through.
+//! Helpers shared by the gradient-check test files: seeded inputs, the check itself, the
+//! views an input reaches an operator through, bit comparisons and error expectations.
 #![allow(dead_code)]
 
 use exactgrad::prelude::*;
 use exactgrad::Result;
 use proptest::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Tensors of the scalar reference backend.
 pub type T = Tensor<ScalarRefBackend>;
@@ -37,6 +38,35 @@ pub fn permuted_grid(shape: &[usize], seed: u64, step: f32) -> T {
         .map(|&p| step * (p as f32 - n as f32 / 2.0))
         .collect();
     T::from_vec(&B, v, shape).unwrap()
+}
+
+/// The bit patterns of `v`, for comparisons that must be exact.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// `f` must return an `Err` (not panic) whose message mentions every needle (the
+/// operator and the argument or shapes at fault).
+#[track_caller]
+pub fn expect_err<R: std::fmt::Debug>(
+    what: &str,
+    f: impl FnOnce() -> Result<R>,
+    needles: &[&str],
+) {
+    let r = catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|_| panic!("{what}: panicked instead of returning Err"));
+    match r {
+        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
+        Err(e) => {
+            let msg = e.to_string();
+            for n in needles {
+                assert!(
+                    msg.contains(n),
+                    "{what}: the message `{msg}` does not mention `{n}`"
+                );
+            }
+        }
+    }
 }
 
 /// Runs the default gradient check and panics with its report on failure.

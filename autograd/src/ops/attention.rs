@@ -1,15 +1,14 @@
 //! Scaled dot-product attention: a fused operator whose backward recomputes the attention
 //! weights instead of saving them (Dao et al. 2022).
 //!
-//! The API shared by the engineers of issue 3 is written at the top of `norm.rs`.
-//!
 //! With `Q: [B, L, E]`, `K: [B, S, E]`, `V: [B, S, Ev]` (batch dimensions broadcast and
 //! folded into `B`), every product on the backend's matmul kernel (canonical GEMM) and
 //! the softmax on its softmax row kernels:
 //!
 //! forward:
-//! 1. `T = Q·Kᵀ`; `S_ij = T_ij ⊗ scale`, then `⊕ M_ij` for an additive mask; `−∞` where a
-//!    boolean mask is 0 or, when causal, where `j > i`
+//! 1. `T = Q·Kᵀ`; `S_ij = T_ij ⊗ scale`, then `⊕ M_ij` for an additive mask; `−∞` where
+//!    an [`AttentionMask::Allow`] mask is 0, where an [`AttentionMask::Block`] mask is
+//!    non-zero or, when causal, where `j > i`
 //! 2. `P = softmax(S)` by rows; a row whose scores are all `−∞` gives `P = 0` (as
 //!    PyTorch 2.15.0's math path, `_safe_softmax`)
 //! 3. `O = P·V`
@@ -28,14 +27,30 @@ use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{Backend, Layout, Shape, UnaryOp};
 use std::fmt;
 
-/// An attention mask for [`Tensor::scaled_dot_product_attention`], broadcastable to the
-/// scores' shape `[…, L, S]`.
+/// An attention mask, broadcastable to the scores' shape `[…, L, S]`, for
+/// [`Tensor::scaled_dot_product_attention`] and for the attention layers of
+/// `exactgrad-nn`. Each variant says what its values mean, so a mask is read the same way
+/// by every function that takes it.
+///
+/// | PyTorch argument | variant |
+/// |---|---|
+/// | `F.scaled_dot_product_attention(attn_mask=)`, boolean (`True` = takes part) | [`AttentionMask::Allow`] |
+/// | `nn.MultiheadAttention(attn_mask=)`, boolean (`True` = not allowed) | [`AttentionMask::Block`] |
+/// | `nn.MultiheadAttention(key_padding_mask=)`, boolean (`True` = padding, ignored) | [`AttentionMask::Block`] |
+/// | `nn.TransformerEncoderLayer(src_mask=, src_key_padding_mask=)`, boolean | [`AttentionMask::Block`] |
+/// | any of these as a float mask (added to the scores) | [`AttentionMask::Additive`] |
+///
+/// A boolean mask is a tensor of zeros and ones (any non-zero value counts as one).
 pub enum AttentionMask<'a, B: Backend> {
-    /// Positions whose value is non-zero take part (PyTorch's `True`); the others are
-    /// excluded (score `−∞`).
-    Bool(&'a Tensor<B>),
-    /// Added to the scaled scores (use `−∞` to exclude a position). It receives a
-    /// gradient when it requires one.
+    /// Positions whose value is non-zero take part; the others are excluded (score
+    /// `−∞`).
+    Allow(&'a Tensor<B>),
+    /// Positions whose value is non-zero are excluded (score `−∞`); the others take
+    /// part.
+    Block(&'a Tensor<B>),
+    /// Added to the scaled scores (`−∞` excludes a position). In
+    /// [`Tensor::scaled_dot_product_attention`] it receives a gradient when it requires
+    /// one.
     Additive(&'a Tensor<B>),
 }
 
@@ -50,8 +65,100 @@ impl<B: Backend> Copy for AttentionMask<'_, B> {}
 impl<B: Backend> fmt::Debug for AttentionMask<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AttentionMask::Bool(t) => f.debug_tuple("Bool").field(t).finish(),
+            AttentionMask::Allow(t) => f.debug_tuple("Allow").field(t).finish(),
+            AttentionMask::Block(t) => f.debug_tuple("Block").field(t).finish(),
             AttentionMask::Additive(t) => f.debug_tuple("Additive").field(t).finish(),
+        }
+    }
+}
+
+impl<'a, B: Backend> AttentionMask<'a, B> {
+    /// The mask tensor.
+    pub fn tensor(&self) -> &'a Tensor<B> {
+        match *self {
+            AttentionMask::Allow(t) | AttentionMask::Block(t) | AttentionMask::Additive(t) => t,
+        }
+    }
+
+    fn kind(&self) -> MaskKind {
+        match self {
+            AttentionMask::Allow(_) => MaskKind::Allow,
+            AttentionMask::Block(_) => MaskKind::Block,
+            AttentionMask::Additive(_) => MaskKind::Additive,
+        }
+    }
+}
+
+/// The arguments of [`Tensor::scaled_dot_product_attention`] after query, key and value
+/// (PyTorch's `attn_mask`, `is_causal` and `scale`; no dropout), with PyTorch's
+/// defaults: no mask, not causal, `scale = 1/√E`.
+///
+/// ```
+/// use exactgrad_autograd::{AttentionMask, AttentionOptions, Tensor};
+/// use exactgrad_backends::ScalarRefBackend;
+///
+/// # fn main() -> exactgrad_autograd::Result<()> {
+/// let b = ScalarRefBackend;
+/// let q = Tensor::from_vec(&b, vec![1.0, 0.0, 0.0, 1.0], [2, 2])?;
+/// let v = Tensor::from_vec(&b, vec![1.0, 2.0, 3.0, 4.0], [2, 2])?;
+/// // Query 0 may only look at key 0, query 1 at both keys.
+/// let allow = Tensor::from_vec(&b, vec![1.0, 0.0, 1.0, 1.0], [2, 2])?;
+/// let opts = AttentionOptions::masked(AttentionMask::Allow(&allow));
+/// let o = q.scaled_dot_product_attention(&q, &v, opts)?;
+/// assert_eq!(o.to_vec()[..2], [1.0, 2.0]);
+/// // The same restriction as PyTorch's causal attention.
+/// let causal = q.scaled_dot_product_attention(&q, &v, AttentionOptions::causal())?;
+/// assert_eq!(causal.to_vec(), o.to_vec());
+/// # Ok(())
+/// # }
+/// ```
+pub struct AttentionOptions<'a, B: Backend> {
+    /// A mask broadcastable to the scores `[…, L, S]` (see [`AttentionMask`]).
+    pub mask: Option<AttentionMask<'a, B>>,
+    /// Query `i` attends to keys `j ≤ i` only; excludes `mask`, as in PyTorch.
+    pub is_causal: bool,
+    /// The factor of the scores; `None` means `1/√E` (rounded from f64).
+    pub scale: Option<f32>,
+}
+
+borrowed_options!(AttentionOptions {
+    mask,
+    is_causal,
+    scale
+});
+
+impl<B: Backend> Default for AttentionOptions<'_, B> {
+    fn default() -> Self {
+        Self {
+            mask: None,
+            is_causal: false,
+            scale: None,
+        }
+    }
+}
+
+impl<'a, B: Backend> AttentionOptions<'a, B> {
+    /// The defaults with `mask`.
+    pub fn masked(mask: AttentionMask<'a, B>) -> Self {
+        Self {
+            mask: Some(mask),
+            ..Self::default()
+        }
+    }
+
+    /// The defaults with `is_causal = true`.
+    pub fn causal() -> Self {
+        Self {
+            is_causal: true,
+            ..Self::default()
+        }
+    }
+
+    /// These options with an explicit scale.
+    pub fn scale(self, scale: f32) -> Self {
+        Self {
+            scale: Some(scale),
+            ..self
         }
     }
 }
@@ -59,7 +166,8 @@ impl<B: Backend> fmt::Debug for AttentionMask<'_, B> {
 /// The mask kinds as the fused operator stores them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum MaskKind {
-    Bool,
+    Allow,
+    Block,
     Additive,
 }
 
@@ -128,8 +236,9 @@ fn attention_weights<B: Backend>(
             if let Some((kind, mv)) = m {
                 x = match kind {
                     MaskKind::Additive => x + mv,
-                    MaskKind::Bool if mv == 0.0 => f32::NEG_INFINITY,
-                    MaskKind::Bool => x,
+                    MaskKind::Allow if mv == 0.0 => f32::NEG_INFINITY,
+                    MaskKind::Block if mv != 0.0 => f32::NEG_INFINITY,
+                    MaskKind::Allow | MaskKind::Block => x,
                 };
             }
             if causal && idx % s > (idx / s) % l {
@@ -171,12 +280,12 @@ fn attention_weights<B: Backend>(
 impl<B: Backend> Tensor<B> {
     /// Scaled dot-product attention (PyTorch's
     /// `nn.functional.scaled_dot_product_attention`, math path): `softmax(Q·Kᵀ·scale +
-    /// mask)·V` for `query [..., L, E]`, `key [..., S, E]`, `value [..., S, Ev]`, whose
+    /// mask)·V` for `self` the query `[..., L, E]`, `key [..., S, E]`, `value [..., S, Ev]`, whose
     /// batch dimensions broadcast; the output is `[..., L, Ev]`.
     ///
-    /// `mask` broadcasts to `[..., L, S]` (see [`AttentionMask`]); `is_causal` lets query
-    /// `i` attend to keys `j ≤ i` only (and excludes an explicit mask, as PyTorch);
-    /// `scale` defaults to `1/√E`. A query that no key may attend to gets a zero output
+    /// The options ([`AttentionOptions`]): `mask` broadcasts to `[..., L, S]` (see
+    /// [`AttentionMask`]); `is_causal` lets query `i` attend to keys `j ≤ i` only (and
+    /// excludes an explicit mask, as PyTorch); `scale` defaults to `1/√E`. A query that no key may attend to gets a zero output
     /// and zero gradients. The backward pass recomputes the attention weights with the
     /// softmax row kernel instead of saving them; the exact order of operations is in
     /// the module documentation.
@@ -186,14 +295,18 @@ impl<B: Backend> Tensor<B> {
     /// batch dimensions do not broadcast, when the mask does not broadcast to
     /// `[..., L, S]`, or when both a mask and `is_causal` are given.
     pub fn scaled_dot_product_attention(
-        query: &Tensor<B>,
+        &self,
         key: &Tensor<B>,
         value: &Tensor<B>,
-        mask: Option<AttentionMask<'_, B>>,
-        is_causal: bool,
-        scale: Option<f32>,
+        opts: AttentionOptions<'_, B>,
     ) -> Result<Tensor<B>> {
         let op = "scaled_dot_product_attention";
+        let query = self;
+        let AttentionOptions {
+            mask,
+            is_causal,
+            scale,
+        } = opts;
         let (rq, rk, rv) = (query.rank(), key.rank(), value.rank());
         if rq < 2 || rk < 2 || rv < 2 {
             return Err(Error::invalid(
@@ -254,10 +367,7 @@ impl<B: Backend> Tensor<B> {
         let mask = match mask {
             None => None,
             Some(m) => {
-                let (kind, t) = match m {
-                    AttentionMask::Bool(t) => (MaskKind::Bool, t),
-                    AttentionMask::Additive(t) => (MaskKind::Additive, t),
-                };
+                let (kind, t) = (m.kind(), m.tensor());
                 if t.layout().broadcast_to(op, &score_shape).is_err() {
                     return Err(Error::mismatch(
                         op,

@@ -1,7 +1,5 @@
 //! Dropout, embedding, index_select and the splitting views (split, split_sizes, chunk).
 //!
-//! The API shared by the engineers of issue 3 is written at the top of `norm.rs`.
-//!
 //! Arithmetic (see `docs/arithmetic.md`, "Normalisation, dropout, embedding, attention"):
 //! - dropout multiplies each element by its mask value (`1 ⊘ (1 ⊖ p)` or `0`) with the
 //!   backend's multiply kernel, forward and backward; the mask depends only on the key

@@ -1,5 +1,47 @@
 //! Differentiable operators: each forward computation sits beside its backward rule,
-//! one file per family.
+//! one file per family. All of them are methods of [`Tensor`]; their optional arguments
+//! are option structs with PyTorch's defaults, re-exported at the crate root.
+//!
+//! | module | operators | options |
+//! |---|---|---|
+//! | [`elementwise`] | add, sub, mul, div, scalar forms, neg, abs, relu, leaky_relu, sigmoid, tanh, gelu, exp, log, sqrt, pow, clamp, where | [`elementwise::GeluApproximation`] |
+//! | [`reduce`] | sum, mean (all or over dimensions) | |
+//! | [`linalg`] | matmul, linear | |
+//! | [`shape`] | reshape, reshape_infer, view, view_infer, permute, transpose, narrow, slice, expand, squeeze, unsqueeze, flatten, contiguous, concat, stack | |
+//! | [`softmax`] | softmax, log_softmax | |
+//! | [`loss`] | cross_entropy, mse_loss | [`CrossEntropyOptions`], [`Reduction`] |
+//! | [`conv`] | conv1d, conv2d (im2col) | [`conv::Conv1dOptions`], [`conv::Conv2dOptions`] |
+//! | [`pool`] | max_pool2d, avg_pool2d, adaptive_avg_pool2d | [`pool::MaxPool2dOptions`], [`pool::AvgPool2dOptions`] |
+//! | [`pad`] | pad (constant) | |
+//! | [`norm`] | batch_norm, layer_norm, group_norm | [`norm::BatchNormOptions`], [`norm::Momentum`], [`norm::LayerNormOptions`], [`norm::GroupNormOptions`] |
+//! | [`attention`] | scaled_dot_product_attention | [`attention::AttentionOptions`], [`attention::AttentionMask`] |
+//! | [`misc`] | dropout, embedding, index_select, split, split_sizes, chunk | |
+//!
+//! The helpers below (broadcast forward, `sum_to`, NaN canonicalisation) are shared by
+//! several families.
+
+/// Implements `Clone`, `Copy` and `Debug` for an options struct that borrows tensors
+/// (derives would require `B: Clone + Copy + Debug`); in textual scope for every module
+/// below.
+macro_rules! borrowed_options {
+    ($name:ident { $($field:ident),* $(,)? }) => {
+        impl<B: ::exactgrad_core::Backend> Clone for $name<'_, B> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+
+        impl<B: ::exactgrad_core::Backend> Copy for $name<'_, B> {}
+
+        impl<B: ::exactgrad_core::Backend> ::std::fmt::Debug for $name<'_, B> {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    $(.field(stringify!($field), &self.$field))*
+                    .finish()
+            }
+        }
+    };
+}
 
 pub mod attention;
 pub mod conv;

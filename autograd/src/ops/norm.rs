@@ -29,44 +29,254 @@
 //!
 //! NaN results are canonical in exact mode. The same scalar code runs for every backend,
 //! so the bits never depend on the backend or thread count.
-
-// The API shared by every engineer of issue 3 (signatures to implement exactly):
-// ## Shared API for issue 3 (all engineers code against exactly these signatures)
-// All methods are on `exactgrad_autograd::Tensor<B>` (generic over `B: Backend`), return `Result<Tensor<B>>` (or `Result<Vec<Tensor<B>>>`), follow PyTorch's semantics, and record their backward rule beside the forward (see autograd/src/engine.rs `record`, `Saved`).
-// Option structs derive `Clone, Copy, Debug, PartialEq` and `Default` with PyTorch's defaults, and are re-exported from `exactgrad_autograd` (one `pub use` line each in autograd/src/lib.rs).
-//
-// autograd/src/ops/conv.rs (engineer A):
-// - `Conv1dOptions { stride: usize, padding: usize, dilation: usize, groups: usize }` (default 1,0,1,1)
-// - `Conv2dOptions { stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize }` (default [1,1],[0,0],[1,1],1)
-// - `fn conv1d(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>, opts: Conv1dOptions)`  input [N, C, L] (or unbatched [C, L]), weight [O, C/groups, K]
-// - `fn conv2d(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>, opts: Conv2dOptions)`  input [N, C, H, W] (or [C, H, W]), weight [O, C/groups, KH, KW]
-// - `MaxPool2dOptions { kernel_size: [usize; 2], stride: Option<[usize; 2]> /* None = kernel_size */, padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool }` with `MaxPool2dOptions::new(kernel_size)`
-// - `fn max_pool2d(&self, opts: MaxPool2dOptions)`
-// - `AvgPool2dOptions { kernel_size: [usize; 2], stride: Option<[usize; 2]>, padding: [usize; 2], ceil_mode: bool, count_include_pad: bool /* default true */, divisor_override: Option<usize> }` with `AvgPool2dOptions::new(kernel_size)`
-// - `fn avg_pool2d(&self, opts: AvgPool2dOptions)`
-// - `fn adaptive_avg_pool2d(&self, output_size: [usize; 2])`
-// - `fn pad(&self, pads: &[usize], value: f32)`  (constant mode; PyTorch F.pad order: last dim's (left, right) first, then the previous dim's, …)
-//
-// autograd/src/ops/norm.rs (engineer B):
-// - `fn batch_norm(&self, running_mean: Option<&Tensor<B>>, running_var: Option<&Tensor<B>>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, training: bool, momentum: f32, eps: f32)`  (F.batch_norm: input [N, C, *]; in training the batch statistics normalise with the biased variance, and running stats — updated in place, unrecorded — use the unbiased variance: r = (1−momentum)·r + momentum·stat)
-// - `fn layer_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f32)`
-// - `fn group_norm(&self, num_groups: usize, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f32)`
-//
-// autograd/src/ops/misc.rs (engineer B):
-// - `fn dropout(&self, p: f32, training: bool, rng: &mut Philox)`  (draws one u64 key from rng; element i kept iff a Philox-derived uniform of (key, i) ≥ p; kept elements scaled by 1/(1−p); p = 1 gives zeros; not training = identity)
-// - `fn embedding(weight: &Tensor<B>, indices: &[i64], indices_shape: &[usize], padding_idx: Option<i64>)` (associated fn; output indices_shape + [dim]; padding_idx rows get no gradient)
-// - `fn index_select(&self, dim: isize, indices: &[i64])`
-// - `fn split(&self, split_size: usize, dim: isize) -> Result<Vec<Tensor<B>>>`, `fn split_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor<B>>>`, `fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor<B>>>`
-//
-// autograd/src/ops/attention.rs (engineer B):
-// - `enum AttentionMask<'a, B: Backend> { Bool(&'a Tensor<B>) /* non-zero = take part, as PyTorch's True */, Additive(&'a Tensor<B>) }`
-// - `fn scaled_dot_product_attention(query: &Tensor<B>, key: &Tensor<B>, value: &Tensor<B>, mask: Option<AttentionMask<'_, B>>, is_causal: bool, scale: Option<f32>)` (associated fn; q [..., L, E], k [..., S, E], v [..., S, Ev]; mask broadcastable to [..., L, S]; scale default 1/√E; backward recomputes the attention weights with the softmax row kernel instead of saving them — Dao et al. 2022)
+//!
+//! The optional arguments are named fields of [`BatchNormOptions`], [`LayerNormOptions`]
+//! and [`GroupNormOptions`] (PyTorch's defaults), so that the running statistics and the
+//! affine parameters cannot be swapped by position; [`Momentum`] expresses PyTorch's
+//! `momentum=None` (the cumulative average).
 
 use super::canon;
 use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::{Backend, ComputeMode};
+
+// ----- options ---------------------------------------------------------------------------
+
+/// How training [`Tensor::batch_norm`] updates the running statistics: the weight `m` of
+/// the new batch statistic in `r = ((1 ⊖ m) ⊗ r) ⊕ (m ⊗ stat)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Momentum {
+    /// A fixed weight `m` (PyTorch's `momentum=m`; the default is `0.1`).
+    Exponential(f32),
+    /// The cumulative moving average (PyTorch's `momentum=None`): `m = 1 / n` rounded
+    /// from f64, with `n = num_batches_tracked` the number of training batches
+    /// **including this one** (1 for the first batch). `n = 0` is an error.
+    CumulativeAverage {
+        /// Training batches seen so far, this one included (at least 1).
+        num_batches_tracked: u64,
+    },
+}
+
+impl Default for Momentum {
+    /// `Exponential(0.1)`, PyTorch's default.
+    fn default() -> Self {
+        Momentum::Exponential(0.1)
+    }
+}
+
+impl Momentum {
+    /// The weight `m` of the new statistic; fails for a cumulative average over 0 batches.
+    pub fn factor(self) -> Result<f32> {
+        match self {
+            Momentum::Exponential(m) => Ok(m),
+            Momentum::CumulativeAverage {
+                num_batches_tracked: 0,
+            } => Err(Error::invalid(
+                "batch_norm",
+                "momentum",
+                "Momentum::CumulativeAverage needs num_batches_tracked ≥ 1 (the count of training batches including this one), got 0",
+            )),
+            Momentum::CumulativeAverage {
+                num_batches_tracked: n,
+            } => Ok((1.0 / n as f64) as f32),
+        }
+    }
+}
+
+/// The arguments of [`Tensor::batch_norm`] after the input (PyTorch's
+/// `F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum,
+/// eps)`), with PyTorch's defaults: no tensors, evaluation mode, momentum 0.1,
+/// `eps = 1e-5`.
+///
+/// ```
+/// use exactgrad_autograd::{BatchNormOptions, Momentum, Tensor};
+/// use exactgrad_backends::ScalarRefBackend;
+///
+/// # fn main() -> exactgrad_autograd::Result<()> {
+/// let b = ScalarRefBackend;
+/// let x = Tensor::from_vec(&b, vec![1.0, 2.0, 3.0, 5.0], [2, 2])?;
+/// let (mean, var) = (Tensor::zeros(&b, [2]), Tensor::ones(&b, [2]));
+/// let (w, bias) = (Tensor::ones(&b, [2]), Tensor::zeros(&b, [2]));
+/// let opts = BatchNormOptions::training()
+///     .running_stats(&mean, &var)
+///     .affine(&w, &bias)
+///     .momentum(Momentum::CumulativeAverage { num_batches_tracked: 1 });
+/// let y = x.batch_norm(opts)?;
+/// assert_eq!(y.dims(), [2, 2]);
+/// // The first batch's statistics (factor 1/1), the variance unbiased.
+/// assert_eq!(mean.to_vec(), [2.0, 3.5]);
+/// assert_eq!(var.to_vec(), [2.0, 4.5]);
+/// # Ok(())
+/// # }
+/// ```
+pub struct BatchNormOptions<'a, B: Backend> {
+    /// Running mean `[C]`: normalises in evaluation; updated in place in training.
+    pub running_mean: Option<&'a Tensor<B>>,
+    /// Running (unbiased) variance `[C]`: normalises in evaluation; updated in place in
+    /// training.
+    pub running_var: Option<&'a Tensor<B>>,
+    /// Per-channel scale `[C]`.
+    pub weight: Option<&'a Tensor<B>>,
+    /// Per-channel shift `[C]`.
+    pub bias: Option<&'a Tensor<B>>,
+    /// Batch statistics (and the running-statistics update) when true; the running
+    /// statistics when false (the default, as `F.batch_norm`).
+    pub training: bool,
+    /// The running-statistics update (default `Exponential(0.1)`).
+    pub momentum: Momentum,
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+}
+
+borrowed_options!(BatchNormOptions {
+    running_mean,
+    running_var,
+    weight,
+    bias,
+    training,
+    momentum,
+    eps
+});
+
+impl<B: Backend> Default for BatchNormOptions<'_, B> {
+    fn default() -> Self {
+        Self {
+            running_mean: None,
+            running_var: None,
+            weight: None,
+            bias: None,
+            training: false,
+            momentum: Momentum::default(),
+            eps: 1e-5,
+        }
+    }
+}
+
+impl<'a, B: Backend> BatchNormOptions<'a, B> {
+    /// The defaults with `training = true`.
+    pub fn training() -> Self {
+        Self {
+            training: true,
+            ..Self::default()
+        }
+    }
+
+    /// The defaults (evaluation) normalising with the given running statistics.
+    pub fn evaluation(running_mean: &'a Tensor<B>, running_var: &'a Tensor<B>) -> Self {
+        Self::default().running_stats(running_mean, running_var)
+    }
+
+    /// These options with the running statistics set.
+    pub fn running_stats(self, running_mean: &'a Tensor<B>, running_var: &'a Tensor<B>) -> Self {
+        Self {
+            running_mean: Some(running_mean),
+            running_var: Some(running_var),
+            ..self
+        }
+    }
+
+    /// These options with the per-channel `weight` and `bias` set.
+    pub fn affine(self, weight: &'a Tensor<B>, bias: &'a Tensor<B>) -> Self {
+        Self {
+            weight: Some(weight),
+            bias: Some(bias),
+            ..self
+        }
+    }
+
+    /// These options with another running-statistics update.
+    pub fn momentum(self, momentum: Momentum) -> Self {
+        Self { momentum, ..self }
+    }
+
+    /// These options with another `eps`.
+    pub fn eps(self, eps: f32) -> Self {
+        Self { eps, ..self }
+    }
+}
+
+/// The arguments of [`Tensor::layer_norm`] after the normalised shape (PyTorch's
+/// `F.layer_norm(input, normalized_shape, weight, bias, eps)`): no weight or bias,
+/// `eps = 1e-5` by default.
+pub struct LayerNormOptions<'a, B: Backend> {
+    /// Scale of shape `normalized_shape`.
+    pub weight: Option<&'a Tensor<B>>,
+    /// Shift of shape `normalized_shape`.
+    pub bias: Option<&'a Tensor<B>>,
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+}
+
+borrowed_options!(LayerNormOptions { weight, bias, eps });
+
+impl<B: Backend> Default for LayerNormOptions<'_, B> {
+    fn default() -> Self {
+        Self {
+            weight: None,
+            bias: None,
+            eps: 1e-5,
+        }
+    }
+}
+
+impl<'a, B: Backend> LayerNormOptions<'a, B> {
+    /// These options with `weight` and `bias` set.
+    pub fn affine(self, weight: &'a Tensor<B>, bias: &'a Tensor<B>) -> Self {
+        Self {
+            weight: Some(weight),
+            bias: Some(bias),
+            ..self
+        }
+    }
+
+    /// These options with another `eps`.
+    pub fn eps(self, eps: f32) -> Self {
+        Self { eps, ..self }
+    }
+}
+
+/// The arguments of [`Tensor::group_norm`] after the group count (PyTorch's
+/// `F.group_norm(input, num_groups, weight, bias, eps)`): no weight or bias,
+/// `eps = 1e-5` by default.
+pub struct GroupNormOptions<'a, B: Backend> {
+    /// Per-channel scale `[C]`.
+    pub weight: Option<&'a Tensor<B>>,
+    /// Per-channel shift `[C]`.
+    pub bias: Option<&'a Tensor<B>>,
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+}
+
+borrowed_options!(GroupNormOptions { weight, bias, eps });
+
+impl<B: Backend> Default for GroupNormOptions<'_, B> {
+    fn default() -> Self {
+        Self {
+            weight: None,
+            bias: None,
+            eps: 1e-5,
+        }
+    }
+}
+
+impl<'a, B: Backend> GroupNormOptions<'a, B> {
+    /// These options with `weight` and `bias` set.
+    pub fn affine(self, weight: &'a Tensor<B>, bias: &'a Tensor<B>) -> Self {
+        Self {
+            weight: Some(weight),
+            bias: Some(bias),
+            ..self
+        }
+    }
+
+    /// These options with another `eps`.
+    pub fn eps(self, eps: f32) -> Self {
+        Self { eps, ..self }
+    }
+}
+
+// ----- the fused operator ----------------------------------------------------------------
 
 /// Which parameter element an input element at `(q, r)` of the `[P, Q, R]` view uses.
 #[derive(Clone, Copy, Debug)]
@@ -431,27 +641,29 @@ impl<B: Backend> Tensor<B> {
     /// Batch normalisation (PyTorch's `nn.functional.batch_norm`) of an input
     /// `[N, C, *]`, per channel over the batch and spatial dimensions.
     ///
-    /// In training the batch mean and biased variance normalise; when given, the running
-    /// statistics are then updated in place (unrecorded, bumping their version) with the
-    /// unbiased variance: `r = (1 − momentum)·r + momentum·stat`. Outside training the
-    /// running statistics normalise and both must be given. `weight` and `bias` (`[C]`)
-    /// are optional. The exact formulas are in the module documentation.
+    /// The arguments are named fields of [`BatchNormOptions`]. In training the batch
+    /// mean and biased variance normalise; when given, the running statistics are then
+    /// updated in place (unrecorded, bumping their version) with the unbiased variance:
+    /// `r = (1 − m)·r + m·stat`, `m` from [`Momentum`]. Outside training the running
+    /// statistics normalise and both must be given. `weight` and `bias` (`[C]`) are
+    /// optional. The exact formulas are in the module documentation.
     ///
     /// Fails when the input has fewer than 2 dimensions, when a statistic or parameter
-    /// does not have shape `[C]`, in evaluation without running statistics, and in
-    /// training when there is only one value per channel.
-    #[allow(clippy::too_many_arguments)]
-    pub fn batch_norm(
-        &self,
-        running_mean: Option<&Tensor<B>>,
-        running_var: Option<&Tensor<B>>,
-        weight: Option<&Tensor<B>>,
-        bias: Option<&Tensor<B>>,
-        training: bool,
-        momentum: f32,
-        eps: f32,
-    ) -> Result<Tensor<B>> {
+    /// does not have shape `[C]`, in evaluation without running statistics, in training
+    /// when there is only one value per channel, and for
+    /// `Momentum::CumulativeAverage { num_batches_tracked: 0 }`.
+    pub fn batch_norm(&self, opts: BatchNormOptions<'_, B>) -> Result<Tensor<B>> {
+        let BatchNormOptions {
+            running_mean,
+            running_var,
+            weight,
+            bias,
+            training,
+            momentum,
+            eps,
+        } = opts;
         let op = "batch_norm";
+        let momentum = momentum.factor()?;
         if self.rank() < 2 {
             return Err(Error::invalid(
                 op,
@@ -533,17 +745,17 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Layer normalisation (PyTorch's `nn.functional.layer_norm`) over the trailing
-    /// dimensions `normalized_shape`, with optional `weight` and `bias` of that shape.
+    /// dimensions `normalized_shape`, with optional `weight` and `bias` of that shape
+    /// ([`LayerNormOptions`]).
     ///
     /// Fails when `normalized_shape` is empty or differs from the input's trailing
     /// dimensions, or when a parameter does not have shape `normalized_shape`.
     pub fn layer_norm(
         &self,
         normalized_shape: &[usize],
-        weight: Option<&Tensor<B>>,
-        bias: Option<&Tensor<B>>,
-        eps: f32,
+        opts: LayerNormOptions<'_, B>,
     ) -> Result<Tensor<B>> {
+        let LayerNormOptions { weight, bias, eps } = opts;
         let op = "layer_norm";
         let dims = self.dims();
         if normalized_shape.is_empty() {
@@ -578,17 +790,16 @@ impl<B: Backend> Tensor<B> {
     /// Group normalisation (PyTorch's `nn.functional.group_norm`) of an input
     /// `[N, C, *]`: the channels are split into `num_groups` groups of `C / num_groups`
     /// and each (sample, group) is normalised over its channels and spatial positions;
-    /// `weight` and `bias` are per channel (`[C]`).
+    /// `weight` and `bias` ([`GroupNormOptions`]) are per channel (`[C]`).
     ///
     /// Fails when the input has fewer than 2 dimensions, when `num_groups` is 0 or does
     /// not divide `C`, or when a parameter does not have shape `[C]`.
     pub fn group_norm(
         &self,
         num_groups: usize,
-        weight: Option<&Tensor<B>>,
-        bias: Option<&Tensor<B>>,
-        eps: f32,
+        opts: GroupNormOptions<'_, B>,
     ) -> Result<Tensor<B>> {
+        let GroupNormOptions { weight, bias, eps } = opts;
         let op = "group_norm";
         let dims = self.dims();
         if dims.len() < 2 {

@@ -20,6 +20,16 @@ fn view_of<B: Backend>(x: &Tensor<B>, layout: Layout) -> Tensor<B> {
     )
 }
 
+/// The error of a reshape or view to a shape with another element count.
+fn reshape_error<B: Backend>(op: &'static str, x: &Tensor<B>, to: &[usize]) -> Error {
+    Error::Core(exactgrad_core::Error::Reshape {
+        op,
+        from: x.dims().to_vec(),
+        from_numel: x.numel(),
+        to: to.iter().map(|&d| d as isize).collect(),
+    })
+}
+
 /// Zeros of `shape` with `g` written into the elements that `region` (a layout over a
 /// contiguous buffer of `shape`) selects: the backward of narrow/slice.
 fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Tensor<B> {
@@ -34,16 +44,10 @@ fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> 
 }
 
 impl<B: Backend> Tensor<B> {
+    /// The shape `shape` with its one `-1` replaced by the size that keeps the element
+    /// count (the rule of [`Tensor::reshape_infer`]).
     fn infer_shape(&self, op: &'static str, shape: &[isize]) -> Result<Shape> {
         let numel = self.numel();
-        let bad = || {
-            Error::Core(exactgrad_core::Error::Reshape {
-                op,
-                from: self.dims().to_vec(),
-                from_numel: numel,
-                to: shape.to_vec(),
-            })
-        };
         let mut infer = None;
         let mut known = 1usize;
         for (i, &d) in shape.iter().enumerate() {
@@ -52,44 +56,50 @@ impl<B: Backend> Tensor<B> {
                     return Err(Error::invalid(
                         op,
                         "shape",
-                        format!("only one dimension can be -1 in {shape:?}"),
+                        format!("exactly one dimension must be -1, got more than one in {shape:?}"),
                     ));
                 }
             } else if d < 0 {
                 return Err(Error::invalid(
                     op,
                     "shape",
-                    format!("invalid dimension {d} in {shape:?}"),
+                    format!("invalid dimension {d} in {shape:?} (sizes are ≥ 0, and one -1 is inferred)"),
                 ));
             } else {
                 known *= d as usize;
             }
         }
-        let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-        if let Some(i) = infer {
-            if known == 0 || !numel.is_multiple_of(known) {
-                return Err(bad());
-            }
-            dims[i] = numel / known;
-        } else if known != numel {
-            return Err(bad());
+        let Some(i) = infer else {
+            return Err(Error::invalid(
+                op,
+                "shape",
+                format!(
+                    "exactly one dimension must be -1, got none in {shape:?}; use {} for explicit sizes",
+                    op.trim_end_matches("_infer")
+                ),
+            ));
+        };
+        if known == 0 || !numel.is_multiple_of(known) {
+            return Err(Error::Core(exactgrad_core::Error::Reshape {
+                op,
+                from: self.dims().to_vec(),
+                from_numel: numel,
+                to: shape.to_vec(),
+            }));
         }
+        let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        dims[i] = numel / known;
         Ok(Shape::from(dims))
     }
 
-    /// This tensor with another shape of equal element count; `-1` infers one dimension.
-    /// A view when the strides allow it (PyTorch's rule), otherwise a copy.
-    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor<B>> {
-        let shape = self.infer_shape("reshape", shape)?;
-        self.reshape_to(&shape)
-    }
-
-    /// Like [`Tensor::reshape`] but never copies: fails when the strides do not allow a view.
-    pub fn view(&self, shape: &[isize]) -> Result<Tensor<B>> {
-        let target = self.infer_shape("view", shape)?;
-        if self.layout().view_as(&target).is_none() {
+    /// Fails unless `self` can be viewed as `target` without a copy.
+    fn check_view(&self, op: &'static str, target: &Shape) -> Result<()> {
+        if target.numel() != self.numel() {
+            return Err(reshape_error(op, self, target));
+        }
+        if self.layout().view_as(target).is_none() {
             return Err(Error::invalid(
-                "view",
+                op,
                 "shape",
                 format!(
                     "a tensor of shape {:?} and strides {:?} cannot be viewed as {:?}; use reshape (which copies)",
@@ -99,6 +109,40 @@ impl<B: Backend> Tensor<B> {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// This tensor with the dimensions `shape` (the same element count). A view when the
+    /// strides allow it (PyTorch's rule), otherwise a copy. [`Tensor::reshape_infer`]
+    /// infers one dimension from a `-1`.
+    pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor<B>> {
+        let shape = shape.into();
+        if shape.numel() != self.numel() {
+            return Err(reshape_error("reshape", self, &shape));
+        }
+        self.reshape_to(&shape)
+    }
+
+    /// [`Tensor::reshape`] with one dimension inferred: exactly one entry of `shape` is
+    /// `-1`, the others are sizes (≥ 0), as PyTorch's `reshape(2, -1)`.
+    pub fn reshape_infer(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let shape = self.infer_shape("reshape_infer", shape)?;
+        self.reshape_to(&shape)
+    }
+
+    /// Like [`Tensor::reshape`] but never copies: fails when the strides do not allow a
+    /// view. [`Tensor::view_infer`] infers one dimension from a `-1`.
+    pub fn view(&self, shape: impl Into<Shape>) -> Result<Tensor<B>> {
+        let target = shape.into();
+        self.check_view("view", &target)?;
+        self.reshape_to(&target)
+    }
+
+    /// [`Tensor::view`] with one dimension inferred from the single `-1` of `shape`
+    /// (the rule of [`Tensor::reshape_infer`]).
+    pub fn view_infer(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let target = self.infer_shape("view_infer", shape)?;
+        self.check_view("view_infer", &target)?;
         self.reshape_to(&target)
     }
 
@@ -106,12 +150,7 @@ impl<B: Backend> Tensor<B> {
     pub(crate) fn reshape_to(&self, dims: &[usize]) -> Result<Tensor<B>> {
         let shape = Shape::from(dims);
         if shape.numel() != self.numel() {
-            return Err(Error::Core(exactgrad_core::Error::Reshape {
-                op: "reshape",
-                from: self.dims().to_vec(),
-                from_numel: self.numel(),
-                to: dims.iter().map(|&d| d as isize).collect(),
-            }));
+            return Err(reshape_error("reshape", self, dims));
         }
         if shape == *self.shape() {
             return Ok(self.clone());

@@ -1,0 +1,30 @@
+//! Multi-head attention and the transformer encoder layer, in PyTorch's layout.
+//!
+//! - [`multihead`]: [`MultiheadAttention`] and its configuration, and how PyTorch's
+//!   `attn_mask` and `key_padding_mask` combine into the mask of the fused operator;
+//! - [`encoder_layer`]: [`TransformerEncoderLayer`] (self-attention and a feed-forward
+//!   block with residual connections and layer norms) and its configuration.
+//!
+//! Masks are [`AttentionMask`]s, the type of the functional operator: each variant says
+//! what its values mean (PyTorch's boolean `attn_mask` and `key_padding_mask` are
+//! [`AttentionMask::Block`]), see the table at the type.
+
+pub mod encoder_layer;
+pub mod multihead;
+#[cfg(test)]
+mod tests;
+
+pub use encoder_layer::{
+    FeedForwardActivation, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};
+pub use exactgrad_autograd::AttentionMask;
+pub use multihead::{MultiheadAttention, MultiheadAttentionConfig};
+
+use exactgrad_core::Philox;
+use std::sync::{Mutex, MutexGuard};
+
+/// The dropout generator of a layer, locked (a poisoned lock is still usable: the
+/// generator has no invariant a panic could break).
+fn lock(m: &Mutex<Philox>) -> MutexGuard<'_, Philox> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,486 @@
+//! [`MultiheadAttention`] (PyTorch's `nn.MultiheadAttention`) on the fused
+//! [`Tensor::scaled_dot_product_attention`], and the combination of its two masks.
+
+use super::lock;
+use crate::error::{Error, Result};
+use crate::init;
+use crate::linear::Linear;
+use crate::module::{join_name, Module};
+use exactgrad_autograd::{AttentionMask, AttentionOptions, Tensor};
+use exactgrad_core::{Backend, Philox};
+use std::fmt;
+use std::sync::Mutex;
+
+/// Options of [`MultiheadAttention`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MultiheadAttentionConfig {
+    /// Model width `E` (`embed_dim`); query, key and value all have this width.
+    pub embed_dim: usize,
+    /// Number of heads; must divide `embed_dim`.
+    pub num_heads: usize,
+    /// Dropout probability on the attention weights in training (default 0).
+    pub dropout: f32,
+    /// Whether the layer has `in_proj_bias` and `out_proj.bias` (default true).
+    pub bias: bool,
+    /// Inputs and output are `[N, L, E]` when true, `[L, N, E]` when false (PyTorch's
+    /// default).
+    pub batch_first: bool,
+}
+
+impl MultiheadAttentionConfig {
+    /// PyTorch's defaults for the given width and head count.
+    pub fn new(embed_dim: usize, num_heads: usize) -> Self {
+        Self {
+            embed_dim,
+            num_heads,
+            dropout: 0.0,
+            bias: true,
+            batch_first: false,
+        }
+    }
+}
+
+/// Multi-head attention (PyTorch's `nn.MultiheadAttention` with equal query, key and
+/// value widths), on [`Tensor::scaled_dot_product_attention`].
+///
+/// Parameters, in `state_dict` order: `in_proj_weight` `[3E, E]` (the query, key and
+/// value projections stacked), `in_proj_bias` `[3E]`, `out_proj.weight` `[E, E]`,
+/// `out_proj.bias` `[E]` (the biases when built with `bias`).
+///
+/// Initialisation, as PyTorch: `in_proj_weight` from U(−a, a) with the Xavier bound
+/// `a = √(6 / (E + 3E))`, then `out_proj.weight` from U(−1/√E, 1/√E), both drawn
+/// row-major from the given generator; biases are zero. A generator for attention
+/// dropout is seeded by one further `u64` drawn from it.
+///
+/// The forward pass returns the attention output only (PyTorch's
+/// `need_weights=False`). With dropout 0 or outside training it runs the fused
+/// operator; with dropout in training it forms the weights explicitly (matmul, softmax,
+/// dropout, matmul).
+pub struct MultiheadAttention<B: Backend> {
+    in_proj_weight: Tensor<B>,
+    in_proj_bias: Option<Tensor<B>>,
+    out_proj: Linear<B>,
+    config: MultiheadAttentionConfig,
+    training: bool,
+    rng: Mutex<Philox>,
+}
+
+impl<B: Backend> MultiheadAttention<B> {
+    /// A layer initialised from `rng` (see the type's documentation).
+    ///
+    /// Fails when `embed_dim` or `num_heads` is 0, when `num_heads` does not divide
+    /// `embed_dim`, or when `dropout` is outside `[0, 1]`.
+    pub fn new(backend: &B, config: MultiheadAttentionConfig, rng: &mut Philox) -> Result<Self> {
+        let op = "MultiheadAttention::new";
+        let MultiheadAttentionConfig {
+            embed_dim: e,
+            num_heads: h,
+            ..
+        } = config;
+        if e == 0 || h == 0 || e % h != 0 {
+            return Err(Error::invalid(
+                op,
+                "num_heads",
+                format!("embed_dim = {e} must be positive and divisible by num_heads = {h}"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&config.dropout) {
+            return Err(Error::invalid(
+                op,
+                "dropout",
+                format!("must be in [0, 1], got {}", config.dropout),
+            ));
+        }
+        let leaf = |t: Tensor<B>| {
+            t.requires_grad()
+                .expect("a freshly created tensor is a leaf")
+        };
+        let xavier = (6.0 / (4 * e) as f64).sqrt() as f32;
+        let in_proj_weight = leaf(init::uniform(backend, [3 * e, e], xavier, rng));
+        let out_w = init::uniform(backend, [e, e], init::default_uniform_bound(e), rng);
+        let in_proj_bias = config.bias.then(|| leaf(Tensor::zeros(backend, [3 * e])));
+        let out_b = config.bias.then(|| Tensor::zeros(backend, [e]));
+        let out_proj = Linear::from_tensors(&out_w, out_b.as_ref())?;
+        let seed = rng.next_u64();
+        Ok(Self {
+            in_proj_weight,
+            in_proj_bias,
+            out_proj,
+            config,
+            training: true,
+            rng: Mutex::new(Philox::new(seed)),
+        })
+    }
+
+    /// The stacked query, key and value projection weights, `[3E, E]`.
+    pub fn in_proj_weight(&self) -> &Tensor<B> {
+        &self.in_proj_weight
+    }
+
+    /// The stacked projection biases, `[3E]`, if the layer has them.
+    pub fn in_proj_bias(&self) -> Option<&Tensor<B>> {
+        self.in_proj_bias.as_ref()
+    }
+
+    /// The output projection.
+    pub fn out_proj(&self) -> &Linear<B> {
+        &self.out_proj
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> MultiheadAttentionConfig {
+        self.config
+    }
+
+    /// Reseeds the generator of attention dropout.
+    pub fn set_dropout_seed(&self, seed: u64) {
+        *lock(&self.rng) = Philox::new(seed);
+    }
+
+    /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]` (`[L, N, E]`
+    /// and `[S, N, E]` unless `batch_first`; `[L, E]` and `[S, E]` unbatched), giving
+    /// `[N, L, E]` (same layout as the query).
+    ///
+    /// `key_padding_mask` `[N, S]` (`[S]` unbatched) marks key positions per batch item;
+    /// `attn_mask` is `[L, S]` or `[N · num_heads, L, S]`. Each is an [`AttentionMask`]:
+    /// PyTorch's boolean masks (`True` = ignore the position) are
+    /// [`AttentionMask::Block`], float masks [`AttentionMask::Additive`];
+    /// [`AttentionMask::Allow`] gives the opposite boolean convention. The two masks
+    /// combine as in PyTorch: a position excluded by either is excluded, and two additive
+    /// masks add (`attn_mask ⊕ key_padding_mask`). Masks are constants here: no
+    /// gradient flows into them. A query row whose keys are all excluded gets a zero
+    /// attention output from the fused operator (NaN on the explicit path that attention
+    /// dropout takes in training).
+    ///
+    /// Fails when the shapes do not match the layer's width or each other, or when a mask
+    /// has the wrong shape.
+    pub fn forward_attention(
+        &self,
+        query: &Tensor<B>,
+        key: &Tensor<B>,
+        value: &Tensor<B>,
+        key_padding_mask: Option<AttentionMask<'_, B>>,
+        attn_mask: Option<AttentionMask<'_, B>>,
+    ) -> Result<Tensor<B>> {
+        let op = "MultiheadAttention";
+        let e = self.config.embed_dim;
+        let h = self.config.num_heads;
+        let hd = e / h;
+        let rank = query.rank();
+        if rank != 2 && rank != 3 || key.rank() != rank || value.rank() != rank {
+            return Err(Error::invalid(
+                op,
+                "query/key/value",
+                format!(
+                    "expected query, key and value all 3-D (batched) or all 2-D (unbatched), got shapes {:?}, {:?} and {:?}",
+                    query.dims(),
+                    key.dims(),
+                    value.dims()
+                ),
+            ));
+        }
+        // To [N, L, E].
+        let to_batch_first = |t: &Tensor<B>| -> Result<Tensor<B>> {
+            Ok(if rank == 2 {
+                t.unsqueeze(0)?
+            } else if self.config.batch_first {
+                t.clone()
+            } else {
+                t.transpose(0, 1)?
+            })
+        };
+        let (q, k, v) = (
+            to_batch_first(query)?,
+            to_batch_first(key)?,
+            to_batch_first(value)?,
+        );
+        let (n, l) = (q.dims()[0], q.dims()[1]);
+        let s = k.dims()[1];
+        if q.dims()[2] != e
+            || k.dims()[2] != e
+            || v.dims()[2] != e
+            || k.dims()[0] != n
+            || v.dims()[0] != n
+            || v.dims()[1] != s
+        {
+            return Err(Error::invalid(
+                op,
+                "query/key/value",
+                format!(
+                    "expected query [N, L, {e}], key and value [N, S, {e}] (batch_first = {}), got shapes {:?}, {:?} and {:?}",
+                    self.config.batch_first,
+                    query.dims(),
+                    key.dims(),
+                    value.dims()
+                ),
+            ));
+        }
+        let mask = build_mask(op, n, h, l, s, rank == 2, key_padding_mask, attn_mask)?;
+
+        // Projections: rows [0, E), [E, 2E), [2E, 3E) of the stacked weight.
+        let project = |x: &Tensor<B>, i: usize| -> Result<Tensor<B>> {
+            let w = self.in_proj_weight.narrow(0, i * e, e)?;
+            let b = match &self.in_proj_bias {
+                Some(b) => Some(b.narrow(0, i * e, e)?),
+                None => None,
+            };
+            // [N, L, E] -> [N, H, L, hd]
+            let y = x.linear(&w, b.as_ref())?;
+            let len = y.dims()[1];
+            Ok(y.reshape([n, len, h, hd])?.transpose(1, 2)?)
+        };
+        let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
+        let mask_t = match &mask {
+            Some(m) => Some(Tensor::from_vec(
+                q.backend(),
+                m.values.clone(),
+                m.shape.clone(),
+            )?),
+            None => None,
+        };
+        let p = self.config.dropout;
+        let o = if self.training && p > 0.0 {
+            // Explicit weights so that dropout can act on them.
+            let scale = (1.0 / (hd as f64).sqrt()) as f32;
+            let mut scores = qh.matmul(&kh.transpose(-2, -1)?)?.mul_scalar(scale)?;
+            if let (Some(m), Some(t)) = (&mask, &mask_t) {
+                let additive = if m.additive {
+                    t.clone()
+                } else {
+                    let vals: Vec<f32> = m
+                        .values
+                        .iter()
+                        .map(|&a| if a != 0.0 { 0.0 } else { f32::NEG_INFINITY })
+                        .collect();
+                    Tensor::from_vec(q.backend(), vals, m.shape.clone())?
+                };
+                scores = scores.add(&additive)?;
+            }
+            let weights = scores.softmax(-1)?;
+            let weights = weights.dropout(p, true, &mut lock(&self.rng))?;
+            weights.matmul(&vh)?
+        } else {
+            let m = match (&mask, &mask_t) {
+                (Some(m), Some(t)) if m.additive => Some(AttentionMask::Additive(t)),
+                (Some(_), Some(t)) => Some(AttentionMask::Allow(t)),
+                _ => None,
+            };
+            let opts = AttentionOptions {
+                mask: m,
+                ..AttentionOptions::default()
+            };
+            qh.scaled_dot_product_attention(&kh, &vh, opts)?
+        };
+        // [N, H, L, hd] -> [N, L, E]
+        let o = o.transpose(1, 2)?.reshape([n, l, e])?;
+        let y = self.out_proj.forward(&o)?;
+        Ok(if rank == 2 {
+            y.squeeze(0)?
+        } else if self.config.batch_first {
+            y
+        } else {
+            y.transpose(0, 1)?
+        })
+    }
+}
+
+/// A combined mask, in the functional operator's convention: `additive` values added to
+/// the scores ([`AttentionMask::Additive`]), or (not additive) non-zero where a key takes
+/// part ([`AttentionMask::Allow`]).
+struct Mask {
+    values: Vec<f32>,
+    shape: Vec<usize>,
+    additive: bool,
+}
+
+/// One mask's values with their meaning.
+struct MaskValues {
+    values: Vec<f32>,
+    kind: MaskKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MaskKind {
+    Allow,
+    Block,
+    Additive,
+}
+
+impl MaskValues {
+    fn new<B: Backend>(m: AttentionMask<'_, B>) -> Self {
+        let kind = match m {
+            AttentionMask::Allow(_) => MaskKind::Allow,
+            AttentionMask::Block(_) => MaskKind::Block,
+            AttentionMask::Additive(_) => MaskKind::Additive,
+        };
+        Self {
+            values: m.tensor().to_vec(),
+            kind,
+        }
+    }
+
+    /// Whether position `i` is excluded, and the value it adds to the score.
+    fn at(&self, i: usize) -> (bool, f32) {
+        let v = self.values[i];
+        match self.kind {
+            MaskKind::Allow => (v == 0.0, 0.0),
+            MaskKind::Block => (v != 0.0, 0.0),
+            MaskKind::Additive => (false, v),
+        }
+    }
+}
+
+/// Combines PyTorch's `key_padding_mask` and `attn_mask` into one mask of shape
+/// `[N, H', L, S]` (`H'` = H when the attention mask is per head, else 1): `−∞` (or 0,
+/// when neither mask is additive) where either excludes the position, else the sum of
+/// the additive values present (`attn ⊕ key_padding`).
+#[allow(clippy::too_many_arguments)]
+fn build_mask<B: Backend>(
+    op: &'static str,
+    n: usize,
+    h: usize,
+    l: usize,
+    s: usize,
+    unbatched: bool,
+    key_padding_mask: Option<AttentionMask<'_, B>>,
+    attn_mask: Option<AttentionMask<'_, B>>,
+) -> Result<Option<Mask>> {
+    if key_padding_mask.is_none() && attn_mask.is_none() {
+        return Ok(None);
+    }
+    let kpm = match key_padding_mask {
+        None => None,
+        Some(m) => {
+            let t = m.tensor();
+            let ok = if unbatched {
+                t.dims() == [s]
+            } else {
+                t.dims() == [n, s]
+            };
+            if !ok {
+                let want = if unbatched {
+                    format!("[{s}]")
+                } else {
+                    format!("[{n}, {s}]")
+                };
+                return Err(Error::invalid(
+                    op,
+                    "key_padding_mask",
+                    format!(
+                        "expected shape {want} (batch, key length), got {:?}",
+                        t.dims()
+                    ),
+                ));
+            }
+            Some(MaskValues::new(m))
+        }
+    };
+    // (values, per_head)
+    let attn = match attn_mask {
+        None => None,
+        Some(m) => {
+            let t = m.tensor();
+            let per_head = if t.dims() == [l, s] {
+                false
+            } else if t.dims() == [n * h, l, s] {
+                true
+            } else {
+                return Err(Error::invalid(
+                    op,
+                    "attn_mask",
+                    format!(
+                        "expected shape [{l}, {s}] or [{}, {l}, {s}] (N · num_heads, L, S), got {:?}",
+                        n * h,
+                        t.dims()
+                    ),
+                ));
+            };
+            Some((MaskValues::new(m), per_head))
+        }
+    };
+    let heads = match &attn {
+        Some((_, true)) => h,
+        _ => 1,
+    };
+    let is_additive = |m: Option<&MaskValues>| m.is_some_and(|m| m.kind == MaskKind::Additive);
+    let additive = is_additive(attn.as_ref().map(|(m, _)| m)) || is_additive(kpm.as_ref());
+    let mut values = Vec::with_capacity(n * heads * l * s);
+    for b in 0..n {
+        for hh in 0..heads {
+            for i in 0..l {
+                for j in 0..s {
+                    let (padded, pad_add) = match &kpm {
+                        None => (false, None),
+                        Some(k) => {
+                            let (excluded, add) = k.at(b * s + j);
+                            (excluded, (k.kind == MaskKind::Additive).then_some(add))
+                        }
+                    };
+                    let (blocked, attn_add) = match &attn {
+                        None => (false, None),
+                        Some((m, per_head)) => {
+                            let idx = if *per_head {
+                                ((b * h + hh) * l + i) * s + j
+                            } else {
+                                i * s + j
+                            };
+                            let (excluded, add) = m.at(idx);
+                            (excluded, (m.kind == MaskKind::Additive).then_some(add))
+                        }
+                    };
+                    values.push(if additive {
+                        if padded || blocked {
+                            f32::NEG_INFINITY
+                        } else {
+                            match (attn_add, pad_add) {
+                                (Some(a), Some(p)) => a + p,
+                                (Some(v), None) | (None, Some(v)) => v,
+                                (None, None) => 0.0,
+                            }
+                        }
+                    } else if padded || blocked {
+                        0.0
+                    } else {
+                        1.0
+                    });
+                }
+            }
+        }
+    }
+    Ok(Some(Mask {
+        values,
+        shape: vec![n, heads, l, s],
+        additive,
+    }))
+}
+
+impl<B: Backend> Module<B> for MultiheadAttention<B> {
+    /// Self-attention of `input` without masks.
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_attention(input, input, input, None, None)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        f(&join_name(prefix, "in_proj_weight"), &self.in_proj_weight);
+        if let Some(b) = &self.in_proj_bias {
+            f(&join_name(prefix, "in_proj_bias"), b);
+        }
+        self.out_proj
+            .visit_parameters(&join_name(prefix, "out_proj"), f);
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}
+
+impl<B: Backend> fmt::Debug for MultiheadAttention<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        write!(
+            f,
+            "MultiheadAttention(embed_dim={}, num_heads={}, dropout={}, bias={}, batch_first={})",
+            c.embed_dim, c.num_heads, c.dropout, c.bias, c.batch_first
+        )
+    }
+}

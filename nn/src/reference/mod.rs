@@ -1,0 +1,204 @@
+//! The two reference models of the PyTorch oracle.
+//!
+//! `tools/autograd_oracle.py` builds these models in PyTorch 2.15.0 from seeded weights,
+//! runs one forward and backward pass and writes weights, inputs, loss and every
+//! gradient to `testdata/autograd/{conv_net,encoder}.safetensors`. The same models are
+//! defined here so that the oracle test, the `reproduce` example and the benches build
+//! them identically:
+//!
+//! - [`ConvNet`]: `conv1 → bn1 → relu → max_pool2d(2) → conv2 → bn2 → relu →
+//!   avg_pool2d(2) → adaptive_avg_pool2d(2, 2) → flatten → fc1 → relu → fc2`, with
+//!   cross entropy (15 operators). The convolutions have biases although batch norms
+//!   follow them, so those gradients are zero in theory.
+//! - [`TransformerEncoder`]: `layers.0` (post-norm) and `layers.1` (pre-norm)
+//!   [`TransformerEncoderLayer`]s, batch first with GELU, then `norm` and a linear
+//!   `head`, with cross entropy over the tokens that the key padding mask keeps.
+//!
+//! [`ConvNetCase`] and [`EncoderCase`] hold a model with its inputs; their
+//! [`ReferenceCase::forward_backward`] runs one pass and returns every gradient, in the
+//! order the pinned hashes use: parameters in `state_dict` order, then the input.
+//!
+//! Files: this module holds the pinned hashes, [`Gradients`] and [`ReferenceCase`];
+//! [`conv_net`] the conv net and its case, [`encoder`] the transformer encoder and its
+//! case. The oracle files are read with [`TensorFile`] and [`load_state_dict`] of
+//! [`crate::checkpoint`] (re-exported here).
+//!
+//! ```
+//! use exactgrad_backends::ScalarRefBackend;
+//! use exactgrad_nn::reference::{ConvNetCase, ConvNetConfig, ReferenceCase};
+//!
+//! # fn main() -> exactgrad_nn::Result<()> {
+//! let b = ScalarRefBackend;
+//! let config = ConvNetConfig { c1: 4, c2: 8, hidden: 16, ..ConvNetConfig::default() };
+//! let case = ConvNetCase::random(&b, config, 2, [8, 8], 7)?;
+//! let step = case.forward_backward()?;
+//! assert_eq!(step.gradients.last().unwrap().0, "input");
+//! println!("loss {} hash {:#018x}", step.loss.item()?, step.hash());
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod conv_net;
+pub mod encoder;
+
+pub use crate::checkpoint::{load_state_dict, TensorFile};
+pub use conv_net::{ConvNet, ConvNetCase, ConvNetConfig};
+pub use encoder::{EncoderCase, EncoderConfig, TransformerEncoder};
+
+use crate::error::Result;
+use crate::module::Module;
+use exactgrad_autograd::{hash_tensors, Tensor};
+use exactgrad_core::Backend;
+use std::fmt;
+
+/// The exact-mode gradient hashes of the oracle cases ([`ConvNetCase::from_oracle`] and
+/// [`EncoderCase::from_oracle`] on the files in `testdata/autograd/`), as
+/// [`Gradients::hash`] computes them on `ScalarRefBackend`, the scalar oracle of the
+/// arithmetic contract. Every exact path and thread count must give these values; the
+/// test `tests/reference_models.rs` pins the same numbers and the `reproduce` example
+/// checks a machine against them.
+pub const PINNED_HASHES: [(&str, u64); 2] = [
+    ("conv_net", 0xa021_2c7f_3b4e_3698),
+    ("encoder", 0x1215_42c7_8634_3692),
+];
+
+// ----- results ----------------------------------------------------------------------
+
+/// The result of one forward and backward pass of a reference model.
+pub struct Gradients<B: Backend> {
+    /// The loss (one element).
+    pub loss: Tensor<B>,
+    /// The model's output.
+    pub logits: Tensor<B>,
+    /// Every parameter's gradient in `state_dict` order, then the input's (named
+    /// `input`).
+    pub gradients: Vec<(String, Tensor<B>)>,
+}
+
+impl<B: Backend> Gradients<B> {
+    /// The gradient hash (see `docs/arithmetic.md`) of [`Gradients::gradients`], in order:
+    /// the value the pinned hashes of the reference models are compared with.
+    pub fn hash(&self) -> u64 {
+        let refs: Vec<&Tensor<B>> = self.gradients.iter().map(|(_, t)| t).collect();
+        hash_tensors(&refs)
+    }
+
+    /// The gradient named `name` (`input` for the input's).
+    pub fn get(&self, name: &str) -> Option<&Tensor<B>> {
+        self.gradients
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
+    }
+}
+
+impl<B: Backend> fmt::Debug for Gradients<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gradients")
+            .field("loss", &self.loss.to_vec())
+            .field(
+                "gradients",
+                &self
+                    .gradients
+                    .iter()
+                    .map(|(n, t)| (n.as_str(), t.dims().to_vec()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("hash", &format_args!("{:#018x}", self.hash()))
+            .finish()
+    }
+}
+
+/// A reference model with its inputs.
+pub trait ReferenceCase<B: Backend> {
+    /// A short name (`conv_net`, `encoder`).
+    fn name(&self) -> &'static str;
+
+    /// The model's parameters in `state_dict` order (for an optimizer).
+    fn parameters(&self) -> Vec<Tensor<B>>;
+
+    /// Clears the gradients of the parameters and the input, runs the forward pass and
+    /// the loss, and backward from the loss.
+    fn forward_backward(&self) -> Result<Gradients<B>>;
+}
+
+fn collect<B: Backend>(
+    model: &dyn Module<B>,
+    input: &Tensor<B>,
+    loss: Tensor<B>,
+    logits: Tensor<B>,
+) -> Gradients<B> {
+    let grad_of = |t: &Tensor<B>| {
+        t.grad()
+            .unwrap_or_else(|| Tensor::zeros(t.backend(), t.shape().clone()))
+    };
+    let mut gradients: Vec<(String, Tensor<B>)> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, t)| {
+            let g = grad_of(&t);
+            (n, g)
+        })
+        .collect();
+    gradients.push(("input".to_string(), grad_of(input)));
+    Gradients {
+        loss,
+        logits,
+        gradients,
+    }
+}
+
+fn leaf<B: Backend>(t: Tensor<B>) -> Tensor<B> {
+    t.requires_grad()
+        .expect("a freshly created tensor is a leaf")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+
+    #[test]
+    fn cases_repeat_their_gradients_and_name_them_in_order() {
+        let b = ScalarRefBackend;
+        let config = ConvNetConfig {
+            c1: 4,
+            c2: 6,
+            hidden: 8,
+            classes: 3,
+            ..ConvNetConfig::default()
+        };
+        let conv = ConvNetCase::random(&b, config, 3, [8, 8], 1).unwrap();
+        let (a, c) = (
+            conv.forward_backward().unwrap(),
+            conv.forward_backward().unwrap(),
+        );
+        assert_eq!(a.hash(), c.hash(), "gradients are cleared between passes");
+        let names: Vec<&str> = a.gradients.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names[..4],
+            ["conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias"]
+        );
+        assert_eq!(names.last(), Some(&"input"));
+        assert_eq!(a.logits.dims(), [3, 3]);
+        assert_eq!(conv.model.named_buffers().len(), 4);
+
+        let config = EncoderConfig {
+            d_model: 8,
+            nhead: 2,
+            dim_feedforward: 12,
+            classes: 5,
+        };
+        let enc = EncoderCase::random(&b, config, 2, 6, 2).unwrap();
+        let g = enc.forward_backward().unwrap();
+        assert_eq!(g.hash(), enc.forward_backward().unwrap().hash());
+        assert_eq!(g.logits.dims(), [2, 6, 5]);
+        assert_eq!(g.gradients.len(), 2 * 12 + 4 + 1);
+        // Sequence 1 has 6 − 1·6/(2·2) = 5 tokens.
+        assert_eq!(enc.key_padding_mask.to_vec()[6..], [0., 0., 0., 0., 0., 1.]);
+        assert_eq!(enc.targets[11], -100);
+        assert!(enc.targets[..11].iter().all(|&t| (0..5).contains(&t)));
+        assert!(g.get("layers.1.norm2.bias").is_some());
+        assert!(format!("{g:?}").contains("hash"));
+    }
+}
