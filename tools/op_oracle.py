@@ -13,7 +13,7 @@ pseudo-random upstream gradient. The file stores, per case `<name>`:
     <name>/g0, <name>/g1, ...   the gradient of each leaf that requires grad
 
 and in the safetensors `__metadata__` one entry `case:<name>` whose value is a
-`;`-separated list of `key=value` pairs the Rust test reads (tests/torch_ops.rs):
+`;`-separated list of `key=value` pairs the Rust test reads (tests/torch_ops/):
 
     op=<operator>          which operator to call (see OPS below)
     in=<k>                 number of float inputs x0..x{k-1}
@@ -166,7 +166,7 @@ def run_op(op, x, args, target):
                                label_smoothing=args["label_smoothing"])
     if op == "mse_loss":
         return F.mse_loss(x[0], x[1], reduction=red(args["reduction"]))
-    # convolution family (tests/torch_ops.rs `conv_call`)
+    # convolution family (tests/torch_ops/call_conv.rs)
     if op in ("conv1d", "conv2d"):
         return getattr(F, op)(x[0], x[1], x[2] if len(x) > 2 else None, stride=args["stride"],
                               padding=args["padding"], dilation=args["dilation"], groups=args["groups"])
@@ -181,8 +181,8 @@ def run_op(op, x, args, target):
         return F.adaptive_avg_pool2d(x[0], args["output_size"])
     if op == "pad":
         return F.pad(x[0], args["pads"], value=args["value"])
-    # normalisation, embedding, index_select, split/chunk, attention (tests/torch_ops.rs
-    # `norm_attention_call`)
+    # normalisation, embedding, index_select, split/chunk, attention
+    # (tests/torch_ops/call_norm_attention.rs `norm_attention_call`)
     if op in NORM_ATTENTION_OPS:
         return norm_attention_op(op, x, args)
     raise ValueError(op)
@@ -563,7 +563,7 @@ case(SL, "mse_loss_transposed", "mse_loss", [U(4, 3), U(3, 4)], args={"reduction
 # ----------------------------------------------------------------------------------
 
 # ----------------------------------------------------------------------------------
-# Convolution, pooling and pad (tests/torch_ops.rs: conv1d, conv2d, max_pool2d,
+# Convolution, pooling and pad (tests/torch_ops/call_conv.rs: conv1d, conv2d, max_pool2d,
 # avg_pool2d, adaptive_avg_pool2d, pad). Spatial arguments are [h, w] lists (one value
 # for conv1d); a pool's `stride=none` means the kernel size.
 
@@ -703,9 +703,10 @@ PAD("pad_nan_value", (2, 2), (1, 1), value=NAN)
 
 # ----------------------------------------------------------------------------------
 # Normalisation, embedding, index_select, split/chunk and scaled dot-product attention
-# (tests/torch_ops.rs: batch_norm, layer_norm, group_norm, embedding, index_select, split,
-# split_sizes, chunk, scaled_dot_product_attention). Optional inputs follow the required
-# ones in the order the flags list them; integer indices travel as arguments.
+# (tests/torch_ops/call_norm_attention.rs: batch_norm, layer_norm, group_norm, embedding,
+# index_select, split, split_sizes, chunk, scaled_dot_product_attention). Optional inputs
+# follow the required ones in the order the flags list them; integer indices travel as
+# arguments.
 
 NA = "norm_attention.safetensors"
 NORM_ATTENTION_OPS = ("batch_norm", "layer_norm", "group_norm", "embedding", "index_select", "split",
@@ -828,11 +829,11 @@ LN("layer_norm_weight_only", (3, 7), (7,), bias=False)
 LN("layer_norm_bias_only", (3, 7), (7,), weight=False)
 # One value per group: the exact results are y = b and dx = 0, which exactgrad gives; with
 # eps = 1e-5 PyTorch's own rounding, amplified by 1/sqrt(eps), exceeds the tolerance, so
-# these cases use a larger eps (tests/gradcheck_norm_attention.rs checks the exact values).
+# these cases use a larger eps (tests/gradcheck_norm.rs checks the exact values).
 LN("layer_norm_one_element", (4, 1), (1,), eps=1e-3)
 LN("layer_norm_eps_large", (3, 5), (5,), eps=0.25)
 # A large offset against the spread (at offset 1000 PyTorch's own error exceeds the
-# tolerance; tests/gradcheck_norm_attention.rs compares that case with an f64 reference).
+# tolerance; tests/gradcheck_norm.rs compares that case with an f64 reference).
 LN("layer_norm_offset_data", (3, 16), (16,), x=lambda r: r.uniform(99.0, 101.0, size=(3, 16)))
 LN("layer_norm_1d_input", (6,), (6,))
 LN("layer_norm_transposed_input", (4, 6), (4,), views={0: "transpose(0,1)"}, x=U(4, 6))
