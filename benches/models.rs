@@ -2,13 +2,14 @@
 //! `FastBackend` (best path of this CPU), at 1 and 2 threads.
 //!
 //! Run with `cargo bench --bench models` (a filter such as `-- step/encoder` selects a
-//! subset). Benchmarks, at the sizes of issue 3:
+//! subset). Benchmarks (the models of `nn::reference` at benchmark sizes):
 //!
 //! - `conv1`, `conv2`: conv2d forward and backward at the conv net's two convolutions
 //!   for a batch of 32 images of 3×32×32 (`[32, 3, 32, 32] * [16, 3, 3, 3]` and
 //!   `[32, 16, 16, 16] * [32, 16, 3, 3]`, padding 1, with bias);
 //! - `attention`: scaled dot-product attention forward and backward at the encoder's
-//!   shapes (`[8, 4, 64, 32]` queries, keys and values, a boolean key padding mask);
+//!   shapes (`[8, 4, 64, 32]` queries, keys and values, a key padding mask given as
+//!   `AttentionMask::Allow`);
 //! - `step/conv_net`: a training step (forward, cross entropy, backward, Adam) of the
 //!   reference conv net on a batch of 32 × 3×32×32;
 //! - `step/encoder`: a training step of the reference encoder (2 layers, batch 8,

@@ -1,5 +1,6 @@
-//! The gradient check (seed §6) for every operator, on random shapes with broadcasting
-//! and strided, transposed and expanded views.
+//! The gradient check (its definition is the module docs of
+//! `exactgrad_autograd::gradcheck`, `autograd/src/gradcheck.rs`) for every operator, on
+//! random shapes with broadcasting and strided, transposed and expanded views.
 
 use exactgrad::prelude::*;
 use exactgrad::Result;

@@ -1,7 +1,7 @@
-//! The convolution family: gradient checks (seed §6) on random shapes, strides, padding,
-//! dilation, groups, depthwise weights and strided/transposed input views; the orders
-//! of `docs/conv.md` checked bit for bit against a direct loop; and the errors of bad
-//! arguments.
+//! The convolution family: gradient checks (the check of `exactgrad_autograd::gradcheck`)
+//! on random shapes, strides, padding, dilation, groups, depthwise weights and
+//! strided/transposed input views; the orders of `docs/conv.md` checked bit for bit
+//! against a direct loop; and the errors of bad arguments.
 
 use exactgrad::autograd::{AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions};
 use proptest::prelude::*;
