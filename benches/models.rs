@@ -135,7 +135,11 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
             t.clear_grad();
         }
         let o = q
-            .scaled_dot_product_attention(&k, &v, AttentionOptions::masked(AttentionMask::Allow(&mask)))
+            .scaled_dot_product_attention(
+                &k,
+                &v,
+                AttentionOptions::masked(AttentionMask::Allow(&mask)),
+            )
             .unwrap();
         o.backward(Some(&g), false).unwrap();
     })

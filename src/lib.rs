@@ -32,10 +32,9 @@ pub struct ReadmeDoctests;
 /// structs, losses, layers, optimizers and the grad-mode guard.
 pub mod prelude {
     pub use exactgrad_autograd::{
-        hash_tensors, no_grad, AttentionMask, AttentionOptions, AvgPool2dOptions,
-        BatchNormOptions, Conv1dOptions, Conv2dOptions, CrossEntropyOptions, GeluApproximation,
-        GradCheck, GroupNormOptions, LayerNormOptions, MaxPool2dOptions, Momentum, Reduction,
-        Tensor,
+        hash_tensors, no_grad, AttentionMask, AttentionOptions, AvgPool2dOptions, BatchNormOptions,
+        Conv1dOptions, Conv2dOptions, CrossEntropyOptions, GeluApproximation, GradCheck,
+        GroupNormOptions, LayerNormOptions, MaxPool2dOptions, Momentum, Reduction, Tensor,
     };
     pub use exactgrad_backends::{
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
@@ -46,7 +45,7 @@ pub mod prelude {
     };
     pub use exactgrad_nn::{
         BatchNorm2d, BatchNormConfig, Conv2d, FeedForwardActivation, Flatten, Gelu, LayerNorm,
-        LeakyRelu, Linear, Module, MultiheadAttention, MultiheadAttentionConfig, Relu,
-        Sequential, Sigmoid, Tanh, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+        LeakyRelu, Linear, Module, MultiheadAttention, MultiheadAttentionConfig, Relu, Sequential,
+        Sigmoid, Tanh, TransformerEncoderLayer, TransformerEncoderLayerConfig,
     };
 }

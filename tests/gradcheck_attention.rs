@@ -192,9 +192,13 @@ fn attention_fully_masked_rows_give_zeros() {
     let mut keep = vec![1.0f32; 15];
     keep[5..10].fill(0.0); // query 1 sees no key
     let mask = T::from_vec(&B, keep.clone(), [3, 5]).unwrap();
-    let y =
-        q.scaled_dot_product_attention(&k, &v, AttentionOptions::masked(AttentionMask::Allow(&mask)))
-            .unwrap();
+    let y = q
+        .scaled_dot_product_attention(
+            &k,
+            &v,
+            AttentionOptions::masked(AttentionMask::Allow(&mask)),
+        )
+        .unwrap();
     let yv = y.to_vec();
     for b in 0..2 {
         assert!(yv[b * 9 + 3..b * 9 + 6].iter().all(|&x| x == 0.0));
@@ -216,7 +220,11 @@ fn attention_fully_masked_rows_give_zeros() {
     )
     .unwrap();
     let y2 = q
-        .scaled_dot_product_attention(&k, &v, AttentionOptions::masked(AttentionMask::Additive(&add)))
+        .scaled_dot_product_attention(
+            &k,
+            &v,
+            AttentionOptions::masked(AttentionMask::Additive(&add)),
+        )
         .unwrap();
     assert_eq!(bits(&y2.to_vec()), bits(&yv));
 }

@@ -212,7 +212,9 @@ fn one_value_per_group_is_exact() {
     let x = uniform(&[4, 1], 1, -3.0, 3.0).requires_grad().unwrap();
     let w = uniform(&[1], 2, 0.5, 1.5);
     let b = uniform(&[1], 3, -1.0, 1.0);
-    let y = x.layer_norm(&[1], LayerNormOptions::default().affine(&w, &b)).unwrap();
+    let y = x
+        .layer_norm(&[1], LayerNormOptions::default().affine(&w, &b))
+        .unwrap();
     assert_eq!(y.to_vec(), vec![b.to_vec()[0]; 4]);
     y.backward(Some(&uniform(&[4, 1], 4, -1.0, 1.0)), false)
         .unwrap();
@@ -220,7 +222,10 @@ fn one_value_per_group_is_exact() {
     let x = uniform(&[2, 4], 5, -3.0, 3.0);
     let b = uniform(&[4], 6, -1.0, 1.0);
     let y = x
-        .group_norm(4, GroupNormOptions::default().affine(&uniform(&[4], 7, 0.5, 1.5), &b))
+        .group_norm(
+            4,
+            GroupNormOptions::default().affine(&uniform(&[4], 7, 0.5, 1.5), &b),
+        )
         .unwrap();
     assert_eq!(y.to_vec(), [b.to_vec(), b.to_vec()].concat());
 }
@@ -234,7 +239,13 @@ fn batch_norm_running_statistics() {
     let (v0, v1) = (rm.version(), rv.version());
     let momentum = 0.25f32;
     let y = x
-        .batch_norm(BatchNormOptions { running_mean: Some(&rm), running_var: Some(&rv), training: true, momentum: Momentum::Exponential(momentum), ..BatchNormOptions::default() })
+        .batch_norm(BatchNormOptions {
+            running_mean: Some(&rm),
+            running_var: Some(&rv),
+            training: true,
+            momentum: Momentum::Exponential(momentum),
+            ..BatchNormOptions::default()
+        })
         .unwrap();
     assert!(
         rm.version() > v0 && rv.version() > v1,
@@ -270,7 +281,12 @@ fn batch_norm_running_statistics() {
     let ver = rm.version();
     let y = x
         .detach()
-        .batch_norm(BatchNormOptions { running_mean: Some(&rm), running_var: Some(&rv), momentum: Momentum::Exponential(momentum), ..BatchNormOptions::default() })
+        .batch_norm(BatchNormOptions {
+            running_mean: Some(&rm),
+            running_var: Some(&rv),
+            momentum: Momentum::Exponential(momentum),
+            ..BatchNormOptions::default()
+        })
         .unwrap()
         .to_vec();
     assert_eq!(rm.version(), ver);
@@ -282,7 +298,10 @@ fn batch_norm_running_statistics() {
     }
     // Training without running statistics is allowed.
     assert!(x
-        .batch_norm(BatchNormOptions { training: true, ..BatchNormOptions::default() })
+        .batch_norm(BatchNormOptions {
+            training: true,
+            ..BatchNormOptions::default()
+        })
         .is_ok());
 }
 
@@ -355,7 +374,10 @@ fn batch_norm_cumulative_average() {
             })
             .sum::<f64>()
             / 3.0;
-        assert!((f64::from(rm.to_vec()[c]) - want).abs() < 1e-6, "channel {c}");
+        assert!(
+            (f64::from(rm.to_vec()[c]) - want).abs() < 1e-6,
+            "channel {c}"
+        );
     }
     // The first batch replaces the initial statistics whatever they were.
     let (a, b) = (T::full(&B, [2], 7.0), T::full(&B, [2], 9.0));
@@ -363,11 +385,19 @@ fn batch_norm_cumulative_average() {
         num_batches_tracked: 1,
     };
     batches[0]
-        .batch_norm(BatchNormOptions::training().running_stats(&a, &b).momentum(first))
+        .batch_norm(
+            BatchNormOptions::training()
+                .running_stats(&a, &b)
+                .momentum(first),
+        )
         .unwrap();
     let (c, d) = (T::zeros(&B, [2]), T::ones(&B, [2]));
     batches[0]
-        .batch_norm(BatchNormOptions::training().running_stats(&c, &d).momentum(first))
+        .batch_norm(
+            BatchNormOptions::training()
+                .running_stats(&c, &d)
+                .momentum(first),
+        )
         .unwrap();
     assert_eq!(bits(&a.to_vec()), bits(&c.to_vec()));
     assert_eq!(bits(&b.to_vec()), bits(&d.to_vec()));
@@ -392,7 +422,10 @@ fn option_builders_name_their_fields() {
     assert!(built.running_var.unwrap().shares_storage(&v));
     assert!(built.weight.unwrap().shares_storage(&w));
     assert!(built.bias.unwrap().shares_storage(&b));
-    assert_eq!((built.momentum, built.eps), (Momentum::Exponential(0.3), 1e-3));
+    assert_eq!(
+        (built.momentum, built.eps),
+        (Momentum::Exponential(0.3), 1e-3)
+    );
     let eval = BatchNormOptions::evaluation(&m, &v);
     assert!(!eval.training && eval.running_mean.unwrap().shares_storage(&m));
     // PyTorch's defaults.
@@ -419,27 +452,57 @@ fn normalisation_errors() {
     let bn = "batch_norm";
     expect_err(
         "bn 1-D",
-        || uniform(&[3], 1, 0.0, 1.0).batch_norm(BatchNormOptions { training: true, ..BatchNormOptions::default() }),
+        || {
+            uniform(&[3], 1, 0.0, 1.0).batch_norm(BatchNormOptions {
+                training: true,
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "[3]"],
     );
     expect_err(
         "bn weight",
-        || x.batch_norm(BatchNormOptions { weight: Some(&c2), training: true, ..BatchNormOptions::default() }),
+        || {
+            x.batch_norm(BatchNormOptions {
+                weight: Some(&c2),
+                training: true,
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "weight", "[2]", "[3]"],
     );
     expect_err(
         "bn bias",
-        || x.batch_norm(BatchNormOptions { bias: Some(&c2), training: true, ..BatchNormOptions::default() }),
+        || {
+            x.batch_norm(BatchNormOptions {
+                bias: Some(&c2),
+                training: true,
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "bias", "[2]"],
     );
     expect_err(
         "bn running_mean",
-        || x.batch_norm(BatchNormOptions { running_mean: Some(&c2), running_var: Some(&c3), training: true, ..BatchNormOptions::default() }),
+        || {
+            x.batch_norm(BatchNormOptions {
+                running_mean: Some(&c2),
+                running_var: Some(&c3),
+                training: true,
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "running_mean", "[2]"],
     );
     expect_err(
         "bn running_var",
-        || x.batch_norm(BatchNormOptions { running_mean: Some(&c3), running_var: Some(&c2), ..BatchNormOptions::default() }),
+        || {
+            x.batch_norm(BatchNormOptions {
+                running_mean: Some(&c3),
+                running_var: Some(&c2),
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "running_var", "[2]"],
     );
     expect_err(
@@ -449,13 +512,24 @@ fn normalisation_errors() {
     );
     expect_err(
         "bn one value",
-        || uniform(&[1, 3, 1], 1, 0.0, 1.0).batch_norm(BatchNormOptions { training: true, ..BatchNormOptions::default() }),
+        || {
+            uniform(&[1, 3, 1], 1, 0.0, 1.0).batch_norm(BatchNormOptions {
+                training: true,
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "more than 1 value", "[1, 3, 1]"],
     );
     let rg = c3.copy_contiguous().requires_grad().unwrap();
     expect_err(
         "bn stats with grad",
-        || x.batch_norm(BatchNormOptions { running_mean: Some(&rg), training: true, ..BatchNormOptions::default() }),
+        || {
+            x.batch_norm(BatchNormOptions {
+                running_mean: Some(&rg),
+                training: true,
+                ..BatchNormOptions::default()
+            })
+        },
         &[bn, "running_mean"],
     );
     let zero = Momentum::CumulativeAverage {
@@ -485,12 +559,28 @@ fn normalisation_errors() {
     );
     expect_err(
         "ln weight",
-        || x.layer_norm(&[3, 4], LayerNormOptions { weight: Some(&uniform(&[4, 3], 1, 0.0, 1.0)), ..LayerNormOptions::default() }),
+        || {
+            x.layer_norm(
+                &[3, 4],
+                LayerNormOptions {
+                    weight: Some(&uniform(&[4, 3], 1, 0.0, 1.0)),
+                    ..LayerNormOptions::default()
+                },
+            )
+        },
         &[ln, "weight", "[4, 3]", "[3, 4]"],
     );
     expect_err(
         "ln bias",
-        || x.layer_norm(&[4], LayerNormOptions { bias: Some(&c3), ..LayerNormOptions::default() }),
+        || {
+            x.layer_norm(
+                &[4],
+                LayerNormOptions {
+                    bias: Some(&c3),
+                    ..LayerNormOptions::default()
+                },
+            )
+        },
         &[ln, "bias", "[3]"],
     );
     let gn = "group_norm";
@@ -512,7 +602,15 @@ fn normalisation_errors() {
     );
     expect_err(
         "gn weight",
-        || x6.group_norm(3, GroupNormOptions { weight: Some(&c3), ..GroupNormOptions::default() }),
+        || {
+            x6.group_norm(
+                3,
+                GroupNormOptions {
+                    weight: Some(&c3),
+                    ..GroupNormOptions::default()
+                },
+            )
+        },
         &[gn, "weight", "[3]", "[6]"],
     );
 }

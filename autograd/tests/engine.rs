@@ -243,7 +243,13 @@ fn a_clone_taken_before_requires_grad_receives_the_gradient() {
     assert!(!kept.is_requires_grad());
     let marked = x.requires_grad().unwrap();
     assert!(kept.is_requires_grad() && kept.is_leaf());
-    marked.mul_scalar(3.0).unwrap().sum().unwrap().backward(None, false).unwrap();
+    marked
+        .mul_scalar(3.0)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward(None, false)
+        .unwrap();
     assert_eq!(kept.grad().unwrap().to_vec(), [3.0, 3.0, 3.0]);
     // The in-place form on a clone: the original sees it, and an operation on the
     // original is recorded.

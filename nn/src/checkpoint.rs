@@ -184,7 +184,6 @@ mod tests {
     use safetensors::tensor::TensorView;
     use std::collections::HashMap;
 
-
     /// A safetensors file holding `tensors` (all F32) and one metadata entry.
     fn file(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
         let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
@@ -209,7 +208,6 @@ mod tests {
         let meta = HashMap::from([("answer".to_string(), "42".to_string())]);
         safetensors::serialize(views, Some(meta)).unwrap()
     }
-
 
     #[test]
     fn tensor_file_reads_tensors_and_metadata() {

@@ -59,9 +59,9 @@ pub use attention::{
     FeedForwardActivation, MultiheadAttention, MultiheadAttentionConfig, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,
 };
-pub use exactgrad_autograd::AttentionMask;
 pub use conv::Conv2d;
 pub use error::{DataError, Error, Result};
+pub use exactgrad_autograd::AttentionMask;
 pub use linear::Linear;
 pub use module::Module;
 pub use norm::{BatchNorm2d, BatchNormConfig, LayerNorm};

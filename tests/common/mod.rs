@@ -48,11 +48,7 @@ pub fn bits(v: &[f32]) -> Vec<u32> {
 /// `f` must return an `Err` (not panic) whose message mentions every needle (the
 /// operator and the argument or shapes at fault).
 #[track_caller]
-pub fn expect_err<R: std::fmt::Debug>(
-    what: &str,
-    f: impl FnOnce() -> Result<R>,
-    needles: &[&str],
-) {
+pub fn expect_err<R: std::fmt::Debug>(what: &str, f: impl FnOnce() -> Result<R>, needles: &[&str]) {
     let r = catch_unwind(AssertUnwindSafe(f))
         .unwrap_or_else(|_| panic!("{what}: panicked instead of returning Err"));
     match r {

@@ -239,7 +239,7 @@ fn errors_bad_dims() {
         ),
         (
             "reshape",
-            Box::new(|| x.reshape(&[4, 2])),
+            Box::new(|| x.reshape([4, 2])),
             vec!["reshape", "[2, 3]", "[4, 2]"],
         ),
         (
@@ -274,7 +274,7 @@ fn errors_bad_dims() {
         ),
         (
             "view",
-            Box::new(|| x.transpose(0, 1)?.view(&[6])),
+            Box::new(|| x.transpose(0, 1)?.view([6])),
             vec!["view", "[3, 2]"],
         ),
         (

@@ -34,6 +34,11 @@
 //! and [`GroupNormOptions`] (PyTorch's defaults), so that the running statistics and the
 //! affine parameters cannot be swapped by position; [`Momentum`] expresses PyTorch's
 //! `momentum=None` (the cumulative average).
+//!
+//! This file is a little over 800 lines on purpose: the three operators share one fused
+//! kernel (statistics, normalisation, record and backward) whose order is the one written
+//! above, and keeping options, kernel and operators together keeps that text next to the
+//! code it fixes. In order: options, the shared kernel, the three operators.
 
 use super::canon;
 use crate::engine::{record, Saved};

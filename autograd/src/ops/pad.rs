@@ -1,5 +1,5 @@
 //! Constant padding (`pad`, PyTorch's `F.pad(mode="constant")`) and its backward rule
-//! (`docs/conv.md` §3); the unrecorded [`pad_forward`] also builds the zero-padded im2col
+//! (`docs/conv.md` §3); the unrecorded `pad_forward` also builds the zero-padded im2col
 //! source of the convolutions.
 
 use crate::engine::record;

@@ -119,13 +119,25 @@ fn masks_combine_as_in_pytorch() {
     };
     let a = run(Some(AttentionMask::Block(&kpm)), None);
     close(&run(Some(AttentionMask::Allow(&kpm_allow)), None), &a, 0.0);
-    close(&run(Some(AttentionMask::Additive(&kpm_add)), None), &a, 1e-6);
+    close(
+        &run(Some(AttentionMask::Additive(&kpm_add)), None),
+        &a,
+        1e-6,
+    );
     close(&run(None, Some(AttentionMask::Block(&block_mask))), &a, 0.0);
-    close(&run(None, Some(AttentionMask::Additive(&float_mask))), &a, 1e-6);
+    close(
+        &run(None, Some(AttentionMask::Additive(&float_mask))),
+        &a,
+        1e-6,
+    );
     // The conventions differ: the same tensor read as Allow excludes the other keys.
     let flipped = run(Some(AttentionMask::Allow(&kpm)), None);
     assert_ne!(flipped.to_vec(), a.to_vec());
-    close(&flipped, &run(Some(AttentionMask::Block(&kpm_allow)), None), 0.0);
+    close(
+        &flipped,
+        &run(Some(AttentionMask::Block(&kpm_allow)), None),
+        0.0,
+    );
     // Two additive masks add: attn_mask ⊕ key_padding_mask.
     let bias_kpm = randn(&[2, 4], 5);
     let bias_attn = randn(&[3, 4], 6);
@@ -175,7 +187,11 @@ fn masks_combine_as_in_pytorch() {
         })
         .collect();
     let combined = tensor(combined, &[4, 3, 4]);
-    close(&both, &run(None, Some(AttentionMask::Block(&combined))), 0.0);
+    close(
+        &both,
+        &run(None, Some(AttentionMask::Block(&combined))),
+        0.0,
+    );
     // Wrong shapes are errors naming the mask.
     let bad = Tensor::zeros(&b, [2, 5]);
     let err = m

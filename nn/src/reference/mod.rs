@@ -11,7 +11,7 @@
 //!   cross entropy (15 operators). The convolutions have biases although batch norms
 //!   follow them, so those gradients are zero in theory.
 //! - [`TransformerEncoder`]: `layers.0` (post-norm) and `layers.1` (pre-norm)
-//!   [`TransformerEncoderLayer`]s, batch first with GELU, then `norm` and a linear
+//!   [`TransformerEncoderLayer`](crate::TransformerEncoderLayer)s, batch first with GELU, then `norm` and a linear
 //!   `head`, with cross entropy over the tokens that the key padding mask keeps.
 //!
 //! [`ConvNetCase`] and [`EncoderCase`] hold a model with its inputs; their
