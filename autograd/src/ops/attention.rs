@@ -40,7 +40,15 @@ use std::fmt;
 /// | `nn.TransformerEncoderLayer(src_mask=, src_key_padding_mask=)`, boolean | [`AttentionMask::Block`] |
 /// | any of these as a float mask (added to the scores) | [`AttentionMask::Additive`] |
 ///
-/// A boolean mask is a tensor of zeros and ones (any non-zero value counts as one).
+/// A boolean mask is a tensor of zeros and ones (any non-zero value counts as one). There
+/// is no `Bool` variant, whose meaning would depend on the function (`docs/api.md` §3):
+///
+/// ```compile_fail
+/// # use exactgrad_autograd::{AttentionMask, Tensor};
+/// # use exactgrad_backends::ScalarRefBackend;
+/// # let m = Tensor::ones(&ScalarRefBackend, [2, 2]);
+/// let mask = AttentionMask::Bool(&m);
+/// ```
 pub enum AttentionMask<'a, B: Backend> {
     /// Positions whose value is non-zero take part; the others are excluded (score
     /// `−∞`).

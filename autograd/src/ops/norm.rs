@@ -115,6 +115,18 @@ impl Momentum {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// The positional form, where `running_mean` and `running_var` (or `weight` and `bias`)
+/// could be swapped unnoticed, does not compile:
+///
+/// ```compile_fail
+/// # use exactgrad_autograd::Tensor;
+/// # use exactgrad_backends::ScalarRefBackend;
+/// # let b = ScalarRefBackend;
+/// # let x = Tensor::zeros(&b, [2, 2]);
+/// # let (mean, var) = (Tensor::zeros(&b, [2]), Tensor::ones(&b, [2]));
+/// let y = x.batch_norm(Some(&var), Some(&mean), None, None, true, 0.1, 1e-5);
+/// ```
 pub struct BatchNormOptions<'a, B: Backend> {
     /// Running mean `[C]`: normalises in evaluation; updated in place in training.
     pub running_mean: Option<&'a Tensor<B>>,

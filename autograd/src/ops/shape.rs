@@ -115,6 +115,24 @@ impl<B: Backend> Tensor<B> {
     /// This tensor with the dimensions `shape` (the same element count). A view when the
     /// strides allow it (PyTorch's rule), otherwise a copy. [`Tensor::reshape_infer`]
     /// infers one dimension from a `-1`.
+    ///
+    /// ```
+    /// # use exactgrad_autograd::Tensor;
+    /// # use exactgrad_backends::ScalarRefBackend;
+    /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]);
+    /// assert_eq!(x.reshape([3, 2]).unwrap().dims(), [3, 2]);
+    /// assert_eq!(x.reshape_infer(&[-1, 2]).unwrap().dims(), [3, 2]);
+    /// assert!(x.reshape_infer(&[-1, -1]).is_err()); // exactly one -1
+    /// ```
+    ///
+    /// Sizes are `usize`: a `-1` here does not compile.
+    ///
+    /// ```compile_fail
+    /// # use exactgrad_autograd::Tensor;
+    /// # use exactgrad_backends::ScalarRefBackend;
+    /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]);
+    /// let y = x.reshape(&[-1, 2]);
+    /// ```
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor<B>> {
         let shape = shape.into();
         if shape.numel() != self.numel() {

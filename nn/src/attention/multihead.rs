@@ -154,6 +154,42 @@ impl<B: Backend> MultiheadAttention<B> {
     ///
     /// Fails when the shapes do not match the layer's width or each other, or when a mask
     /// has the wrong shape.
+    ///
+    /// ```
+    /// use exactgrad_autograd::{AttentionMask, Tensor};
+    /// use exactgrad_backends::ScalarRefBackend;
+    /// use exactgrad_core::Philox;
+    /// use exactgrad_nn::{MultiheadAttention, MultiheadAttentionConfig};
+    ///
+    /// # fn main() -> exactgrad_nn::Result<()> {
+    /// let b = ScalarRefBackend;
+    /// let config = MultiheadAttentionConfig {
+    ///     batch_first: true,
+    ///     ..MultiheadAttentionConfig::new(4, 2)
+    /// };
+    /// let mha = MultiheadAttention::new(&b, config, &mut Philox::new(1))?;
+    /// let x = Tensor::randn(&b, [2, 3, 4], 0.0, 1.0, &mut Philox::new(2));
+    /// // PyTorch's key_padding_mask: True (1) at the padded key of sequence 1.
+    /// let padding = Tensor::from_vec(&b, vec![0.0, 0.0, 0.0, 0.0, 0.0, 1.0], [2, 3])?;
+    /// let y = mha.forward_attention(&x, &x, &x, Some(AttentionMask::Block(&padding)), None)?;
+    /// assert_eq!(y.dims(), [2, 3, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A bare tensor, whose boolean convention would be implicit, does not compile:
+    ///
+    /// ```compile_fail
+    /// # use exactgrad_autograd::Tensor;
+    /// # use exactgrad_backends::ScalarRefBackend;
+    /// # use exactgrad_core::Philox;
+    /// # use exactgrad_nn::{MultiheadAttention, MultiheadAttentionConfig};
+    /// # let b = ScalarRefBackend;
+    /// # let mha = MultiheadAttention::new(&b, MultiheadAttentionConfig::new(4, 2), &mut Philox::new(1)).unwrap();
+    /// # let x = Tensor::zeros(&b, [3, 2, 4]);
+    /// # let padding = Tensor::zeros(&b, [2, 3]);
+    /// let y = mha.forward_attention(&x, &x, &x, Some(&padding), None);
+    /// ```
     pub fn forward_attention(
         &self,
         query: &Tensor<B>,
