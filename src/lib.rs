@@ -1,6 +1,14 @@
 //! exactgrad: reverse-mode automatic differentiation whose exact mode gives the same
 //! bits on every CPU, SIMD path and thread count.
 //!
+//! This facade re-exports the crates ([`core`], [`backends`], [`autograd`], [`nn`]) and
+//! gathers in [`prelude`] every type a program needs: tensors, backends, the operators'
+//! option structs, losses, layers and optimizers. The contracts are in `docs/`
+//! (`arithmetic.md`, `conv.md`, …; `api.md` explains the API decisions); the integration
+//! tests in `tests/` check them (`torch_ops/` against PyTorch, `gradcheck_*.rs` by
+//! central differences, `differential_ops.rs` across backends, `reference_models.rs`
+//! the pinned hashes).
+//!
 //! ```
 //! use exactgrad::prelude::*;
 //!

@@ -1,15 +1,21 @@
 //! Modules, optimizers, data sets and loaders of exactgrad.
 //!
-//! Everything here is generic over the [`Backend`](exactgrad_core::Backend) `B`:
-//! [`Module`] with PyTorch `state_dict` parameter names ([`Linear`], [`Sequential`],
-//! activations), [`optim`] with PyTorch's SGD, Adam and AdamW update rules and gradient
-//! clipping, [`data`] with the shipped [`Digits`](data::Digits) set and a seeded
-//! mini-batch loader, [`init`] with deterministic initialisation and [`metrics`].
-//! Layers for convolutional and transformer models: [`Conv2d`], [`BatchNorm2d`] (its
-//! running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`],
-//! [`MultiheadAttention`] and [`TransformerEncoderLayer`] (masks are
-//! [`AttentionMask`]s); [`checkpoint`] reads safetensors files into modules, and
-//! [`reference`](mod@reference) holds the two reference models of the PyTorch oracle.
+//! Everything here is generic over the [`Backend`](exactgrad_core::Backend) `B` and
+//! follows PyTorch's `torch.nn` (names, defaults, `state_dict` parameter names). Where
+//! things are:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`module`] | the [`Module`] trait: forward, named parameters and buffers, training mode |
+//! | [`linear`], [`sequential`], [`activation`] | [`Linear`], [`Sequential`], [`Relu`], [`Gelu`], [`Flatten`], … |
+//! | [`conv`], [`norm`] | [`Conv2d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
+//! | [`attention`] | [`MultiheadAttention`] and [`TransformerEncoderLayer`]; masks are [`AttentionMask`]s |
+//! | [`optim`] | SGD, Adam and AdamW with PyTorch's update rules, gradient clipping |
+//! | [`init`] | deterministic initialisation from a [`Philox`](exactgrad_core::Philox) stream |
+//! | [`data`], [`metrics`] | the shipped [`Digits`](data::Digits) set, a seeded mini-batch loader, accuracy |
+//! | [`checkpoint`] | [`TensorFile`](checkpoint::TensorFile) (safetensors) and [`load_state_dict`](checkpoint::load_state_dict) |
+//! | [`reference`](mod@reference) | the two reference models of the PyTorch oracle |
+//! | [`error`] | the error type |
 //!
 //! ```
 //! use exactgrad_autograd::{CrossEntropyOptions, Tensor};
