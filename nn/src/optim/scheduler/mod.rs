@@ -110,6 +110,10 @@ pub trait LrScheduler {
 
     /// Steps the schedule and sets the optimizer's learning rate: call it after
     /// `opt.step()`, as PyTorch's `scheduler.step()`. On error nothing changes.
+    ///
+    /// The optimizer receives the schedule's rate, except that a negative one becomes 0
+    /// (the optimizers reject negative rates; only [`OneCycleLr`] with linear annealing
+    /// gives one, at the step after its cycle, a rate no training step uses).
     fn step<B, O>(&mut self, opt: &mut O) -> Result<()>
     where
         Self: Sized,
@@ -118,7 +122,7 @@ pub trait LrScheduler {
     {
         let before = self.state();
         let lr = self.next_lr(opt.lr())?;
-        if let Err(e) = opt.set_lr(lr) {
+        if let Err(e) = opt.set_lr(optimizer_rate(lr)) {
             self.load_state(&before)?;
             return Err(e);
         }
@@ -126,8 +130,8 @@ pub trait LrScheduler {
     }
 
     /// [`load_state`](LrScheduler::load_state), then sets the optimizer's learning rate
-    /// to the restored last rate, so that training continues exactly where `state` was
-    /// taken.
+    /// to the restored last rate (as [`step`](LrScheduler::step) does), so that training
+    /// continues exactly where `state` was taken.
     fn restore<B, O>(&mut self, state: &SchedulerState, opt: &mut O) -> Result<()>
     where
         Self: Sized,
@@ -135,7 +139,7 @@ pub trait LrScheduler {
         O: Optimizer<B> + ?Sized,
     {
         self.load_state(state)?;
-        opt.set_lr(self.get_last_lr())
+        opt.set_lr(optimizer_rate(self.get_last_lr()))
     }
 }
 
@@ -299,6 +303,16 @@ fn check_rate(op: &'static str, arg: &'static str, lr: f64) -> Result<f64> {
     }
 }
 
+/// Checks that a learning rate is finite (a schedule value may be negative, see
+/// [`OneCycleLr`]).
+fn check_finite(op: &'static str, arg: &'static str, lr: f64) -> Result<f64> {
+    if lr.is_finite() {
+        Ok(lr)
+    } else {
+        Err(Error::invalid(op, arg, format!("must be finite, got {lr}")))
+    }
+}
+
 /// Checks a count (period, number of steps) `1 ..= MAX_STEPS`.
 fn check_count(op: &'static str, arg: &'static str, n: u64) -> Result<()> {
     if (1..=MAX_STEPS).contains(&n) {
@@ -350,11 +364,11 @@ fn restart(rule: &mut dyn Rule) -> Result<f64> {
 
 fn commit(rule: &mut dyn Rule, epoch: i64, lr: f64) -> Result<f64> {
     let kind = rule.kind();
-    if !(lr.is_finite() && lr >= 0.0) {
+    if !lr.is_finite() {
         return Err(Error::invalid(
             kind.step_op(),
             "lr",
-            format!("step {epoch} gives the learning rate {lr}, which is not finite and >= 0"),
+            format!("step {epoch} gives the learning rate {lr}, which is not finite"),
         ));
     }
     let p = rule.progress_mut();
@@ -363,10 +377,20 @@ fn commit(rule: &mut dyn Rule, epoch: i64, lr: f64) -> Result<f64> {
     Ok(lr)
 }
 
+/// The rate given to the optimizer for a schedule value: negative values (only
+/// [`OneCycleLr`]'s extrapolation at the step after its cycle) become 0.
+fn optimizer_rate(lr: f64) -> f64 {
+    if lr < 0.0 {
+        0.0
+    } else {
+        lr
+    }
+}
+
 /// Performs the constructor's step of `rule` and sets the optimizer's learning rate.
 fn attach<R: Rule, B: Backend, O: Optimizer<B> + ?Sized>(mut rule: R, opt: &mut O) -> Result<R> {
     let lr = advance(&mut rule, opt.lr(), true)?;
-    opt.set_lr(lr)?;
+    opt.set_lr(optimizer_rate(lr))?;
     Ok(rule)
 }
 
@@ -422,7 +446,7 @@ fn checked_progress(
         ));
     }
     check_rate(op, "state.base_lr", state.base_lr)?;
-    check_rate(op, "state.last_lr", state.last_lr)?;
+    check_finite(op, "state.last_lr", state.last_lr)?;
     rule.check_state(state)?;
     Ok(Progress {
         base_lr: state.base_lr,

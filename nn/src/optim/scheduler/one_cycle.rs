@@ -93,6 +93,13 @@ struct Phase {
 /// [`AnnealStrategy`]. A closed form: the optimizer's rate is not read; construction sets
 /// it to the rate of step 0 (about `initial`). Stepping past `N` is an error, as in
 /// PyTorch (where `last_epoch` still advances; here nothing changes).
+///
+/// Step `N` (the step after the last batch of an `N`-batch run) lies past the last
+/// phase's end `N − 1`, so `pct > 1` there and PyTorch extrapolates: the cosine rises
+/// slightly above `min`, the linear strategy falls below it, to a negative rate for most
+/// configurations. [`next_lr`](super::LrScheduler::next_lr) and
+/// [`get_last_lr`](super::LrScheduler::get_last_lr) give PyTorch's value; the optimizer receives
+/// 0 in place of a negative rate (see [`LrScheduler::step`](super::LrScheduler::step)).
 #[derive(Debug)]
 pub struct OneCycleLr {
     config: OneCycleLrConfig,

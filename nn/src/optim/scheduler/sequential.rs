@@ -182,7 +182,7 @@ impl SequentialLr {
         // At least one scheduler was built, and each sets `initial_lr`.
         let reset = initial_lr.unwrap_or(lr0);
         let lr = advance(built[0].as_mut(), reset, true)?;
-        opt.set_lr(lr)?;
+        opt.set_lr(super::optimizer_rate(lr))?;
         Ok(Self {
             schedulers: built,
             milestones,
@@ -288,7 +288,7 @@ impl LrScheduler for SequentialLr {
             ));
         }
         super::check_rate(op, "state.base_lr", state.base_lr)?;
-        super::check_rate(op, "state.last_lr", state.last_lr)?;
+        super::check_finite(op, "state.last_lr", state.last_lr)?;
         let children = self
             .schedulers
             .iter()

@@ -361,4 +361,37 @@ mod tests {
             assert!(worst <= 1, "{name}: {worst} ulp at {at:e}");
         }
     }
+
+    /// Against the correctly rounded cosine (mpmath at 300 bits) that
+    /// `tools/sched_oracle.py` stores with the schedules: 4,096 seeded arguments in
+    /// [−8π, 8π] and every schedule argument where the platform's cosine misrounds.
+    #[test]
+    fn correctly_rounded_at_the_reference_arguments() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/nn/schedulers.safetensors"
+        );
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors file");
+        let read = |name: &str| -> Vec<f64> {
+            let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(t.dtype(), safetensors::Dtype::F64);
+            t.data()
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        let (xs, want) = (read("cos/x"), read("cos/value"));
+        assert_eq!(xs.len(), want.len());
+        assert!(xs.len() > 4096, "{} arguments", xs.len());
+        let mut platform_off = 0;
+        for (&x, &w) in xs.iter().zip(&want) {
+            assert_eq!(cos(x).to_bits(), w.to_bits(), "cos({x:e})");
+            platform_off += usize::from(x.cos().to_bits() != w.to_bits());
+        }
+        println!(
+            "{} arguments: all correctly rounded ({platform_off} misrounded by the platform)",
+            xs.len()
+        );
+    }
 }
