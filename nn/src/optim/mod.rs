@@ -17,10 +17,17 @@
 
 mod adam;
 mod clip;
+pub mod scheduler;
 mod sgd;
 
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
+pub use scheduler::{
+    AnnealStrategy, CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig,
+    LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
+    OneCycleLrConfig, SchedulerConfig, SchedulerKind, SchedulerState, SequentialLr, StepLr,
+    StepLrConfig,
+};
 pub use sgd::{Sgd, SgdConfig};
 
 use crate::error::{Error, Result};
