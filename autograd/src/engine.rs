@@ -15,12 +15,18 @@
 //!    pass through a released record fails with [`Error::GraphReleased`] before any work.
 //! 6. A saved tensor modified in place after the forward pass fails with
 //!    [`Error::TensorVersion`] when its record runs.
+//! 7. Before any work, the pass claims every leaf it will accumulate into; if another
+//!    thread's backward pass holds one of them, this pass fails with
+//!    [`Error::ConcurrentBackward`] (a sum over passes that run at the same time would
+//!    depend on their arrival order). Passes that share leaves run one after the other;
+//!    passes over disjoint leaves may run at the same time (`docs/threads.md`).
 
 use crate::error::{Error, Result};
 use crate::grad_mode::{is_grad_enabled, no_grad};
 use crate::tensor::{next_id, Tensor};
 use exactgrad_core::Backend;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// A backward rule: maps the output gradient to one optional gradient per input.
@@ -136,13 +142,52 @@ where
         input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
         backward: Mutex::new(Some(Box::new(make_backward()))),
     };
-    Tensor::from_parts(
+    Tensor::from_checked_parts(
         out.inner.backend.clone(),
         Arc::clone(&out.inner.storage),
         out.inner.layout.clone(),
         true,
         Some(Arc::new(node)),
     )
+}
+
+/// The leaves a backward pass accumulates into, claimed for the pass (see point 7 of the
+/// module documentation); dropping the claim releases them.
+struct LeafClaim<B: Backend> {
+    pass: u64,
+    leaves: Vec<Tensor<B>>,
+}
+
+impl<B: Backend> LeafClaim<B> {
+    /// Claims every leaf in `leaves` (duplicates allowed) for a new pass, or fails with
+    /// [`Error::ConcurrentBackward`] naming the first leaf another pass holds.
+    fn new(leaves: Vec<Tensor<B>>) -> Result<Self> {
+        let mut claim = LeafClaim {
+            pass: next_id(),
+            leaves: Vec::with_capacity(leaves.len()),
+        };
+        for leaf in leaves {
+            let slot = &leaf.inner.accumulating;
+            match slot.compare_exchange(0, claim.pass, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => claim.leaves.push(leaf),
+                Err(owner) if owner == claim.pass => {}
+                Err(_) => {
+                    return Err(Error::ConcurrentBackward {
+                        shape: leaf.dims().to_vec(),
+                    })
+                }
+            }
+        }
+        Ok(claim)
+    }
+}
+
+impl<B: Backend> Drop for LeafClaim<B> {
+    fn drop(&mut self) {
+        for leaf in &self.leaves {
+            leaf.inner.accumulating.store(0, Ordering::Release);
+        }
+    }
 }
 
 fn topological_order<B: Backend>(root: &Arc<Node<B>>) -> Vec<Arc<Node<B>>> {
@@ -189,7 +234,7 @@ pub(crate) fn backward<B: Backend>(
                     shape: root.dims().to_vec(),
                 });
             }
-            Tensor::ones(root.backend(), root.shape().clone())
+            Tensor::ones(root.backend(), root.shape().clone())?
         }
         Some(g) => {
             if g.shape() != root.shape() {
@@ -198,14 +243,24 @@ pub(crate) fn backward<B: Backend>(
                     got: g.dims().to_vec(),
                 });
             }
-            g.copy_contiguous()
+            g.copy_contiguous()?
         }
     };
     let _guard = no_grad();
     let Some(root_node) = &root.inner.grad_fn else {
+        let _claim = LeafClaim::new(vec![root.clone()])?;
         return root.accumulate_grad(&seed);
     };
     let order = topological_order(root_node);
+    let leaves = order
+        .iter()
+        .flat_map(|n| n.edges.iter())
+        .filter_map(|e| match e {
+            Edge::Leaf(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let _claim = LeafClaim::new(leaves)?;
     for node in &order {
         if node
             .backward

@@ -65,12 +65,31 @@ pub enum Error {
         /// Number of classes.
         classes: usize,
     },
+    /// The tensor's storage was released (returned to its backend's memory) and can no
+    /// longer be read or written.
+    #[error("the storage of this tensor (shape {shape:?}) was released; keep the tensor past its scope with ActivationScope::keep, or detach a copy first")]
+    Released {
+        /// Shape of the tensor that was accessed.
+        shape: Vec<usize>,
+    },
+    /// A backward pass would accumulate into a leaf's gradient while another thread's
+    /// backward pass is accumulating into it (the sum would depend on arrival order).
+    #[error("backward: another backward pass is accumulating into the gradient of a leaf of shape {shape:?} on another thread; run backward passes that share leaves one after the other")]
+    ConcurrentBackward {
+        /// Shape of the shared leaf.
+        shape: Vec<usize>,
+    },
 }
 
 impl Error {
     /// Shorthand for an invalid-argument error.
     pub(crate) fn invalid(op: &'static str, arg: &'static str, msg: impl Into<String>) -> Self {
         Error::Core(exactgrad_core::Error::invalid(op, arg, msg))
+    }
+
+    /// Shorthand for an overflow error.
+    pub(crate) fn overflow(op: &'static str, arg: &'static str, msg: impl Into<String>) -> Self {
+        Error::Core(exactgrad_core::Error::overflow(op, arg, msg))
     }
 
     /// Shorthand for a shape-mismatch error.

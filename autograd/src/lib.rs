@@ -42,10 +42,12 @@ pub use tensor::Tensor;
 use exactgrad_core::{Backend, GradHasher};
 
 /// The gradient hash (see `docs/arithmetic.md`) of the given tensors' elements, in order.
-pub fn hash_tensors<B: Backend>(tensors: &[&Tensor<B>]) -> u64 {
+///
+/// Fails only when a tensor's storage was released.
+pub fn hash_tensors<B: Backend>(tensors: &[&Tensor<B>]) -> Result<u64> {
     let mut h = GradHasher::new();
     for t in tensors {
-        h.update(&t.to_vec());
+        h.update(&t.to_vec()?);
     }
-    h.finish()
+    Ok(h.finish())
 }

@@ -1,4 +1,10 @@
 //! `Tensor<B>`: a strided view over shared, versioned storage, with autograd metadata.
+//!
+//! Invariant: the layout of every tensor has been checked against its storage when the
+//! tensor was made ([`Layout::check_within`]: an element count of at most
+//! [`exactgrad_core::MAX_ELEMENTS`], every index inside the buffer, in checked
+//! arithmetic), so the index arithmetic of the operators cannot overflow or leave the
+//! buffer.
 
 use crate::engine::Node;
 use crate::error::{Error, Result};
@@ -16,18 +22,43 @@ pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Shared storage with a version counter that every in-place change increments.
+/// Shared storage with a version counter that every in-place change increments. The
+/// buffer is `None` once it has been released (its memory returned); every access to a
+/// released storage is an [`Error::Released`].
 pub(crate) struct StorageCell<B: Backend> {
-    data: RwLock<B::Storage>,
+    data: RwLock<Option<B::Storage>>,
+    /// Number of elements of the buffer (fixed for the cell's life).
+    len: usize,
     version: AtomicU64,
 }
 
 impl<B: Backend> StorageCell<B> {
     fn new(data: B::Storage) -> Self {
         Self {
-            data: RwLock::new(data),
+            len: data.as_ref().len(),
+            data: RwLock::new(Some(data)),
             version: AtomicU64::new(0),
         }
+    }
+}
+
+/// Read access to a tensor's storage (the whole buffer, not only the tensor's view).
+pub(crate) struct StorageRead<'a, B: Backend>(RwLockReadGuard<'a, Option<B::Storage>>);
+
+impl<B: Backend> StorageRead<'_, B> {
+    /// The buffer's elements.
+    pub(crate) fn as_ref(&self) -> &[f32] {
+        self.0.as_ref().map_or(&[], |s| s.as_ref())
+    }
+}
+
+/// Write access to a tensor's storage.
+pub(crate) struct StorageWrite<'a, B: Backend>(RwLockWriteGuard<'a, Option<B::Storage>>);
+
+impl<B: Backend> StorageWrite<'_, B> {
+    /// The buffer's elements.
+    pub(crate) fn as_mut(&mut self) -> &mut [f32] {
+        self.0.as_mut().map_or(&mut [], |s| s.as_mut())
     }
 }
 
@@ -39,6 +70,9 @@ pub(crate) struct TensorImpl<B: Backend> {
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad_fn: Option<Arc<Node<B>>>,
     pub(crate) grad: Mutex<Option<Tensor<B>>>,
+    /// The backward pass accumulating into this leaf's gradient right now (0: none);
+    /// see [`crate::engine`] on concurrent backward passes.
+    pub(crate) accumulating: AtomicU64,
 }
 
 /// An n-dimensional array of f32 on backend `B`, with the autograd metadata needed to
@@ -46,6 +80,12 @@ pub(crate) struct TensorImpl<B: Backend> {
 ///
 /// Cloning a tensor is cheap and shares everything (storage, gradient, record). Views
 /// (reshape, transpose, narrow, expand, …) share storage without copying.
+///
+/// A `Tensor` is `Send` and `Sync`: it may be read from several threads, and operators
+/// may run on different threads at once. A leaf's gradient accepts one backward pass at
+/// a time: a backward that would accumulate into a leaf while another thread's backward
+/// is accumulating into it fails with [`Error::ConcurrentBackward`] before doing any
+/// work (see `docs/threads.md`).
 pub struct Tensor<B: Backend> {
     pub(crate) inner: Arc<TensorImpl<B>>,
 }
@@ -64,7 +104,10 @@ impl<B: Backend> fmt::Debug for Tensor<B> {
         d.field("shape", &self.shape())
             .field("backend", &self.inner.backend.name());
         if self.numel() <= 16 {
-            d.field("data", &self.to_vec());
+            match self.to_vec() {
+                Ok(v) => d.field("data", &v),
+                Err(_) => d.field("data", &"<released>"),
+            };
         }
         if let Some(n) = &self.inner.grad_fn {
             d.field("grad_fn", &n.name);
@@ -78,17 +121,47 @@ impl<B: Backend> fmt::Debug for Tensor<B> {
 impl<B: Backend> Tensor<B> {
     // ----- construction ------------------------------------------------------------
 
-    pub(crate) fn from_storage(backend: &B, storage: B::Storage, shape: Shape) -> Self {
-        Self::from_parts(
+    /// A tensor of `shape` over a new buffer (which must hold the shape's elements).
+    pub(crate) fn from_storage(backend: &B, storage: B::Storage, shape: Shape) -> Result<Self> {
+        let layout = Layout::contiguous(shape);
+        let len = storage.as_ref().len();
+        layout.check_within("tensor", "storage", len)?;
+        Ok(Self::from_checked_parts(
             backend.clone(),
             Arc::new(StorageCell::new(storage)),
-            Layout::contiguous(shape),
+            layout,
             false,
             None,
-        )
+        ))
     }
 
+    /// A tensor of `shape` over a new zero-filled buffer of the backend.
+    pub(crate) fn zeros_of(backend: &B, op: &'static str, shape: Shape) -> Result<Self> {
+        let n = shape.numel_for(op)?;
+        Self::from_storage(backend, backend.zeros(n)?, shape)
+    }
+
+    /// A view of `storage` under `layout`, checked against the storage's length.
     pub(crate) fn from_parts(
+        backend: B,
+        storage: Arc<StorageCell<B>>,
+        layout: Layout,
+        requires_grad: bool,
+        grad_fn: Option<Arc<Node<B>>>,
+    ) -> Result<Self> {
+        layout.check_within("view", "layout", storage.len)?;
+        Ok(Self::from_checked_parts(
+            backend,
+            storage,
+            layout,
+            requires_grad,
+            grad_fn,
+        ))
+    }
+
+    /// A new handle over `storage` and a layout already known to fit it (the layout of
+    /// an existing tensor of that storage).
+    pub(crate) fn from_checked_parts(
         backend: B,
         storage: Arc<StorageCell<B>>,
         layout: Layout,
@@ -103,6 +176,7 @@ impl<B: Backend> Tensor<B> {
                 requires_grad: AtomicBool::new(requires_grad),
                 grad_fn,
                 grad: Mutex::new(None),
+                accumulating: AtomicU64::new(0),
             }),
         }
     }
@@ -112,6 +186,7 @@ impl<B: Backend> Tensor<B> {
     /// Fails when `data.len()` differs from the shape's element count.
     pub fn from_vec(backend: &B, data: Vec<f32>, shape: impl Into<Shape>) -> Result<Self> {
         let shape = shape.into();
+        shape.numel_for("from_vec")?;
         if data.len() != shape.numel() {
             return Err(Error::invalid(
                 "from_vec",
@@ -124,11 +199,7 @@ impl<B: Backend> Tensor<B> {
                 ),
             ));
         }
-        Ok(Self::from_storage(
-            backend,
-            backend.storage_from_vec(data),
-            shape,
-        ))
+        Self::from_storage(backend, backend.storage_from_vec(data)?, shape)
     }
 
     /// A tensor copying `data` (row-major) with the given shape.
@@ -137,29 +208,45 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// A zero-filled tensor.
-    pub fn zeros(backend: &B, shape: impl Into<Shape>) -> Self {
-        let shape = shape.into();
-        Self::from_storage(backend, backend.zeros(shape.numel()), shape)
+    ///
+    /// Fails with [`exactgrad_core::Error::TooLarge`] when the shape has more than
+    /// [`exactgrad_core::MAX_ELEMENTS`] elements (or its count overflows) and with
+    /// [`exactgrad_core::Error::Alloc`] when the memory cannot be obtained.
+    pub fn zeros(backend: &B, shape: impl Into<Shape>) -> Result<Self> {
+        Self::zeros_of(backend, "zeros", shape.into())
     }
 
-    /// A tensor filled with `value`.
-    pub fn full(backend: &B, shape: impl Into<Shape>, value: f32) -> Self {
+    /// A tensor filled with `value` (errors as [`Tensor::zeros`]).
+    pub fn full(backend: &B, shape: impl Into<Shape>, value: f32) -> Result<Self> {
         let shape = shape.into();
-        Self::from_storage(
-            backend,
-            backend.storage_from_vec(vec![value; shape.numel()]),
-            shape,
-        )
+        let n = shape.numel_for("full")?;
+        let mut storage = backend.uninit(n)?;
+        storage.as_mut().fill(value);
+        Self::from_storage(backend, storage, shape)
     }
 
-    /// A tensor filled with ones.
-    pub fn ones(backend: &B, shape: impl Into<Shape>) -> Self {
+    /// A tensor filled with ones (errors as [`Tensor::zeros`]).
+    pub fn ones(backend: &B, shape: impl Into<Shape>) -> Result<Self> {
         Self::full(backend, shape, 1.0)
     }
 
     /// A rank-0 tensor holding `value`.
-    pub fn scalar(backend: &B, value: f32) -> Self {
+    pub fn scalar(backend: &B, value: f32) -> Result<Self> {
         Self::full(backend, Shape::scalar(), value)
+    }
+
+    /// A tensor of `shape` whose elements are `f(i)` for row-major index `i`, produced
+    /// in order (errors as [`Tensor::zeros`]).
+    fn generate(
+        backend: &B,
+        op: &'static str,
+        shape: Shape,
+        mut f: impl FnMut() -> f32,
+    ) -> Result<Self> {
+        let n = shape.numel_for(op)?;
+        let mut storage = backend.uninit(n)?;
+        storage.as_mut().iter_mut().for_each(|v| *v = f());
+        Self::from_storage(backend, storage, shape)
     }
 
     /// A tensor of samples uniform in [low, high) drawn from `rng` in row-major order.
@@ -169,10 +256,8 @@ impl<B: Backend> Tensor<B> {
         low: f32,
         high: f32,
         rng: &mut Philox,
-    ) -> Self {
-        let shape = shape.into();
-        let data = (0..shape.numel()).map(|_| rng.uniform(low, high)).collect();
-        Self::from_storage(backend, backend.storage_from_vec(data), shape)
+    ) -> Result<Self> {
+        Self::generate(backend, "rand_uniform", shape.into(), || rng.uniform(low, high))
     }
 
     /// A tensor of standard-normal samples times `std` plus `mean`, drawn from `rng`.
@@ -182,12 +267,8 @@ impl<B: Backend> Tensor<B> {
         mean: f32,
         std: f32,
         rng: &mut Philox,
-    ) -> Self {
-        let shape = shape.into();
-        let data = (0..shape.numel())
-            .map(|_| mean + std * rng.normal())
-            .collect();
-        Self::from_storage(backend, backend.storage_from_vec(data), shape)
+    ) -> Result<Self> {
+        Self::generate(backend, "randn", shape.into(), || mean + std * rng.normal())
     }
 
     // ----- accessors ---------------------------------------------------------------
@@ -242,20 +323,36 @@ impl<B: Backend> Tensor<B> {
         Arc::ptr_eq(&self.inner.storage, &other.inner.storage)
     }
 
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, B::Storage> {
-        self.inner
+    /// Read access to the storage, or [`Error::Released`] when it was released.
+    pub(crate) fn read(&self) -> Result<StorageRead<'_, B>> {
+        let guard = self
+            .inner
             .storage
             .data
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            return Err(Error::Released {
+                shape: self.dims().to_vec(),
+            });
+        }
+        Ok(StorageRead(guard))
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, B::Storage> {
-        self.inner
+    /// Write access to the storage, or [`Error::Released`] when it was released.
+    pub(crate) fn write(&self) -> Result<StorageWrite<'_, B>> {
+        let guard = self
+            .inner
             .storage
             .data
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            return Err(Error::Released {
+                shape: self.dims().to_vec(),
+            });
+        }
+        Ok(StorageWrite(guard))
     }
 
     pub(crate) fn bump_version(&self) {
@@ -263,16 +360,28 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// The elements in row-major order.
-    pub fn to_vec(&self) -> Vec<f32> {
-        let data = self.read();
+    ///
+    /// Fails when the storage was released, or when the copy cannot be allocated.
+    pub fn to_vec(&self) -> Result<Vec<f32>> {
+        let data = self.read()?;
         let src = data.as_ref();
         let l = &self.inner.layout;
+        let n = l.numel();
         if l.is_contiguous() {
-            return src[l.offset..l.offset + l.numel()].to_vec();
+            let mut out = Vec::new();
+            out.try_reserve_exact(n).map_err(|_| {
+                Error::Core(exactgrad_core::Error::Alloc {
+                    op: "to_vec",
+                    bytes: n.saturating_mul(4),
+                    reason: "the allocator refused the request",
+                })
+            })?;
+            out.extend_from_slice(&src[l.offset..l.offset + n]);
+            return Ok(out);
         }
-        let mut out = vec![0.0; l.numel()];
-        self.inner.backend.copy_strided(src, l, &mut out);
-        out
+        let mut out = exactgrad_core::backend::try_zeroed_vec("to_vec", n)?;
+        self.inner.backend.copy_strided(src, l, &mut out)?;
+        Ok(out)
     }
 
     /// The single element of a one-element tensor.
@@ -288,7 +397,7 @@ impl<B: Backend> Tensor<B> {
                 ),
             ));
         }
-        Ok(self.to_vec()[0])
+        Ok(self.to_vec()?[0])
     }
 
     // ----- autograd metadata ---------------------------------------------------------
@@ -344,7 +453,7 @@ impl<B: Backend> Tensor<B> {
 
     /// A tensor sharing storage with `self` but cut from the graph (no gradient flows).
     pub fn detach(&self) -> Self {
-        Self::from_parts(
+        Self::from_checked_parts(
             self.inner.backend.clone(),
             Arc::clone(&self.inner.storage),
             self.inner.layout.clone(),
@@ -363,15 +472,18 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Sets the gradient to zeros of the tensor's shape (in place when one exists).
-    pub fn zero_grad(&self) {
+    ///
+    /// Fails when a new gradient buffer cannot be allocated.
+    pub fn zero_grad(&self) -> Result<()> {
         let mut g = self.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
             Some(t) => {
-                t.write().as_mut().fill(0.0);
+                t.write()?.as_mut().fill(0.0);
                 t.bump_version();
             }
-            None => *g = Some(Tensor::zeros(&self.inner.backend, self.shape().clone())),
+            None => *g = Some(Tensor::zeros_of(&self.inner.backend, "zero_grad", self.shape().clone())?),
         }
+        Ok(())
     }
 
     /// Frees the gradient (the next backward creates a new one).
@@ -397,8 +509,8 @@ impl<B: Backend> Tensor<B> {
 
     pub(crate) fn accumulate_grad(&self, g: &Tensor<B>) -> Result<()> {
         let mut slot = self.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
-        let next = match slot.take() {
-            None => g.copy_contiguous(),
+        let next = match slot.as_ref() {
+            None => g.copy_contiguous()?,
             Some(old) => old.add(g)?,
         };
         *slot = Some(next);
@@ -431,7 +543,7 @@ impl<B: Backend> Tensor<B> {
     ) -> Result<()> {
         self.check_in_place(op)?;
         {
-            let mut data = self.write();
+            let mut data = self.write()?;
             let slice = data.as_mut();
             let mut i = 0;
             self.inner.layout.for_each_index(|s| {
@@ -458,7 +570,7 @@ impl<B: Backend> Tensor<B> {
                 "source and destination shapes",
             ));
         }
-        let values = src.to_vec();
+        let values = src.to_vec()?;
         self.map_in_place("copy_", |i, _| values[i])
     }
 
@@ -482,27 +594,27 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// A contiguous copy with fresh storage (always copies).
-    pub fn copy_contiguous(&self) -> Tensor<B> {
+    pub fn copy_contiguous(&self) -> Result<Tensor<B>> {
         let b = &self.inner.backend;
-        let mut out = b.zeros(self.numel());
+        let mut out = b.uninit(self.numel())?;
         {
-            let data = self.read();
-            b.copy_strided(data.as_ref(), &self.inner.layout, out.as_mut());
+            let data = self.read()?;
+            b.copy_strided(data.as_ref(), &self.inner.layout, out.as_mut())?;
         }
         Tensor::from_storage(b, out, self.shape().clone())
     }
 
     /// Runs `f` on a contiguous slice of this tensor's elements (copying only when the
     /// layout is not contiguous).
-    pub(crate) fn with_contiguous<R>(&self, f: impl FnOnce(&[f32]) -> R) -> R {
+    pub(crate) fn with_contiguous<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
         let l = &self.inner.layout;
         if l.is_contiguous() {
-            let data = self.read();
-            f(&data.as_ref()[l.offset..l.offset + l.numel()])
+            let data = self.read()?;
+            Ok(f(&data.as_ref()[l.offset..l.offset + l.numel()]))
         } else {
-            let c = self.copy_contiguous();
-            let data = c.read();
-            f(&data.as_ref()[..c.numel()])
+            let c = self.copy_contiguous()?;
+            let data = c.read()?;
+            Ok(f(&data.as_ref()[..c.numel()]))
         }
     }
 }

@@ -6,13 +6,60 @@
 //! are contiguous and row-major. The bits each kernel must produce in exact mode are
 //! defined by `ScalarRefBackend` (crate `exactgrad-backends`) and written down in
 //! `docs/arithmetic.md`.
+//!
+//! Every kernel is a safe function that first checks its arguments against its buffers
+//! (lengths, and every [`Layout`] with [`Layout::check_within`], in checked arithmetic,
+//! once per call) and returns an error instead of reading or writing out of bounds; the
+//! helpers of this module ([`check_len`], [`MatmulSpec::check`]) do the common checks.
+//! Buffers are obtained fallibly: an allocation the allocator refuses, or a size above
+//! [`MAX_ELEMENTS`], is an [`Error::Alloc`] or [`Error::TooLarge`], never an abort.
 
+use crate::error::{Error, Result};
 use crate::mode::ComputeMode;
 pub use crate::ops::{BinaryOp, UnaryOp};
-use crate::shape::Layout;
+use crate::shape::{Layout, MAX_ELEMENTS};
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Debug;
+
+/// Checks that buffer `arg` of kernel `op` holds exactly `expected` elements.
+pub fn check_len(op: &'static str, arg: &'static str, len: usize, expected: usize) -> Result<()> {
+    if len == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            arg,
+            alloc::format!("has {len} elements, expected {expected}"),
+        ))
+    }
+}
+
+/// `a · b` as a checked product, or an [`Error::Overflow`] naming `op` and `arg`.
+pub fn checked_mul(op: &'static str, arg: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| Error::overflow(op, arg, alloc::format!("{a} × {b} overflows usize")))
+}
+
+/// A zero-filled vector of `len` f32, obtained fallibly: a length above [`MAX_ELEMENTS`]
+/// is an [`Error::TooLarge`] and a refused allocation an [`Error::Alloc`].
+pub fn try_zeroed_vec(op: &'static str, len: usize) -> Result<Vec<f32>> {
+    if len > MAX_ELEMENTS {
+        return Err(Error::TooLarge {
+            op,
+            dims: alloc::vec![len],
+            limit: MAX_ELEMENTS,
+        });
+    }
+    let mut v: Vec<f32> = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::Alloc {
+        op,
+        bytes: len * core::mem::size_of::<f32>(),
+        reason: "the allocator refused the request",
+    })?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
 
 /// Sizes and element strides of a batched matrix product `out[b] = a[b] · b[b]` with
 /// `a[b]: m×k`, `b[b]: k×n` and a contiguous `out` of shape `[batch, m, n]`.
@@ -36,11 +83,53 @@ pub struct MatmulSpec {
     pub b_strides: [usize; 3],
 }
 
+impl MatmulSpec {
+    /// Checks the spec against the buffers of a product: `out` holds exactly
+    /// `batch · m · n` elements and every element of `a` (`batch × m × k`) and `b`
+    /// (`batch × k × n`) that the strides address lies inside its buffer, all in checked
+    /// arithmetic.
+    pub fn check(&self, a_len: usize, b_len: usize, out_len: usize) -> Result<()> {
+        let op = "matmul";
+        let mn = checked_mul(op, "n", self.m, self.n)?;
+        check_len(op, "out", out_len, checked_mul(op, "batch", self.batch, mn)?)?;
+        let extent = |dims: [usize; 3], offset: usize, strides: [usize; 3]| -> Option<usize> {
+            if dims.contains(&0) {
+                return Some(0);
+            }
+            let mut last = offset;
+            for (d, s) in dims.iter().zip(strides) {
+                last = last.checked_add((d - 1).checked_mul(s)?)?;
+            }
+            last.checked_add(1)
+        };
+        for (arg, dims, offset, strides, len) in [
+            ("a", [self.batch, self.m, self.k], self.a_offset, self.a_strides, a_len),
+            ("b", [self.batch, self.k, self.n], self.b_offset, self.b_strides, b_len),
+        ] {
+            match extent(dims, offset, strides) {
+                Some(e) if e <= len => {}
+                _ => {
+                    return Err(Error::invalid(
+                        op,
+                        arg,
+                        alloc::format!(
+                            "operand of sizes {dims:?}, strides {strides:?}, offset {offset} does not fit in its buffer of {len} elements"
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A compute backend: storage type, mode and kernels.
 ///
 /// Implementations must produce, in [`ComputeMode::Exact`], exactly the bits of
 /// `ScalarRefBackend` for every kernel (the conformance kit checks this), and in any mode
-/// results that do not depend on the number of threads.
+/// results that do not depend on the number of threads. Every kernel validates its
+/// arguments (see the module documentation) and returns an error for buffers or layouts
+/// that do not agree; it never reads or writes outside its buffers.
 pub trait Backend: Clone + Send + Sync + Debug + 'static {
     /// An owned buffer of f32 elements.
     type Storage: AsRef<[f32]> + AsMut<[f32]> + Send + Sync + Debug + 'static;
@@ -51,26 +140,33 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
     /// The arithmetic contract this backend's kernels follow.
     fn mode(&self) -> ComputeMode;
 
-    /// A zero-filled buffer of `len` elements.
-    fn zeros(&self, len: usize) -> Self::Storage;
+    /// A zero-filled buffer of `len` elements; an [`Error::Alloc`] or [`Error::TooLarge`]
+    /// when the memory cannot be obtained.
+    fn zeros(&self, len: usize) -> Result<Self::Storage>;
+
+    /// A buffer of `len` elements whose values are unspecified (but initialised), for an
+    /// output that a kernel overwrites completely. The default is [`Backend::zeros`].
+    fn uninit(&self, len: usize) -> Result<Self::Storage> {
+        self.zeros(len)
+    }
 
     /// A buffer holding `data`.
-    fn storage_from_vec(&self, data: Vec<f32>) -> Self::Storage;
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Self::Storage>;
 
     /// Gathers the elements of `src` under `layout` into `out` in row-major order.
     /// Copies bits exactly (no canonicalisation).
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]);
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()>;
 
     /// `out[i] = op(x[i])` over contiguous slices of equal length.
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]);
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()>;
 
     /// The backward rule of `op`: `out[i] = g[i] · op'(…)`, given the forward input `x`
     /// and output `y` (both contiguous, same length as `g`).
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]);
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) -> Result<()>;
 
     /// `out = op(a, b)` where `la` and `lb` are layouts already broadcast to the output
     /// shape (stride 0 along broadcast dimensions); `out` is contiguous.
-    fn binary(&self, op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]);
+    fn binary(&self, op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]) -> Result<()>;
 
     /// `out = cond != 0 ? a : b` with all three layouts broadcast to the output shape.
     #[allow(clippy::too_many_arguments)]
@@ -83,21 +179,21 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    );
+    ) -> Result<()>;
 
     /// Sums `x` under `layout` over the dimensions flagged in `reduce`, writing the
     /// remaining dimensions row-major into `out`. Each output accumulates in f64, its
     /// reduced elements in increasing row-major order of their index, from +0, rounded
     /// once to f32.
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]);
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()>;
 
     /// The batched matrix product of [`MatmulSpec`]: each output is one f32 accumulator
     /// starting at +0, `k` increasing; exact mode rounds the product and the sum
     /// separately, fast mode may fuse them.
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]);
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()>;
 
     /// Softmax (or log-softmax when `log`) of each row of a contiguous `rows × cols` `x`.
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]);
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()>;
 
     /// The backward rule of [`Backend::softmax`] given its output `y` and the incoming
     /// gradient `g` (both contiguous `rows × cols`).
@@ -110,5 +206,5 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    );
+    ) -> Result<()>;
 }

@@ -69,10 +69,54 @@ pub enum Error {
         /// What is wrong with it.
         msg: String,
     },
+    /// A shape whose element count overflows `usize` or exceeds the documented limit
+    /// (`shape::MAX_ELEMENTS`).
+    #[cfg(feature = "alloc")]
+    #[error("{op}: a tensor of shape {dims:?} has more than {limit} elements (or its element count overflows)")]
+    TooLarge {
+        /// Operator name.
+        op: &'static str,
+        /// The shape asked for.
+        dims: Vec<usize>,
+        /// The largest element count allowed.
+        limit: usize,
+    },
+    /// A size computed from the arguments (an output size, a padded extent, a window)
+    /// overflows `usize`.
+    #[cfg(feature = "alloc")]
+    #[error("{op}: argument `{arg}` makes a size overflow: {msg}")]
+    Overflow {
+        /// Operator name.
+        op: &'static str,
+        /// The argument at fault.
+        arg: &'static str,
+        /// The computation that overflowed.
+        msg: String,
+    },
+    /// The memory for a buffer could not be obtained (the allocator refused it, or a
+    /// memory budget would be exceeded).
+    #[error("{op}: cannot allocate {bytes} bytes: {reason}")]
+    Alloc {
+        /// Operator name.
+        op: &'static str,
+        /// Bytes asked for.
+        bytes: usize,
+        /// Why it failed.
+        reason: &'static str,
+    },
 }
 
 #[cfg(feature = "alloc")]
 impl Error {
+    /// Builds an [`Error::Overflow`].
+    pub fn overflow(op: &'static str, arg: &'static str, msg: impl Into<String>) -> Self {
+        Error::Overflow {
+            op,
+            arg,
+            msg: msg.into(),
+        }
+    }
+
     /// Builds an [`Error::InvalidArgument`].
     pub fn invalid(op: &'static str, arg: &'static str, msg: impl Into<String>) -> Self {
         Error::InvalidArgument {

@@ -29,7 +29,7 @@ pub use mode::ComputeMode;
 pub use ops::{BinaryOp, UnaryOp};
 pub use rng::Philox;
 #[cfg(feature = "alloc")]
-pub use shape::{Layout, Shape};
+pub use shape::{Layout, Shape, MAX_ELEMENTS};
 
 /// The canonical NaN that exact mode writes for every NaN result (bit pattern 0x7FC00000).
 pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);

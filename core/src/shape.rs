@@ -92,18 +92,47 @@ impl Shape {
         self.0.len()
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar), saturating at `usize::MAX` when the product
+    /// overflows. Every tensor's shape has passed [`Shape::checked_numel`] (its count is at
+    /// most [`MAX_ELEMENTS`]), so for them this is exact; use `checked_numel` on a shape
+    /// that came from a caller.
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
     }
 
-    /// Row-major strides of a contiguous tensor of this shape.
+    /// Number of elements, or `None` when the product of the dimensions overflows `usize`.
+    /// A shape with a zero dimension has 0 elements even if the other dimensions'
+    /// product would overflow.
+    pub fn checked_numel(&self) -> Option<usize> {
+        if self.0.contains(&0) {
+            return Some(0);
+        }
+        self.0.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+
+    /// The element count, or an error naming `op` when it overflows or exceeds
+    /// [`MAX_ELEMENTS`].
+    pub fn numel_for(&self, op: &'static str) -> Result<usize> {
+        match self.checked_numel() {
+            Some(n) if n <= MAX_ELEMENTS => Ok(n),
+            _ => Err(Error::TooLarge {
+                op,
+                dims: self.0.clone(),
+                limit: MAX_ELEMENTS,
+            }),
+        }
+    }
+
+    /// Row-major strides of a contiguous tensor of this shape. A stride whose product
+    /// overflows saturates at `usize::MAX`; that only happens for shapes with a zero
+    /// dimension (no element is ever addressed) or shapes that fail
+    /// [`Shape::numel_for`].
     pub fn contiguous_strides(&self) -> Vec<usize> {
         let mut strides = vec![0; self.0.len()];
         let mut acc = 1usize;
         for i in (0..self.0.len()).rev() {
             strides[i] = acc;
-            acc *= self.0[i];
+            acc = acc.saturating_mul(self.0[i]);
         }
         strides
     }
@@ -147,6 +176,11 @@ impl Shape {
     }
 }
 
+/// The largest element count of a tensor or view: `isize::MAX / 4`, the most `f32`s a
+/// Rust allocation can hold. A shape with more elements (or whose count overflows) is an
+/// [`Error::TooLarge`].
+pub const MAX_ELEMENTS: usize = isize::MAX as usize / core::mem::size_of::<f32>();
+
 /// Resolves a possibly negative dimension index against a rank.
 pub fn normalize_dim(op: &'static str, dim: isize, rank: usize) -> Result<usize> {
     let r = rank as isize;
@@ -182,7 +216,7 @@ impl Layout {
         }
     }
 
-    /// Number of elements.
+    /// Number of elements (saturating, see [`Shape::numel`]).
     pub fn numel(&self) -> usize {
         self.shape.numel()
     }
@@ -199,24 +233,74 @@ impl Layout {
             if self.shape[i] != 1 && self.strides[i] != expected {
                 return false;
             }
-            expected *= self.shape[i];
+            expected = expected.saturating_mul(self.shape[i]);
         }
         true
     }
 
-    /// One past the largest storage index the layout can touch (0 when empty).
-    pub fn storage_extent(&self) -> usize {
-        if self.numel() == 0 {
-            return 0;
+    /// One past the largest storage index the layout can touch (0 when empty), or `None`
+    /// when that index does not fit in `usize` or the strides do not match the rank.
+    pub fn checked_extent(&self) -> Option<usize> {
+        if self.strides.len() != self.shape.len() {
+            return None;
         }
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
+        let mut last = self.offset;
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            last = last.checked_add((d - 1).checked_mul(s)?)?;
+        }
+        last.checked_add(1)
+    }
+
+    /// One past the largest storage index the layout can touch (0 when empty); saturates
+    /// at `usize::MAX` where [`Layout::checked_extent`] is `None`.
+    pub fn storage_extent(&self) -> usize {
+        self.checked_extent().unwrap_or(usize::MAX)
+    }
+
+    /// Checks that this layout is well formed and addresses only elements of a buffer of
+    /// `len` elements: one stride per dimension, an element count of at most
+    /// [`MAX_ELEMENTS`], and every index (computed with checked arithmetic) below `len`.
+    /// `op` and `arg` name the kernel and the operand in the error.
+    pub fn check_within(&self, op: &'static str, arg: &'static str, len: usize) -> Result<()> {
+        if self.strides.len() != self.shape.len() {
+            return Err(Error::invalid(
+                op,
+                arg,
+                alloc::format!(
+                    "layout has {} strides for a shape of rank {}",
+                    self.strides.len(),
+                    self.shape.len()
+                ),
+            ));
+        }
+        self.shape.numel_for(op)?;
+        match self.checked_extent() {
+            Some(extent) if extent <= len => Ok(()),
+            Some(extent) => Err(Error::invalid(
+                op,
+                arg,
+                alloc::format!(
+                    "layout (shape {:?}, strides {:?}, offset {}) reaches element {} of a buffer of {len}",
+                    self.shape,
+                    self.strides,
+                    self.offset,
+                    extent - 1
+                ),
+            )),
+            None => Err(Error::invalid(
+                op,
+                arg,
+                alloc::format!(
+                    "layout (shape {:?}, strides {:?}, offset {}) addresses an index beyond usize",
+                    self.shape,
+                    self.strides,
+                    self.offset
+                ),
+            )),
+        }
     }
 
     /// This layout broadcast to `target` (which must be a valid broadcast of it):
@@ -291,10 +375,11 @@ impl Layout {
     /// without a copy (PyTorch's `view` rule: each group of merged or split dimensions must
     /// be contiguous within itself).
     pub fn view_as(&self, shape: &Shape) -> Option<Layout> {
-        if shape.numel() != self.numel() {
+        let n = shape.checked_numel()?;
+        if Some(n) != self.shape.checked_numel() {
             return None;
         }
-        if self.numel() == 0 || self.is_contiguous() {
+        if n == 0 || self.is_contiguous() {
             let mut l = Layout::contiguous(shape.clone());
             l.offset = self.offset;
             return Some(l);
@@ -328,23 +413,23 @@ impl Layout {
             while chunk != nsize {
                 if chunk < nsize {
                     oj += 1;
-                    if oj >= old.len() || old[oj - 1].1 != old[oj].0 * old[oj].1 {
+                    if oj >= old.len() || Some(old[oj - 1].1) != old[oj].0.checked_mul(old[oj].1) {
                         return None;
                     }
-                    chunk *= old[oj].0;
+                    chunk = chunk.checked_mul(old[oj].0)?;
                 } else {
                     nj += 1;
                     if nj >= shape.len() {
                         return None;
                     }
-                    nsize *= shape[nj];
+                    nsize = nsize.checked_mul(shape[nj])?;
                 }
             }
             // New dims ni..=nj split the chunk whose innermost stride is old[oj].1.
             let mut stride = old[oj].1;
             for k in (ni..=nj).rev() {
                 new_strides[k] = stride;
-                stride *= shape[k];
+                stride = stride.saturating_mul(shape[k]);
             }
             oi = oj + 1;
             ni = nj + 1;
@@ -356,7 +441,9 @@ impl Layout {
         })
     }
 
-    /// Calls `f` with the storage index of every element, in row-major order.
+    /// Calls `f` with the storage index of every element, in row-major order. The layout
+    /// must have passed [`Layout::check_within`] (or be a tensor's layout, which always
+    /// has): its index arithmetic is not checked again here.
     pub fn for_each_index(&self, mut f: impl FnMut(usize)) {
         let n = self.numel();
         if n == 0 {

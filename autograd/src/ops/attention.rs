@@ -203,8 +203,8 @@ fn bmm<B: Backend>(
     a_strides: [usize; 3],
     b: &[f32],
     b_strides: [usize; 3],
-) -> B::Storage {
-    let mut out = be.zeros(batch * m * n);
+) -> Result<B::Storage> {
+    let mut out = be.zeros(batch * m * n)?;
     if batch * m * n > 0 {
         let spec = MatmulSpec {
             batch,
@@ -216,9 +216,9 @@ fn bmm<B: Backend>(
             b_offset: 0,
             b_strides,
         };
-        be.matmul(&spec, a, b, out.as_mut());
+        be.matmul(&spec, a, b, out.as_mut())?;
     }
-    out
+    Ok(out)
 }
 
 /// Steps 1–2: the attention weights `P` (`[batch, L, S]`, contiguous) from contiguous `q`
@@ -232,10 +232,10 @@ fn attention_weights<B: Backend>(
     mask: Option<(MaskKind, &[f32], &Layout)>,
     causal: bool,
     scale: f32,
-) -> B::Storage {
+) -> Result<B::Storage> {
     let Dims { batch, l, s, e, .. } = d;
     let mode = be.mode();
-    let mut scores = bmm(be, batch, l, e, s, qs, [l * e, e, 1], ks, [s * e, 1, e]);
+    let mut scores = bmm(be, batch, l, e, s, qs, [l * e, e, 1], ks, [s * e, 1, e])?;
     {
         let sc = scores.as_mut();
         // x = (T ⊗ scale) [⊕ M | −∞ where M = 0], then −∞ above the diagonal if causal.
@@ -270,9 +270,9 @@ fn attention_weights<B: Backend>(
         }
     }
     let rows = batch * l;
-    let mut p = be.zeros(rows * s);
+    let mut p = be.zeros(rows * s)?;
     if rows * s > 0 {
-        be.softmax(scores.as_ref(), rows, s, false, p.as_mut());
+        be.softmax(scores.as_ref(), rows, s, false, p.as_mut())?;
     }
     // Rows that every position is excluded from give zero weights.
     let (sc, pm) = (scores.as_ref(), p.as_mut());
@@ -282,7 +282,7 @@ fn attention_weights<B: Backend>(
             pm[r * s..(r + 1) * s].fill(0.0);
         }
     }
-    p
+    Ok(p)
 }
 
 impl<B: Backend> Tensor<B> {
@@ -372,6 +372,12 @@ impl<B: Backend> Tensor<B> {
         }
         let mut score_shape = batch_shape.to_vec();
         score_shape.extend([l, s]);
+        // Every buffer of the computation (scores and weights, output) must have a
+        // representable size.
+        Shape::from(score_shape.as_slice()).numel_for(op)?;
+        let mut out_shape = batch_shape.to_vec();
+        out_shape.extend([l, ev]);
+        Shape::from(out_shape).numel_for(op)?;
         let mask = match mask {
             None => None,
             Some(m) => {
@@ -431,16 +437,20 @@ fn sdpa<B: Backend>(
         Some((_, t)) => Some(t.layout().broadcast_to(op, &score_shape)?),
         None => None,
     };
+    let mask_data = match mask {
+        Some((kind, t)) => Some((kind, t.read()?)),
+        None => None,
+    };
     let p = q.with_contiguous(|qs| {
         k.with_contiguous(|ks| {
-            let m = mask.map(|(kind, t)| (kind, t.read()));
-            let m = m
+            let m = mask_data
                 .as_ref()
                 .zip(mask_layout.as_ref())
                 .map(|((kind, data), lay)| (*kind, data.as_ref(), lay));
             attention_weights(be, d, qs, ks, m, causal, scale)
         })
-    });
+    })???;
+    drop(mask_data);
     let o = v.with_contiguous(|vs| {
         bmm(
             be,
@@ -453,11 +463,11 @@ fn sdpa<B: Backend>(
             vs,
             [d.s * d.ev, d.ev, 1],
         )
-    });
+    })??;
     drop(p);
     let mut out_shape = score_shape[..score_shape.len() - 2].to_vec();
     out_shape.extend([d.l, d.ev]);
-    let out = Tensor::from_storage(be, o, Shape::from(out_shape));
+    let out = Tensor::from_storage(be, o, Shape::from(out_shape))?;
     let mut inputs = vec![q, k, v];
     let additive = match mask {
         Some((MaskKind::Additive, t)) => Some(t),
@@ -482,13 +492,13 @@ fn sdpa<B: Backend>(
             let be = g.backend();
             let Dims { batch, l, s, e, ev } = d;
             let (q, k) = (sq.get()?, sk.get()?);
-            let qc = q.with_contiguous(|x| x.to_vec());
-            let kc = k.with_contiguous(|x| x.to_vec());
+            let qc = q.to_vec()?;
+            let kc = k.to_vec()?;
             let p = match &sm {
                 Some((kind, saved, _)) => {
                     let t = saved.get()?;
                     let lay = t.layout().broadcast_to(op, &score_shape)?;
-                    let data = t.read();
+                    let data = t.read()?;
                     attention_weights(
                         be,
                         d,
@@ -497,11 +507,11 @@ fn sdpa<B: Backend>(
                         Some((*kind, data.as_ref(), &lay)),
                         causal,
                         scale,
-                    )
+                    )?
                 }
-                None => attention_weights(be, d, &qc, &kc, None, causal, scale),
+                None => attention_weights(be, d, &qc, &kc, None, causal, scale)?,
             };
-            let gc = g.with_contiguous(|x| x.to_vec());
+            let gc = g.to_vec()?;
             let mut grads: Vec<Option<Tensor<B>>> = vec![None, None, None];
             if need[2] {
                 // dV = Pᵀ·dO
@@ -515,13 +525,12 @@ fn sdpa<B: Backend>(
                     [l * s, 1, s],
                     &gc,
                     [l * ev, ev, 1],
-                );
+                )?;
                 let mut v_shape = score_shape[..score_shape.len() - 2].to_vec();
                 v_shape.extend([s, ev]);
-                grads[2] = Some(Tensor::from_storage(be, dv, Shape::from(v_shape)));
+                grads[2] = Some(Tensor::from_storage(be, dv, Shape::from(v_shape))?);
             }
-            if need[0] || need[1] || need[3] {
-                let saved_v = sv.as_ref().expect("saved when a score gradient is needed");
+            if let (true, Some(saved_v)) = (need[0] || need[1] || need[3], sv.as_ref()) {
                 let vt = saved_v.get()?;
                 // dP = dO·Vᵀ
                 let dp = vt.with_contiguous(|vs| {
@@ -536,15 +545,15 @@ fn sdpa<B: Backend>(
                         vs,
                         [s * ev, 1, ev],
                     )
-                });
-                let mut ds = be.zeros(batch * l * s);
+                })??;
+                let mut ds = be.zeros(batch * l * s)?;
                 if batch * l * s > 0 {
-                    be.softmax_backward(p.as_ref(), dp.as_ref(), batch * l, s, false, ds.as_mut());
+                    be.softmax_backward(p.as_ref(), dp.as_ref(), batch * l, s, false, ds.as_mut())?;
                 }
-                let scaled = |m: B::Storage, n: usize| {
-                    let mut out = be.zeros(n);
-                    be.unary(UnaryOp::MulScalar(scale), m.as_ref(), out.as_mut());
-                    out
+                let scaled = |m: B::Storage, n: usize| -> Result<B::Storage> {
+                    let mut out = be.uninit(n)?;
+                    be.unary(UnaryOp::MulScalar(scale), m.as_ref(), out.as_mut())?;
+                    Ok(out)
                 };
                 if need[0] {
                     // dQ = (dS·K) ⊗ scale
@@ -558,9 +567,9 @@ fn sdpa<B: Backend>(
                         [l * s, s, 1],
                         &kc,
                         [s * e, e, 1],
-                    );
-                    let dq = scaled(dq, batch * l * e);
-                    grads[0] = Some(Tensor::from_storage(be, dq, q.shape().clone()));
+                    )?;
+                    let dq = scaled(dq, batch * l * e)?;
+                    grads[0] = Some(Tensor::from_storage(be, dq, q.shape().clone())?);
                 }
                 if need[1] {
                     // dK = (dSᵀ·Q) ⊗ scale
@@ -574,14 +583,13 @@ fn sdpa<B: Backend>(
                         [l * s, 1, s],
                         &qc,
                         [l * e, e, 1],
-                    );
-                    let dk = scaled(dk, batch * s * e);
-                    grads[1] = Some(Tensor::from_storage(be, dk, k.shape().clone()));
+                    )?;
+                    let dk = scaled(dk, batch * s * e)?;
+                    grads[1] = Some(Tensor::from_storage(be, dk, k.shape().clone())?);
                 }
-                if need[3] {
-                    let mask_dims = &sm.as_ref().expect("additive mask saved").2;
-                    let ds_t = Tensor::from_storage(be, ds, Shape::from(score_shape.clone()));
-                    grads.push(Some(sum_to(&ds_t, mask_dims)?.contiguous()));
+                if let (true, Some((_, _, mask_dims))) = (need[3], sm.as_ref()) {
+                    let ds_t = Tensor::from_storage(be, ds, Shape::from(score_shape.clone()))?;
+                    grads.push(Some(sum_to(&ds_t, mask_dims)?.contiguous()?));
                 }
             }
             if has_additive && grads.len() == 3 {

@@ -115,18 +115,43 @@ impl ConvGeom {
     }
 }
 
-/// The output size of a convolution along one dimension,
-/// or `None` when the effective kernel is larger than the padded input.
+/// The padded input size `input + 2·pad` and the dilated kernel size `dil·(kernel − 1) + 1`
+/// along one dimension, in checked arithmetic (an overflow is an error naming `op`).
+pub(super) fn padded_and_effective(
+    op: &'static str,
+    input: usize,
+    kernel: usize,
+    pad: usize,
+    dil: usize,
+) -> Result<(usize, usize)> {
+    let padded = pad
+        .checked_mul(2)
+        .and_then(|p| p.checked_add(input))
+        .ok_or_else(|| {
+            Error::overflow(op, "padding", format!("input size {input} + 2 × padding {pad} overflows usize"))
+        })?;
+    let eff = kernel
+        .saturating_sub(1)
+        .checked_mul(dil)
+        .and_then(|e| e.checked_add(1))
+        .ok_or_else(|| {
+            Error::overflow(op, "dilation", format!("dilation {dil} × (kernel size {kernel} − 1) + 1 overflows usize"))
+        })?;
+    Ok((padded, eff))
+}
+
+/// The output size of a convolution along one dimension (`None` when the effective kernel
+/// is larger than the padded input), with the padded and effective sizes.
 fn conv_out_size(
+    op: &'static str,
     input: usize,
     kernel: usize,
     stride: usize,
     pad: usize,
     dil: usize,
-) -> Option<usize> {
-    let padded = input + 2 * pad;
-    let eff = dil * (kernel - 1) + 1;
-    (padded >= eff).then(|| (padded - eff) / stride + 1)
+) -> Result<(Option<usize>, usize, usize)> {
+    let (padded, eff) = padded_and_effective(op, input, kernel, pad, dil)?;
+    Ok(((padded >= eff).then(|| (padded - eff) / stride + 1), padded, eff))
 }
 
 /// Checks the arguments of a 2-D convolution on 4-D `x` and `w` (`op` and `orig` name
@@ -205,8 +230,8 @@ fn conv_geom(
             ));
         }
     }
-    let oh = conv_out_size(h, kh, stride[0], padding[0], dilation[0]);
-    let ow = conv_out_size(wd, kw, stride[1], padding[1], dilation[1]);
+    let (oh, ph, eh) = conv_out_size(op, h, kh, stride[0], padding[0], dilation[0])?;
+    let (ow, pw, ew) = conv_out_size(op, wd, kw, stride[1], padding[1], dilation[1])?;
     let (Some(oh), Some(ow)) = (oh, ow) else {
         return Err(Error::mismatch(
             op,
@@ -214,11 +239,16 @@ fn conv_geom(
             orig_w,
             format!(
                 "the kernel (dilated: {}) is larger than the padded input ({})",
-                fmt_spatial(op, [dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1]),
-                fmt_spatial(op, [h + 2 * padding[0], wd + 2 * padding[1]])
+                fmt_spatial(op, [eh, ew]),
+                fmt_spatial(op, [ph, pw])
             ),
         ));
     };
+    // Every buffer the computation allocates must have a representable size: the
+    // output, one item's column matrix and the padded copy of the input.
+    Shape::from([n, o, oh, ow]).numel_for(op)?;
+    Shape::from([c, kh, kw, oh, ow]).numel_for(op)?;
+    Shape::from([n, c, ph, pw]).numel_for(op)?;
     Ok(ConvGeom {
         n,
         c,
@@ -254,12 +284,12 @@ fn fmt_spatial(op: &str, v: [usize; 2]) -> String {
 }
 
 /// The im2col source: `x` itself when there is no padding, else a zero-padded copy.
-fn padded_source<B: Backend>(x: &Tensor<B>, g: &ConvGeom) -> Tensor<B> {
+fn padded_source<B: Backend>(x: &Tensor<B>, g: &ConvGeom) -> Result<Tensor<B>> {
     if g.padding == [0, 0] {
-        x.clone()
+        Ok(x.clone())
     } else {
         let [ph, pw] = g.padding;
-        pad_forward(x, &[0, 0, ph, pw], &[0, 0, ph, pw], 0.0)
+        pad_forward("conv2d", x, &[0, 0, ph, pw], &[0, 0, ph, pw], 0.0)
     }
 }
 
@@ -273,18 +303,28 @@ fn im2col<B: Backend>(
     g: &ConvGeom,
     n: usize,
     out: &mut [f32],
-) {
+) -> Result<()> {
     let s = &layout.strides;
     let [sh, sw] = g.stride;
     let [dh, dw] = g.dilation;
+    // A stride along a dimension of size 1 is never applied; saturating keeps a huge
+    // stride or dilation there from overflowing, and `copy_strided` checks the view's
+    // extent against the buffer in checked arithmetic.
     let view = Layout {
         shape: Shape::from([g.c, g.kh, g.kw, g.oh, g.ow]),
-        strides: vec![s[1], dh * s[2], dw * s[3], sh * s[2], sw * s[3]],
+        strides: vec![
+            s[1],
+            dh.saturating_mul(s[2]),
+            dw.saturating_mul(s[3]),
+            sh.saturating_mul(s[2]),
+            sw.saturating_mul(s[3]),
+        ],
         offset: layout.offset + n * s[0],
     };
     if view.numel() > 0 {
-        be.copy_strided(src, &view, out);
+        be.copy_strided(src, &view, out)?;
     }
+    Ok(())
 }
 
 /// Adds item `n`'s column gradients `cols` (`[C·KH·KW, OH·OW]`) into the unpadded input
@@ -348,7 +388,7 @@ fn group_spec(
 }
 
 /// `Σ64` over `(n, oh, ow)` of a contiguous `[N, O, OH, OW]` gradient: the bias gradient.
-fn bias_grad<B: Backend>(g: &Tensor<B>) -> Tensor<B> {
+fn bias_grad<B: Backend>(g: &Tensor<B>) -> Result<Tensor<B>> {
     sum_unrecorded(g, &[true, false, true, true])
 }
 
@@ -363,12 +403,12 @@ fn conv2d_core<B: Backend>(
     let be = x.backend();
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let mut out = be.zeros(g.n * o * p);
+    let mut out = be.zeros(g.n * o * p)?;
     {
-        let src = padded_source(x, &g);
-        let w_c = dense(w);
-        let (sd, wd) = (src.read(), w_c.read());
-        let mut cols = be.zeros(ck * p);
+        let src = padded_source(x, &g)?;
+        let w_c = dense(w)?;
+        let (sd, wd) = (src.read()?, w_c.read()?);
+        let mut cols = be.uninit(ck * p)?;
         let spec = group_spec(
             &g,
             og,
@@ -380,38 +420,29 @@ fn conv2d_core<B: Backend>(
             [k * p, p, 1],
         );
         for n in 0..g.n {
-            im2col(be, sd.as_ref(), src.layout(), &g, n, cols.as_mut());
+            im2col(be, sd.as_ref(), src.layout(), &g, n, cols.as_mut())?;
             if og * p > 0 {
                 be.matmul(
                     &spec,
                     wd.as_ref(),
                     cols.as_ref(),
                     &mut out.as_mut()[n * o * p..(n + 1) * o * p],
-                );
+                )?;
             }
         }
     }
     let shape = Shape::from([g.n, o, g.oh, g.ow]);
-    let mut y = Tensor::from_storage(be, out, shape.clone());
+    let mut y = Tensor::from_storage(be, out, shape.clone())?;
     if let Some(b) = bias {
         let bl = Layout {
             shape: shape.clone(),
             strides: vec![0, b.layout().strides[0], 0, 0],
             offset: b.layout().offset,
         };
-        let mut sum = be.zeros(shape.numel());
-        {
-            let (yd, bd) = (y.read(), b.read());
-            be.binary(
-                BinaryOp::Add,
-                yd.as_ref(),
-                y.layout(),
-                bd.as_ref(),
-                &bl,
-                sum.as_mut(),
-            );
-        }
-        y = Tensor::from_storage(be, sum, shape);
+        y = super::new_tensor(be, op, shape, |sum| {
+            let (yd, bd) = (y.read()?, b.read()?);
+            Ok(be.binary(BinaryOp::Add, yd.as_ref(), y.layout(), bd.as_ref(), &bl, sum)?)
+        })?;
     }
     let need_x = x.is_requires_grad();
     let need_w = w.is_requires_grad();
@@ -425,18 +456,18 @@ fn conv2d_core<B: Backend>(
         let sw = need_x.then(|| Saved::new(op, &w_keep));
         move |gy: &Tensor<B>| {
             let be = gy.backend();
-            let gy = dense(gy);
+            let gy = dense(gy)?;
             let mut grads = Vec::with_capacity(3);
             grads.push(match &sw {
-                Some(sw) => Some(conv_grad_input(be, &gy, sw.get()?, &g)),
+                Some(sw) => Some(conv_grad_input(be, &gy, sw.get()?, &g)?),
                 None => None,
             });
             grads.push(match &sx {
-                Some(sx) => Some(conv_grad_weight(be, &gy, sx.get()?, &g)),
+                Some(sx) => Some(conv_grad_weight(be, &gy, sx.get()?, &g)?),
                 None => None,
             });
             if has_bias {
-                grads.push(need_b.then(|| bias_grad(&gy)));
+                grads.push(if need_b { Some(bias_grad(&gy)?) } else { None });
             }
             Ok(grads)
         }
@@ -444,14 +475,19 @@ fn conv2d_core<B: Backend>(
 }
 
 /// `∂L/∂x`: per item `W_gᵀ · g_{n, g}` per group, then col2im (see the module docs).
-fn conv_grad_input<B: Backend>(be: &B, gy: &Tensor<B>, w: &Tensor<B>, g: &ConvGeom) -> Tensor<B> {
+fn conv_grad_input<B: Backend>(
+    be: &B,
+    gy: &Tensor<B>,
+    w: &Tensor<B>,
+    g: &ConvGeom,
+) -> Result<Tensor<B>> {
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let chw = g.c * g.h * g.w;
-    let mut gx = vec![0.0f32; g.n * chw];
-    let w_c = dense(w);
-    let (gd, wd) = (gy.read(), w_c.read());
-    let mut cols = be.zeros(ck * p);
+    let mut gx = super::zeroed_vec("conv2d", g.n * chw)?;
+    let w_c = dense(w)?;
+    let (gd, wd) = (gy.read()?, w_c.read()?);
+    let mut cols = be.uninit(ck * p)?;
     for n in 0..g.n {
         if ck * p > 0 {
             // a = W_gᵀ [K, O/G]: element (r, c) of group gi at gi·(O/G)·K + c·K + r.
@@ -465,25 +501,30 @@ fn conv_grad_input<B: Backend>(be: &B, gy: &Tensor<B>, w: &Tensor<B>, g: &ConvGe
                 gy.layout().offset + n * o * p,
                 [og * p, p, 1],
             );
-            be.matmul(&spec, wd.as_ref(), gd.as_ref(), cols.as_mut());
+            be.matmul(&spec, wd.as_ref(), gd.as_ref(), cols.as_mut())?;
         }
         col2im(cols.as_ref(), g, &mut gx[n * chw..(n + 1) * chw]);
     }
     canon_all(be.mode(), &mut gx);
-    Tensor::from_vec(be, gx, [g.n, g.c, g.h, g.w]).expect("conv: input gradient size")
+    Tensor::from_vec(be, gx, [g.n, g.c, g.h, g.w])
 }
 
 /// `∂L/∂W`: per item `g_{n, g} · cols_{n, g}ᵀ` per group, added in item order from `+0`.
-fn conv_grad_weight<B: Backend>(be: &B, gy: &Tensor<B>, x: &Tensor<B>, g: &ConvGeom) -> Tensor<B> {
+fn conv_grad_weight<B: Backend>(
+    be: &B,
+    gy: &Tensor<B>,
+    x: &Tensor<B>,
+    g: &ConvGeom,
+) -> Result<Tensor<B>> {
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let mut gw = vec![0.0f32; o * k];
-    let src = padded_source(x, g);
-    let (gd, sd) = (gy.read(), src.read());
-    let mut cols = be.zeros(ck * p);
-    let mut part = be.zeros(o * k);
+    let mut gw = super::zeroed_vec("conv2d", o * k)?;
+    let src = padded_source(x, g)?;
+    let (gd, sd) = (gy.read()?, src.read()?);
+    let mut cols = be.uninit(ck * p)?;
+    let mut part = be.zeros(o * k)?;
     for n in 0..g.n {
-        im2col(be, sd.as_ref(), src.layout(), g, n, cols.as_mut());
+        im2col(be, sd.as_ref(), src.layout(), g, n, cols.as_mut())?;
         if o * k > 0 {
             // b = cols_gᵀ [OH·OW, K]: element (r, c) of group gi at gi·K·P + c·P + r.
             let spec = group_spec(
@@ -496,20 +537,20 @@ fn conv_grad_weight<B: Backend>(be: &B, gy: &Tensor<B>, x: &Tensor<B>, g: &ConvG
                 0,
                 [k * p, 1, p],
             );
-            be.matmul(&spec, gd.as_ref(), cols.as_ref(), part.as_mut());
+            be.matmul(&spec, gd.as_ref(), cols.as_ref(), part.as_mut())?;
         }
         for (acc, &v) in gw.iter_mut().zip(part.as_ref()) {
             *acc += v;
         }
     }
     canon_all(be.mode(), &mut gw);
-    Tensor::from_vec(be, gw, [o, g.c / g.groups, g.kh, g.kw]).expect("conv: weight gradient size")
+    Tensor::from_vec(be, gw, [o, g.c / g.groups, g.kh, g.kw])
 }
 
 /// `t` itself when contiguous, else an unrecorded contiguous copy.
-fn dense<B: Backend>(t: &Tensor<B>) -> Tensor<B> {
+fn dense<B: Backend>(t: &Tensor<B>) -> Result<Tensor<B>> {
     if t.is_contiguous() {
-        t.clone()
+        Ok(t.clone())
     } else {
         t.copy_contiguous()
     }

@@ -36,23 +36,26 @@ fn unary_backward<B: Backend>(
     saved: Option<&Tensor<B>>,
     g: &Tensor<B>,
     needs: Needs,
-) -> Tensor<B> {
+) -> Result<Tensor<B>> {
     let b = g.backend();
-    let mut out = b.zeros(g.numel());
-    g.with_contiguous(|gs| match (needs, saved) {
-        (Needs::Input, Some(s)) => {
-            s.with_contiguous(|xs| b.unary_backward(op, xs, gs, gs, out.as_mut()))
-        }
-        (Needs::Output, Some(s)) => {
-            s.with_contiguous(|ys| b.unary_backward(op, gs, ys, gs, out.as_mut()))
-        }
-        _ => b.unary_backward(op, gs, gs, gs, out.as_mut()),
-    });
-    Tensor::from_storage(b, out, g.shape().clone())
+    super::new_tensor(b, op.name(), g.shape().clone(), |out| {
+        g.with_contiguous(|gs| -> Result<()> {
+            match (needs, saved) {
+                (Needs::Input, Some(s)) => {
+                    s.with_contiguous(|xs| b.unary_backward(op, xs, gs, gs, out))??
+                }
+                (Needs::Output, Some(s)) => {
+                    s.with_contiguous(|ys| b.unary_backward(op, gs, ys, gs, out))??
+                }
+                _ => b.unary_backward(op, gs, gs, gs, out)?,
+            }
+            Ok(())
+        })?
+    })
 }
 
-pub(crate) fn unary_op<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Tensor<B> {
-    let y = unary_forward(x, op);
+pub(crate) fn unary_op<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Result<Tensor<B>> {
+    let y = unary_forward(x, op)?;
     let need = needs(op);
     let saved_src = match need {
         Needs::Input => Some(x.clone()),
@@ -60,16 +63,16 @@ pub(crate) fn unary_op<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Tensor<B> {
         Needs::Neither => None,
     };
     let name = op.name();
-    record(name, y, &[x], move || {
+    Ok(record(name, y, &[x], move || {
         let saved = saved_src.map(|t| Saved::new(name, &t));
         move |g: &Tensor<B>| {
             let s = match &saved {
                 Some(s) => Some(s.get()?),
                 None => None,
             };
-            Ok(vec![Some(unary_backward(op, s, g, need))])
+            Ok(vec![Some(unary_backward(op, s, g, need)?)])
         }
-    })
+    }))
 }
 
 fn binary_op<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
@@ -163,63 +166,63 @@ impl<B: Backend> Tensor<B> {
 
     /// `self + c`.
     pub fn add_scalar(&self, c: f32) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::AddScalar(c)))
+        unary_op(self, UnaryOp::AddScalar(c))
     }
 
     /// `self * c`.
     pub fn mul_scalar(&self, c: f32) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::MulScalar(c)))
+        unary_op(self, UnaryOp::MulScalar(c))
     }
 
     /// `-self`.
     pub fn neg(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Neg))
+        unary_op(self, UnaryOp::Neg)
     }
 
     /// `max(self, 0)`; the gradient is 0 where the output is ≤ 0.
     pub fn relu(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Relu))
+        unary_op(self, UnaryOp::Relu)
     }
 
     /// `x` for `x > 0`, else `negative_slope * x`.
     pub fn leaky_relu(&self, negative_slope: f32) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::LeakyRelu(negative_slope)))
+        unary_op(self, UnaryOp::LeakyRelu(negative_slope))
     }
 
     /// The logistic sigmoid.
     pub fn sigmoid(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Sigmoid))
+        unary_op(self, UnaryOp::Sigmoid)
     }
 
     /// The hyperbolic tangent.
     pub fn tanh(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Tanh))
+        unary_op(self, UnaryOp::Tanh)
     }
 
     /// GELU, erf form or tanh approximation.
     pub fn gelu(&self, approximate: GeluApproximation) -> Result<Tensor<B>> {
-        Ok(unary_op(
+        unary_op(
             self,
             match approximate {
                 GeluApproximation::None => UnaryOp::GeluErf,
                 GeluApproximation::Tanh => UnaryOp::GeluTanh,
             },
-        ))
+        )
     }
 
     /// `e^x`.
     pub fn exp(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Exp))
+        unary_op(self, UnaryOp::Exp)
     }
 
     /// The natural logarithm (NaN for negative input, −∞ at 0).
     pub fn log(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Log))
+        unary_op(self, UnaryOp::Log)
     }
 
     /// The IEEE square root.
     pub fn sqrt(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Sqrt))
+        unary_op(self, UnaryOp::Sqrt)
     }
 
     /// `self^exponent` for a scalar exponent (see `docs/arithmetic.md` for how it is
@@ -232,12 +235,12 @@ impl<B: Backend> Tensor<B> {
                 format!("must be finite, got {exponent}"),
             ));
         }
-        Ok(unary_op(self, UnaryOp::Pow(exponent)))
+        unary_op(self, UnaryOp::Pow(exponent))
     }
 
     /// `|self|`; the gradient at 0 (and at NaN) is 0, as PyTorch's.
     pub fn abs(&self) -> Result<Tensor<B>> {
-        Ok(unary_op(self, UnaryOp::Abs))
+        unary_op(self, UnaryOp::Abs)
     }
 
     /// Clamps into `[min, max]` (either bound optional). NaN stays NaN; where `min > max`
@@ -254,13 +257,13 @@ impl<B: Backend> Tensor<B> {
         if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
             return Err(Error::invalid("clamp", "min/max", "bounds must not be NaN"));
         }
-        Ok(unary_op(
+        unary_op(
             self,
             UnaryOp::Clamp(
                 min.unwrap_or(f32::NEG_INFINITY),
                 max.unwrap_or(f32::INFINITY),
             ),
-        ))
+        )
     }
 
     /// Selects `a` where `cond` is non-zero and `b` elsewhere; all three broadcast together.
@@ -270,25 +273,15 @@ impl<B: Backend> Tensor<B> {
         let s1 = Shape::broadcast(op, cond.dims(), a.dims())?;
         let shape = Shape::broadcast(op, &s1, b.dims())?;
         let be = a.backend();
-        let mut out = be.zeros(shape.numel());
-        {
-            let (lc, la, lb) = (
-                cond.layout().broadcast_to(op, &shape)?,
-                a.layout().broadcast_to(op, &shape)?,
-                b.layout().broadcast_to(op, &shape)?,
-            );
-            let (dc, da, db) = (cond.read(), a.read(), b.read());
-            be.select(
-                dc.as_ref(),
-                &lc,
-                da.as_ref(),
-                &la,
-                db.as_ref(),
-                &lb,
-                out.as_mut(),
-            );
-        }
-        let out = Tensor::from_storage(be, out, shape);
+        let (lc, la, lb) = (
+            cond.layout().broadcast_to(op, &shape)?,
+            a.layout().broadcast_to(op, &shape)?,
+            b.layout().broadcast_to(op, &shape)?,
+        );
+        let out = super::new_tensor(be, op, shape, |out| {
+            let (dc, da, db) = (cond.read()?, a.read()?, b.read()?);
+            Ok(be.select(dc.as_ref(), &lc, da.as_ref(), &la, db.as_ref(), &lb, out)?)
+        })?;
         let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());
         let (shape_a, shape_b) = (a.dims().to_vec(), b.dims().to_vec());
         let cond = cond.clone();
@@ -296,7 +289,7 @@ impl<B: Backend> Tensor<B> {
             let saved = Saved::new(op, &cond);
             move |g: &Tensor<B>| {
                 let c = saved.get()?;
-                let zero = Tensor::zeros(g.backend(), Shape::scalar());
+                let zero = Tensor::zeros(g.backend(), Shape::scalar())?;
                 let ga = if need_a {
                     Some(sum_to(&Tensor::where_cond(c, g, &zero)?, &shape_a)?)
                 } else {

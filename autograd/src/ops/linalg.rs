@@ -29,7 +29,7 @@ fn as_batched(l: &Layout) -> Option<(usize, [usize; 3])> {
         .map(|(&d, &s)| (d, s))
         .collect();
     for w in live.windows(2) {
-        if w[0].1 != w[1].1 * w[1].0 {
+        if Some(w[0].1) != w[1].1.checked_mul(w[1].0) {
             return None;
         }
     }
@@ -42,29 +42,26 @@ fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
     let rank = a.rank();
     let (m, k, n) = (a.dims()[rank - 2], a.dims()[rank - 1], b.dims()[rank - 1]);
     let batch_dims = &a.dims()[..rank - 2];
-    let batch: usize = batch_dims.iter().product();
+    let batch = Shape::from(batch_dims).numel_for("matmul")?;
     let mut out_shape = batch_dims.to_vec();
     out_shape.extend([m, n]);
+    let out_shape = Shape::from(out_shape);
+    let out_numel = out_shape.numel_for("matmul")?;
     let be = a.backend();
-    let mut out = be.zeros(batch * m * n);
-    // Operands whose batch dimensions do not collapse to one stride are copied first.
-    let (ac, bc);
-    let a_use = match as_batched(a.layout()) {
-        Some(_) => a,
-        None => {
-            ac = a.copy_contiguous();
-            &ac
+    // Operands whose batch dimensions do not collapse to one stride are copied first
+    // (a contiguous copy always collapses).
+    let collapse = |t: &Tensor<B>| -> Result<(Tensor<B>, usize, [usize; 3])> {
+        if let Some((o, s)) = as_batched(t.layout()) {
+            return Ok((t.clone(), o, s));
         }
+        let c = t.copy_contiguous()?;
+        let (o, s) = as_batched(c.layout()).ok_or_else(|| {
+            Error::invalid("matmul", "operand", "a contiguous copy did not collapse its batch dimensions")
+        })?;
+        Ok((c, o, s))
     };
-    let b_use = match as_batched(b.layout()) {
-        Some(_) => b,
-        None => {
-            bc = b.copy_contiguous();
-            &bc
-        }
-    };
-    let (a_offset, a_strides) = as_batched(a_use.layout()).expect("contiguous operands collapse");
-    let (b_offset, b_strides) = as_batched(b_use.layout()).expect("contiguous operands collapse");
+    let (a_use, a_offset, a_strides) = collapse(a)?;
+    let (b_use, b_offset, b_strides) = collapse(b)?;
     let spec = MatmulSpec {
         batch,
         m,
@@ -75,11 +72,13 @@ fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
         b_offset,
         b_strides,
     };
-    if batch * m * n > 0 {
-        let (da, db) = (a_use.read(), b_use.read());
-        be.matmul(&spec, da.as_ref(), db.as_ref(), out.as_mut());
-    }
-    let out = Tensor::from_storage(be, out, Shape::from(out_shape));
+    let out = super::new_zeroed(be, "matmul", out_shape, |out| {
+        if out_numel > 0 {
+            let (da, db) = (a_use.read()?, b_use.read()?);
+            be.matmul(&spec, da.as_ref(), db.as_ref(), out)?;
+        }
+        Ok(())
+    })?;
     let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());
     let (a_keep, b_keep) = (a.clone(), b.clone());
     Ok(record("matmul", out, &[a, b], move || {
@@ -158,7 +157,7 @@ impl<B: Backend> Tensor<B> {
             ));
         }
         if rb == 2 && ra > 2 {
-            let rows: usize = self.dims()[..ra - 1].iter().product();
+            let rows = Shape::from(&self.dims()[..ra - 1]).numel_for(op)?;
             let folded = self.reshape_to(&[rows, k])?;
             let mut out_shape = self.dims()[..ra - 1].to_vec();
             out_shape.push(n);

@@ -72,7 +72,7 @@ impl<B: Backend> Tensor<B> {
         let classes = self.dims()[class_dim];
         let mut target_shape = self.dims().to_vec();
         target_shape.remove(class_dim);
-        let rows: usize = target_shape.iter().product();
+        let rows = exactgrad_core::Shape::from(&target_shape).numel_for(op)?;
         if targets.len() != rows {
             return Err(Error::invalid(
                 op,
@@ -107,12 +107,14 @@ impl<B: Backend> Tensor<B> {
         };
         let be = self.backend();
         let mode = be.mode();
-        let mut lp = be.zeros(rows * classes);
-        x2.with_contiguous(|xs| be.softmax(xs, rows, classes, true, lp.as_mut()));
-        let lp_vals: &[f32] = lp.as_ref();
+        let lp_t = super::new_tensor(be, op, [rows, classes].into(), |lp| {
+            Ok(x2.with_contiguous(|xs| be.softmax(xs, rows, classes, true, lp))??)
+        })?;
+        let lp_read = lp_t.read()?;
+        let lp_vals: &[f32] = lp_read.as_ref();
         let ignore = options.ignore_index;
         let valid = targets.iter().filter(|&&t| t != ignore).count();
-        let mut per_row = vec![0.0f32; rows];
+        let mut per_row = super::zeroed_vec(op, rows)?;
         let (one_minus, eps_c) = (1.0 - eps, eps / classes.max(1) as f32);
         for i in 0..rows {
             if targets[i] == ignore {
@@ -139,20 +141,20 @@ impl<B: Backend> Tensor<B> {
                 } else {
                     total
                 };
-                Tensor::scalar(be, canon(mode, v as f32))
+                Tensor::scalar(be, canon(mode, v as f32))?
             }
         };
-        let lp_t = Tensor::from_storage(be, lp, [rows, classes].into());
+        drop(lp_read);
         let targets = targets.to_vec();
         Ok(record(op, out, &[&x2], move || {
             let saved = Saved::new(op, &lp_t);
             move |g: &Tensor<B>| {
                 let lp = saved.get()?;
                 let b = g.backend();
-                let mut p = b.zeros(rows * classes);
-                lp.with_contiguous(|l| b.unary(UnaryOp::Exp, l, p.as_mut()));
-                let gv = g.to_vec();
-                let mut dx = vec![0.0f32; rows * classes];
+                let mut p = b.uninit(rows * classes)?;
+                lp.with_contiguous(|l| b.unary(UnaryOp::Exp, l, p.as_mut()))??;
+                let gv = g.to_vec()?;
+                let mut dx = super::zeroed_vec(op, rows * classes)?;
                 for i in 0..rows {
                     if targets[i] == ignore {
                         continue;

@@ -20,9 +20,14 @@ use exactgrad_core::{Backend, BinaryOp, Philox};
 /// The dropout mask of `n` elements under `key`: element `i` is kept (value `scale`) iff
 /// the uniform `unit_f32(Philox::at(key, i))` is `≥ p`, otherwise it is `0`. Blocks of four
 /// words are generated at once; the result equals the word-by-word definition.
-fn dropout_mask(key: u64, n: usize, p: f32, scale: f32) -> Vec<f32> {
+fn dropout_mask(key: u64, n: usize, p: f32, scale: f32) -> Result<Vec<f32>> {
     let k = [key as u32, (key >> 32) as u32];
-    let mut mask = Vec::with_capacity(n);
+    let mut mask = super::try_vec("dropout", 0, |_| 0.0f32)?;
+    mask.try_reserve_exact(n).map_err(|_| exactgrad_core::Error::Alloc {
+        op: "dropout",
+        bytes: n.saturating_mul(4),
+        reason: "the allocator refused the request",
+    })?;
     let mut block = 0u64;
     while mask.len() < n {
         let words = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], k);
@@ -34,13 +39,14 @@ fn dropout_mask(key: u64, n: usize, p: f32, scale: f32) -> Vec<f32> {
         }
         block += 1;
     }
-    mask
+    Ok(mask)
 }
 
-/// `x` viewed as `[outer, size, inner]` around dimension `dim`.
+/// `x` viewed as `[outer, size, inner]` around dimension `dim` (saturating products:
+/// callers only index when the tensor has elements, and then every product fits).
 fn split_dims(dims: &[usize], dim: usize) -> (usize, usize, usize) {
-    let outer = dims[..dim].iter().product();
-    let inner = dims[dim + 1..].iter().product();
+    let outer = exactgrad_core::Shape::from(&dims[..dim]).numel();
+    let inner = exactgrad_core::Shape::from(&dims[dim + 1..]).numel();
     (outer, dims[dim], inner)
 }
 
@@ -56,18 +62,21 @@ fn gather<B: Backend>(
 ) -> Result<Tensor<B>> {
     let (outer, size, inner) = split_dims(x.dims(), dim);
     let n = indices.len();
-    let mut out = vec![0.0f32; outer * n * inner];
-    x.with_contiguous(|xs| {
-        for o in 0..outer {
-            for (p, &j) in indices.iter().enumerate() {
-                let src = (o * size + j) * inner;
-                let dst = (o * n + p) * inner;
-                out[dst..dst + inner].copy_from_slice(&xs[src..src + inner]);
-            }
-        }
-    });
     let mut out_shape = x.dims().to_vec();
     out_shape[dim] = n;
+    let out_numel = exactgrad_core::Shape::from(out_shape.as_slice()).numel_for(op)?;
+    let mut out = super::zeroed_vec(op, out_numel)?;
+    if out_numel > 0 {
+        x.with_contiguous(|xs| {
+            for o in 0..outer {
+                for (p, &j) in indices.iter().enumerate() {
+                    let src = (o * size + j) * inner;
+                    let dst = (o * n + p) * inner;
+                    out[dst..dst + inner].copy_from_slice(&xs[src..src + inner]);
+                }
+            }
+        })?;
+    }
     let out = Tensor::from_vec(x.backend(), out, out_shape)?;
     let in_shape = x.dims().to_vec();
     Ok(record(op, out, &[x], move || {
@@ -75,7 +84,10 @@ fn gather<B: Backend>(
             let b = g.backend();
             let mode = b.mode();
             // Rows that receive gradient get a slot in a compact f64 accumulator.
-            let mut slot = vec![usize::MAX; size];
+            if g.numel() == 0 {
+                return Ok(vec![Some(Tensor::zeros(b, in_shape.clone())?)]);
+            }
+            let mut slot = super::try_vec(op, size, |_| usize::MAX)?;
             let mut touched = 0usize;
             for &j in &indices {
                 if Some(j) != skip && slot[j] == usize::MAX {
@@ -83,7 +95,7 @@ fn gather<B: Backend>(
                     touched += 1;
                 }
             }
-            let mut acc = vec![0.0f64; outer * touched * inner];
+            let mut acc = super::try_vec(op, outer * touched * inner, |_| 0.0f64)?;
             g.with_contiguous(|gs| {
                 for o in 0..outer {
                     for (p, &j) in indices.iter().enumerate() {
@@ -99,8 +111,8 @@ fn gather<B: Backend>(
                         }
                     }
                 }
-            });
-            let mut grad = vec![0.0f32; outer * size * inner];
+            })?;
+            let mut grad = super::zeroed_vec(op, outer * size * inner)?;
             for o in 0..outer {
                 for (j, &s) in slot.iter().enumerate() {
                     if s == usize::MAX {
@@ -167,7 +179,7 @@ impl<B: Backend> Tensor<B> {
         let scale = 1.0f32 / (1.0f32 - p);
         let mask = Tensor::from_vec(
             self.backend(),
-            dropout_mask(key, self.numel(), p, scale),
+            dropout_mask(key, self.numel(), p, scale)?,
             self.shape().clone(),
         )?;
         let out = binary_forward(BinaryOp::Mul, self, &mask)?;
@@ -203,7 +215,7 @@ impl<B: Backend> Tensor<B> {
             ));
         }
         let (num, dim) = (weight.dims()[0], weight.dims()[1]);
-        let count: usize = indices_shape.iter().product();
+        let count = exactgrad_core::Shape::from(indices_shape).numel_for(op)?;
         if count != indices.len() {
             return Err(Error::invalid(
                 op,
@@ -289,12 +301,17 @@ impl<B: Backend> Tensor<B> {
             return Ok(vec![self.narrow(d as isize, 0, 0)?]);
         }
         let pieces = size.div_ceil(split_size).max(1);
-        (0..pieces)
-            .map(|k| {
-                let start = k * split_size;
-                self.narrow(d as isize, start, split_size.min(size - start))
-            })
-            .collect()
+        let mut out = super::try_vec(op, 0, |_| self.clone())?;
+        out.try_reserve_exact(pieces).map_err(|_| exactgrad_core::Error::Alloc {
+            op,
+            bytes: pieces.saturating_mul(std::mem::size_of::<Tensor<B>>()),
+            reason: "the allocator refused the list of pieces",
+        })?;
+        for k in 0..pieces {
+            let start = k * split_size;
+            out.push(self.narrow(d as isize, start, split_size.min(size - start))?);
+        }
+        Ok(out)
     }
 
     /// Pieces of the given sizes along `dim`, as views (PyTorch's `split` with a list).
@@ -322,14 +339,17 @@ impl<B: Backend> Tensor<B> {
             ));
         }
         let mut start = 0;
-        sizes
-            .iter()
-            .map(|&s| {
-                let piece = self.narrow(d as isize, start, s);
-                start += s;
-                piece
-            })
-            .collect()
+        let mut out = super::try_vec(op, 0, |_| self.clone())?;
+        out.try_reserve_exact(sizes.len()).map_err(|_| exactgrad_core::Error::Alloc {
+            op,
+            bytes: sizes.len().saturating_mul(std::mem::size_of::<Tensor<B>>()),
+            reason: "the allocator refused the list of pieces",
+        })?;
+        for &s in sizes {
+            out.push(self.narrow(d as isize, start, s)?);
+            start += s;
+        }
+        Ok(out)
     }
 
     /// Splits `dim` into `chunks` pieces of `⌈size / chunks⌉` entries (the last smaller),
@@ -355,7 +375,7 @@ impl<B: Backend> Tensor<B> {
         let d = normalize_dim(op, dim, self.rank())?;
         let size = self.dims()[d];
         if size == 0 {
-            return self.split_sizes(&vec![0; chunks], d as isize);
+            return self.split_sizes(&super::try_vec(op, chunks, |_| 0)?, d as isize);
         }
         self.split(size.div_ceil(chunks), d as isize)
     }

@@ -84,12 +84,58 @@ pub(crate) fn fmt_pair(v: [usize; 2]) -> String {
     format!("[{}, {}]", v[0], v[1])
 }
 
+/// A new contiguous tensor of `shape` whose buffer `fill` writes completely (its initial
+/// values are unspecified): allocates (fallibly), runs `fill`, wraps the result.
+pub(crate) fn new_tensor<B: Backend>(
+    be: &B,
+    op: &'static str,
+    shape: Shape,
+    fill: impl FnOnce(&mut [f32]) -> Result<()>,
+) -> Result<Tensor<B>> {
+    let n = shape.numel_for(op)?;
+    let mut out = be.uninit(n)?;
+    fill(out.as_mut())?;
+    Tensor::from_storage(be, out, shape)
+}
+
+/// A new zero-filled contiguous tensor of `shape`, then `fill` adds into it.
+pub(crate) fn new_zeroed<B: Backend>(
+    be: &B,
+    op: &'static str,
+    shape: Shape,
+    fill: impl FnOnce(&mut [f32]) -> Result<()>,
+) -> Result<Tensor<B>> {
+    let n = shape.numel_for(op)?;
+    let mut out = be.zeros(n)?;
+    fill(out.as_mut())?;
+    Tensor::from_storage(be, out, shape)
+}
+
+/// `(0..n).map(f)` collected into a vector whose memory is obtained fallibly (an
+/// [`exactgrad_core::Error::Alloc`] instead of an abort).
+pub(crate) fn try_vec<T>(op: &'static str, n: usize, f: impl FnMut(usize) -> T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| exactgrad_core::Error::Alloc {
+        op,
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        reason: "the allocator refused the request",
+    })?;
+    v.extend((0..n).map(f));
+    Ok(v)
+}
+
+/// A zero-filled f32 vector of `n` elements (fallible), for scalar glue loops.
+pub(crate) fn zeroed_vec(op: &'static str, n: usize) -> Result<Vec<f32>> {
+    Ok(exactgrad_core::backend::try_zeroed_vec(op, n)?)
+}
+
 /// `op(x)` element-wise, unrecorded; the result is contiguous.
-pub(crate) fn unary_forward<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Tensor<B> {
+pub(crate) fn unary_forward<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Result<Tensor<B>> {
     let b = x.backend();
-    let mut out = b.zeros(x.numel());
-    x.with_contiguous(|xs| b.unary(op, xs, out.as_mut()));
-    Tensor::from_storage(b, out, x.shape().clone())
+    new_tensor(b, op.name(), x.shape().clone(), |out| {
+        x.with_contiguous(|xs| b.unary(op, xs, out))??;
+        Ok(())
+    })
 }
 
 /// `op(a, b)` with broadcasting, unrecorded.
@@ -103,13 +149,11 @@ pub(crate) fn binary_forward<B: Backend>(
     let la = a.layout().broadcast_to(name, &shape)?;
     let lb = b.layout().broadcast_to(name, &shape)?;
     let be = a.backend();
-    let mut out = be.zeros(shape.numel());
-    {
-        let da = a.read();
-        let db = b.read();
-        be.binary(op, da.as_ref(), &la, db.as_ref(), &lb, out.as_mut());
-    }
-    Ok(Tensor::from_storage(be, out, shape))
+    new_tensor(be, name, shape, |out| {
+        let da = a.read()?;
+        let db = b.read()?;
+        Ok(be.binary(op, da.as_ref(), &la, db.as_ref(), &lb, out)?)
+    })
 }
 
 /// Sums `g` over the dimensions that broadcasting added or stretched, giving `shape`.
@@ -122,13 +166,13 @@ pub(crate) fn sum_to<B: Backend>(g: &Tensor<B>, shape: &[usize]) -> Result<Tenso
     let reduce: Vec<bool> = (0..rank)
         .map(|d| d < lead || (shape[d - lead] == 1 && g.dims()[d] != 1))
         .collect();
-    let out = sum_unrecorded(g, &reduce);
+    let out = sum_unrecorded(g, &reduce)?;
     out.reshape_to(shape)
 }
 
 /// Sum over the flagged dimensions (f64, increasing order), unrecorded; the result has
 /// the kept dimensions.
-pub(crate) fn sum_unrecorded<B: Backend>(x: &Tensor<B>, reduce: &[bool]) -> Tensor<B> {
+pub(crate) fn sum_unrecorded<B: Backend>(x: &Tensor<B>, reduce: &[bool]) -> Result<Tensor<B>> {
     let kept: Vec<usize> = x
         .dims()
         .iter()
@@ -137,10 +181,8 @@ pub(crate) fn sum_unrecorded<B: Backend>(x: &Tensor<B>, reduce: &[bool]) -> Tens
         .map(|(&d, _)| d)
         .collect();
     let b = x.backend();
-    let mut out = b.zeros(kept.iter().product());
-    {
-        let d = x.read();
-        b.sum(d.as_ref(), x.layout(), reduce, out.as_mut());
-    }
-    Tensor::from_storage(b, out, Shape::from(kept))
+    new_tensor(b, "sum", Shape::from(kept), |out| {
+        let d = x.read()?;
+        Ok(b.sum(d.as_ref(), x.layout(), reduce, out)?)
+    })
 }

@@ -417,8 +417,8 @@ fn normalize(
     w: Option<&[f32]>,
     b: Option<&[f32]>,
     mode: ComputeMode,
-) -> Vec<f32> {
-    let mut out = vec![0.0f32; xs.len()];
+) -> Result<Vec<f32>> {
+    let mut out = super::zeroed_vec("normalize", xs.len())?;
     geo.for_each(|q, r, i| {
         let mut y = center.apply(xs[i], q) * rstd[q];
         if let Some(w) = w {
@@ -429,7 +429,7 @@ fn normalize(
         }
         out[i] = canon(mode, y);
     });
-    out
+    Ok(out)
 }
 
 /// The gradients of input, weight and bias, each when needed.
@@ -449,14 +449,14 @@ fn normalize_backward(
     stats_depend: bool,
     need: [bool; 3],
     mode: ComputeMode,
-) -> NormGrads {
+) -> Result<NormGrads> {
     let xhat = |q: usize, i: usize| center.apply(xs[i], q) * rstd[q];
     let ghat = |q: usize, r: usize, i: usize| match w {
         Some(w) => gs[i] * w[geo.param_index(q, r)],
         None => gs[i],
     };
-    let dx = need[0].then(|| {
-        let mut dx = vec![0.0f32; xs.len()];
+    let dx = need[0].then(|| -> Result<Vec<f32>> {
+        let mut dx = super::zeroed_vec("normalize", xs.len())?;
         if stats_depend {
             let n = geo.count() as f32;
             let mut sum_g = vec![0.0f64; geo.q];
@@ -475,8 +475,9 @@ fn normalize_backward(
         } else {
             geo.for_each(|q, r, i| dx[i] = canon(mode, ghat(q, r, i) * rstd[q]));
         }
-        dx
+        Ok(dx)
     });
+    let dx = dx.transpose()?;
     let dw = need[1].then(|| {
         let mut acc = vec![0.0f64; geo.params];
         geo.for_each(|q, r, i| {
@@ -489,7 +490,7 @@ fn normalize_backward(
         geo.for_each(|q, r, i| acc[geo.param_index(q, r)] += f64::from(gs[i]));
         acc.iter().map(|&s| canon(mode, s as f32)).collect()
     });
-    (dx, dw, db)
+    Ok((dx, dw, db))
 }
 
 /// Checks that an optional parameter tensor has exactly `dims`.
@@ -529,8 +530,8 @@ fn norm_op<B: Backend>(
 ) -> Result<Tensor<B>> {
     let be = x.backend();
     let mode = be.mode();
-    let w = weight.map(Tensor::to_vec);
-    let b = bias.map(Tensor::to_vec);
+    let w = weight.map(Tensor::to_vec).transpose()?;
+    let b = bias.map(Tensor::to_vec).transpose()?;
     let stats_depend = fixed.is_none();
     // The running statistics are updated after the input's storage is released (they
     // could share it).
@@ -550,7 +551,8 @@ fn norm_op<B: Backend>(
         let rs = rstd(&var, eps, mode);
         let y = normalize(xs, &geo, &center, &rs, w.as_deref(), b.as_deref(), mode);
         (y, center, rs, sq_sum)
-    });
+    })?;
+    let y = y?;
     if let Some(sq_sum) = sq_sum {
         let stats = Stats { center, sq_sum };
         on_stats(&stats)?;
@@ -599,12 +601,12 @@ fn norm_record<B: Backend>(
             let be = g.backend();
             let shape = g.shape().clone();
             let w = match &saved_w {
-                Some(s) => Some(s.get()?.to_vec()),
+                Some(s) => Some(s.get()?.to_vec()?),
                 None => None,
             };
             let (dx, dw, db) = g.with_contiguous(|gs| -> Result<_> {
                 match &saved_x {
-                    Some(sx) => Ok(sx.get()?.with_contiguous(|xs| {
+                    Some(sx) => sx.get()?.with_contiguous(|xs| {
                         normalize_backward(
                             gs,
                             xs,
@@ -616,11 +618,11 @@ fn norm_record<B: Backend>(
                             need,
                             mode,
                         )
-                    })),
+                    })?,
                     // Only the bias: x̂ is not needed.
                     None => {
-                        let zeros = vec![0.0f32; gs.len()];
-                        Ok(normalize_backward(
+                        let zeros = super::zeroed_vec(op, gs.len())?;
+                        normalize_backward(
                             gs,
                             &zeros,
                             &geo,
@@ -630,10 +632,10 @@ fn norm_record<B: Backend>(
                             stats_depend,
                             [false, false, need[2]],
                             mode,
-                        ))
+                        )
                     }
                 }
-            })?;
+            })??;
             let mut grads = vec![dx
                 .map(|v| Tensor::from_vec(be, v, shape.clone()))
                 .transpose()?];
@@ -756,7 +758,7 @@ impl<B: Backend> Tensor<B> {
                     "both must be given in evaluation mode (training = false)",
                 ));
             };
-            let fixed = (rm.to_vec(), rv.to_vec());
+            let fixed = (rm.to_vec()?, rv.to_vec()?);
             norm_op(op, self, geo, weight, bias, eps, Some(fixed), |_| Ok(()))
         }
     }

@@ -12,41 +12,63 @@ use exactgrad_core::{Backend, Layout, Shape};
 /// `x` with `before[i]` and `after[i]` elements of `value` added around dimension `i`
 /// (unrecorded, contiguous; the elements of `x` are copied bit for bit).
 pub(super) fn pad_forward<B: Backend>(
+    op: &'static str,
     x: &Tensor<B>,
     before: &[usize],
     after: &[usize],
     value: f32,
-) -> Tensor<B> {
+) -> Result<Tensor<B>> {
     let dims = x.dims();
     let rank = dims.len();
-    let out_dims: Vec<usize> = (0..rank).map(|i| dims[i] + before[i] + after[i]).collect();
-    let out_shape = Shape::from(out_dims.clone());
-    let mut buf = vec![value; out_shape.numel()];
-    if x.numel() > 0 {
-        let xs = x.to_vec();
+    let out_dims = (0..rank)
+        .map(|i| {
+            dims[i]
+                .checked_add(before[i])
+                .and_then(|d| d.checked_add(after[i]))
+                .ok_or_else(|| {
+                    Error::overflow(
+                        op,
+                        "padding",
+                        format!(
+                            "dimension {i} of size {} padded by {} and {} overflows usize",
+                            dims[i], before[i], after[i]
+                        ),
+                    )
+                })
+        })
+        .collect::<Result<Vec<usize>>>()?;
+    let out_shape = Shape::from(out_dims);
+    // The output's element count is checked (and its memory obtained) before the
+    // input's elements are read; every index below is then inside the output.
+    let xs = if x.numel() > 0 { x.to_vec()? } else { Vec::new() };
+    super::new_tensor(x.backend(), op, out_shape.clone(), |buf| {
+        buf.fill(value);
+        if xs.is_empty() {
+            return Ok(());
+        }
         if rank == 0 {
             buf[0] = xs[0];
-        } else {
-            let ostrides = out_shape.contiguous_strides();
-            let len = dims[rank - 1];
-            let mut idx = vec![0usize; rank - 1];
-            for row in xs.chunks_exact(len) {
-                let mut dst = before[rank - 1];
-                for d in 0..rank - 1 {
-                    dst += (idx[d] + before[d]) * ostrides[d];
+            return Ok(());
+        }
+        let ostrides = out_shape.contiguous_strides();
+        let len = dims[rank - 1];
+        let mut idx = vec![0usize; rank - 1];
+        for row in xs.chunks_exact(len) {
+            let mut dst = before[rank - 1];
+            for d in 0..rank - 1 {
+                dst += (idx[d] + before[d]) * ostrides[d];
+            }
+            buf[dst..dst + len].copy_from_slice(row);
+            for d in (0..rank - 1).rev() {
+                idx[d] += 1;
+                if idx[d] < dims[d] {
+                    break;
                 }
-                buf[dst..dst + len].copy_from_slice(row);
-                for d in (0..rank - 1).rev() {
-                    idx[d] += 1;
-                    if idx[d] < dims[d] {
-                        break;
-                    }
-                    idx[d] = 0;
-                }
+                idx[d] = 0;
             }
         }
-    }
-    Tensor::from_vec(x.backend(), buf, out_shape).expect("pad: sizes agree")
+        Ok(())
+    })
 }
 
 // ----- the operator ----------------------------------------------------------------------
@@ -87,7 +109,7 @@ impl<B: Backend> Tensor<B> {
             before[rank - 1 - i] = pair[0];
             after[rank - 1 - i] = pair[1];
         }
-        let y = pad_forward(self, &before, &after, value);
+        let y = pad_forward(op, self, &before, &after, value)?;
         let in_dims = self.dims().to_vec();
         Ok(record(op, y, &[self], move || {
             move |gy: &Tensor<B>| {
@@ -103,12 +125,14 @@ impl<B: Backend> Tensor<B> {
                             .sum::<usize>(),
                 };
                 let be = gy.backend();
-                let mut out = be.zeros(interior.numel());
-                if interior.numel() > 0 {
-                    let d = gy.read();
-                    be.copy_strided(d.as_ref(), &interior, out.as_mut());
-                }
-                Ok(vec![Some(Tensor::from_storage(be, out, interior.shape))])
+                let gx = super::new_tensor(be, op, interior.shape.clone(), |out| {
+                    if !out.is_empty() {
+                        let d = gy.read()?;
+                        be.copy_strided(d.as_ref(), &interior, out)?;
+                    }
+                    Ok(())
+                })?;
+                Ok(vec![Some(gx)])
             }
         }))
     }

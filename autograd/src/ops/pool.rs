@@ -111,15 +111,42 @@ struct PoolGeom {
 }
 
 /// PyTorch's pooling output size: floor (or ceil) of `(in + 2p − d(k−1) − 1) / s` plus 1;
-/// in ceil mode a last window that would start at or past `in + p` is dropped.
-fn pool_out_size(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> i64 {
-    let (input, k, s, p, d) = (input as i64, k as i64, s as i64, p as i64, d as i64);
-    let num = input + 2 * p - d * (k - 1) - 1 + if ceil { s - 1 } else { 0 };
-    let mut out = num.div_euclid(s) + 1;
+/// in ceil mode a last window that would start at or past `in + p` is dropped. Computed
+/// without overflow for any `usize` arguments (`k`, `s`, `d` ≥ 1); a result below 1 is
+/// returned as 0.
+fn pool_out_size(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> u128 {
+    let (input, k, s, p, d) = (input as u128, k as u128, s as u128, p as u128, d as u128);
+    let padded = input + 2 * p;
+    // The dilated kernel d·(k − 1) + 1; when it exceeds the padded input by more than a
+    // stride the output is empty in both modes.
+    let Some(eff) = d.checked_mul(k - 1).and_then(|e| e.checked_add(1)) else {
+        return 0;
+    };
+    let slack = if ceil { s - 1 } else { 0 };
+    if eff > padded + slack {
+        return 0;
+    }
+    // Now every quantity is below 2^67.
+    let mut out = (padded + slack - eff) / s + 1;
     if ceil && (out - 1) * s >= input + p {
         out -= 1;
     }
     out
+}
+
+/// The taps `[lo, hi)` of a window (start `o·s`, taps `i·d`, in padded coordinates) whose
+/// positions `o·s + i·d − p` fall inside `[0, size)`: the loop bounds of a window, so that
+/// the work is bounded by the input and not by the kernel size.
+fn taps_inside(o: usize, s: usize, d: usize, p: usize, k: usize, size: usize) -> (usize, usize) {
+    let (o, s, d, p, k, size) = (o as u128, s as u128, d as u128, p as u128, k as u128, size as u128);
+    let start = o * s; // < 2^67: o < out ≤ padded / s + 1
+    let lo = if start >= p { 0 } else { (p - start).div_ceil(d) };
+    let hi = if p + size > start {
+        ((p + size - 1 - start) / d + 1).min(k)
+    } else {
+        0
+    };
+    (lo.min(k) as usize, hi.max(lo.min(k)) as usize)
 }
 
 /// Checks a pooling input (3-D or 4-D, non-empty channel and spatial dimensions); returns
@@ -203,12 +230,24 @@ fn pool_geom(
             ),
         ));
     }
+    let too_large = || {
+        Error::Core(exactgrad_core::Error::TooLarge {
+            op,
+            dims: orig.to_vec(),
+            limit: exactgrad_core::MAX_ELEMENTS,
+        })
+    };
+    let (oh, ow) = (
+        usize::try_from(oh).map_err(|_| too_large())?,
+        usize::try_from(ow).map_err(|_| too_large())?,
+    );
+    exactgrad_core::Shape::from([x[0], x[1], oh, ow]).numel_for(op)?;
     Ok(PoolGeom {
         planes: x[0] * x[1],
         h,
         w,
-        oh: oh as usize,
-        ow: ow as usize,
+        oh,
+        ow,
         kernel,
         stride,
         padding,
@@ -218,19 +257,20 @@ fn pool_geom(
 
 /// The rows (or columns) `[start, end)` of one average-pooling window along a dimension
 /// and the window length clamped to the padded input (PyTorch's `pool_size` factor).
-fn avg_window(o: usize, size: usize, k: usize, s: usize, p: usize) -> (usize, usize, usize) {
-    let (size, p) = (size as i64, p as i64);
-    let start = (o * s) as i64 - p;
-    let end = (start + k as i64).min(size + p);
-    let span = (end - start) as usize;
-    (start.max(0) as usize, end.min(size).max(0) as usize, span)
+fn avg_window(o: usize, size: usize, k: usize, s: usize, p: usize) -> (usize, usize, u128) {
+    // o < out ≤ (size + 2p) / s + 1, so every quantity is far below 2^127.
+    let (o, size, k, s, p) = (o as i128, size as i128, k as i128, s as i128, p as i128);
+    let start = o * s - p;
+    let end = (start + k).min(size + p);
+    let span = (end - start).max(0) as u128;
+    (start.clamp(0, size) as usize, end.clamp(0, size) as usize, span)
 }
 
 /// The windows of an average pooling: per output row and column the clipped range
 /// `[start, end)` and the span clipped to the padded input.
 struct AvgPlan {
-    rows: Vec<(usize, usize, usize)>,
-    cols: Vec<(usize, usize, usize)>,
+    rows: Vec<(usize, usize, u128)>,
+    cols: Vec<(usize, usize, u128)>,
     count_include_pad: bool,
     divisor_override: Option<usize>,
 }
@@ -247,7 +287,9 @@ impl AvgPlan {
         let ((r0, r1, rs), (c0, c1, cs)) = (self.rows[oy], self.cols[ox]);
         match self.divisor_override {
             Some(d) => d as f32,
-            None if self.count_include_pad => (rs * cs) as f32,
+            // Spans are at most the kernel sizes; their product fits in u128 and is
+            // rounded once to f32.
+            None if self.count_include_pad => rs.saturating_mul(cs) as f32,
             None => ((r1 - r0) * (c1 - c0)) as f32,
         }
     }
@@ -256,7 +298,8 @@ impl AvgPlan {
 /// `[start, end)` of adaptive window `i` of `out` over `size`: `floor(i·size/out)` to
 /// `ceil((i+1)·size/out)`.
 fn adaptive_window(i: usize, size: usize, out: usize) -> (usize, usize) {
-    (i * size / out, ((i + 1) * size).div_ceil(out))
+    let (i, size, out) = (i as u128, size as u128, out as u128);
+    ((i * size / out) as usize, ((i + 1) * size).div_ceil(out) as usize)
 }
 
 /// Wraps a 4-D pooling result back to 3-D when the input was unbatched.
@@ -293,31 +336,29 @@ impl<B: Backend> Tensor<B> {
         )?;
         let be = x.backend();
         let mode = be.mode();
-        let xs = x.to_vec();
         let (hw, ohw) = (pg.h * pg.w, pg.oh * pg.ow);
-        let mut out = vec![0.0f32; pg.planes * ohw];
-        let mut argmax = vec![usize::MAX; pg.planes * ohw];
+        let mut out = super::zeroed_vec(op, pg.planes * ohw)?;
+        let mut argmax = super::try_vec(op, pg.planes * ohw, |_| usize::MAX)?;
+        let xs = x.to_vec()?;
         let [kh, kw] = pg.kernel;
         let [sh, sw] = pg.stride;
         let [ph, pw] = pg.padding;
         let [dh, dw] = pg.dilation;
+        // The taps of each window row and column that land inside the input (the others
+        // are padding and skipped), so the loops never run over a huge kernel.
+        let row_taps = super::try_vec(op, pg.oh, |oy| taps_inside(oy, sh, dh, ph, kh, pg.h))?;
+        let col_taps = super::try_vec(op, pg.ow, |ox| taps_inside(ox, sw, dw, pw, kw, pg.w))?;
         for plane in 0..pg.planes {
             let xp = &xs[plane * hw..(plane + 1) * hw];
-            for oy in 0..pg.oh {
-                for ox in 0..pg.ow {
+            for (oy, &(i0, i1)) in row_taps.iter().enumerate() {
+                for (ox, &(j0, j1)) in col_taps.iter().enumerate() {
                     let mut best = f32::NEG_INFINITY;
                     let mut at = usize::MAX;
-                    for i in 0..kh {
-                        let r = oy * sh + i * dh;
-                        if r < ph || r - ph >= pg.h {
-                            continue;
-                        }
-                        for j in 0..kw {
-                            let q = ox * sw + j * dw;
-                            if q < pw || q - pw >= pg.w {
-                                continue;
-                            }
-                            let idx = (r - ph) * pg.w + q - pw;
+                    for i in i0..i1 {
+                        let r = oy * sh + i * dh - ph;
+                        for j in j0..j1 {
+                            let q = ox * sw + j * dw - pw;
+                            let idx = r * pg.w + q;
                             let v = xp[idx];
                             if at == usize::MAX || v > best || v.is_nan() {
                                 best = v;
@@ -336,8 +377,8 @@ impl<B: Backend> Tensor<B> {
         let y = Tensor::from_vec(be, out, dims)?;
         let y = record(op, y, &[&x], move || {
             move |gy: &Tensor<B>| {
-                let gv = gy.to_vec();
-                let mut gx = vec![0.0f32; pg.planes * hw];
+                let gv = gy.to_vec()?;
+                let mut gx = super::zeroed_vec(op, pg.planes * hw)?;
                 for plane in 0..pg.planes {
                     let gxp = &mut gx[plane * hw..(plane + 1) * hw];
                     for j in plane * ohw..(plane + 1) * ohw {
@@ -379,21 +420,21 @@ impl<B: Backend> Tensor<B> {
             [1, 1],
             opts.ceil_mode,
         )?;
+        let be = x.backend();
+        let mode = be.mode();
+        let (hw, ohw) = (pg.h * pg.w, pg.oh * pg.ow);
+        let mut out = super::zeroed_vec(op, pg.planes * ohw)?;
         let plan = AvgPlan {
-            rows: (0..pg.oh)
-                .map(|o| avg_window(o, pg.h, pg.kernel[0], pg.stride[0], pg.padding[0]))
-                .collect(),
-            cols: (0..pg.ow)
-                .map(|o| avg_window(o, pg.w, pg.kernel[1], pg.stride[1], pg.padding[1]))
-                .collect(),
+            rows: super::try_vec(op, pg.oh, |o| {
+                avg_window(o, pg.h, pg.kernel[0], pg.stride[0], pg.padding[0])
+            })?,
+            cols: super::try_vec(op, pg.ow, |o| {
+                avg_window(o, pg.w, pg.kernel[1], pg.stride[1], pg.padding[1])
+            })?,
             count_include_pad: opts.count_include_pad,
             divisor_override: opts.divisor_override,
         };
-        let be = x.backend();
-        let mode = be.mode();
-        let xs = x.to_vec();
-        let (hw, ohw) = (pg.h * pg.w, pg.oh * pg.ow);
-        let mut out = vec![0.0f32; pg.planes * ohw];
+        let xs = x.to_vec()?;
         for plane in 0..pg.planes {
             let xp = &xs[plane * hw..(plane + 1) * hw];
             for oy in 0..pg.oh {
@@ -418,8 +459,8 @@ impl<B: Backend> Tensor<B> {
         let y = Tensor::from_vec(be, out, dims)?;
         let y = record(op, y, &[&x], move || {
             move |gy: &Tensor<B>| {
-                let gv = gy.to_vec();
-                let mut gx = vec![0.0f32; pg.planes * hw];
+                let gv = gy.to_vec()?;
+                let mut gx = super::zeroed_vec(op, pg.planes * hw)?;
                 for plane in 0..pg.planes {
                     let gxp = &mut gx[plane * hw..(plane + 1) * hw];
                     for oy in 0..pg.oh {
@@ -459,13 +500,14 @@ impl<B: Backend> Tensor<B> {
         let (h, w) = (x.dims()[2], x.dims()[3]);
         let [oh, ow] = output_size;
         let planes = x.dims()[0] * x.dims()[1];
-        let rows: Vec<(usize, usize)> = (0..oh).map(|i| adaptive_window(i, h, oh)).collect();
-        let cols: Vec<(usize, usize)> = (0..ow).map(|i| adaptive_window(i, w, ow)).collect();
+        exactgrad_core::Shape::from([x.dims()[0], x.dims()[1], oh, ow]).numel_for(op)?;
         let be = x.backend();
         let mode = be.mode();
-        let xs = x.to_vec();
         let (hw, ohw) = (h * w, oh * ow);
-        let mut out = vec![0.0f32; planes * ohw];
+        let mut out = super::zeroed_vec(op, planes * ohw)?;
+        let rows = super::try_vec(op, oh, |i| adaptive_window(i, h, oh))?;
+        let cols = super::try_vec(op, ow, |i| adaptive_window(i, w, ow))?;
+        let xs = x.to_vec()?;
         for plane in 0..planes {
             let xp = &xs[plane * hw..(plane + 1) * hw];
             for (oy, &(r0, r1)) in rows.iter().enumerate() {
@@ -486,8 +528,8 @@ impl<B: Backend> Tensor<B> {
         let y = Tensor::from_vec(be, out, dims)?;
         let y = record(op, y, &[&x], move || {
             move |gy: &Tensor<B>| {
-                let gv = gy.to_vec();
-                let mut gx = vec![0.0f32; planes * hw];
+                let gv = gy.to_vec()?;
+                let mut gx = super::zeroed_vec(op, planes * hw)?;
                 for plane in 0..planes {
                     let gxp = &mut gx[plane * hw..(plane + 1) * hw];
                     for (oy, &(r0, r1)) in rows.iter().enumerate() {

@@ -32,14 +32,17 @@ fn sum_impl<B: Backend>(
     mean: bool,
 ) -> Result<Tensor<B>> {
     let flags = reduce_flags(op, dims, x.rank())?;
-    let count: usize = x
+    let reduced: Vec<usize> = x
         .dims()
         .iter()
         .zip(&flags)
         .filter(|(_, &r)| r)
         .map(|(&d, _)| d)
-        .product();
-    let summed = sum_unrecorded(x, &flags);
+        .collect();
+    // The reduced elements are a subset of the tensor's, whose count fits (or one of
+    // them is 0).
+    let count = exactgrad_core::Shape::from(reduced).numel();
+    let summed = sum_unrecorded(x, &flags)?;
     let kept_shape: Vec<usize> = x
         .dims()
         .iter()
@@ -108,7 +111,7 @@ impl<B: Backend> Tensor<B> {
 
     /// `self / c` element-wise, one IEEE division per element.
     pub fn div_scalar(&self, c: f32) -> Result<Tensor<B>> {
-        let d = Tensor::scalar(self.backend(), c);
+        let d = Tensor::scalar(self.backend(), c)?;
         self.div(&d)
     }
 }

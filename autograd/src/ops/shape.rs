@@ -9,8 +9,9 @@ use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::{Backend, Layout, Shape};
 use std::sync::Arc;
 
-/// A tensor sharing `x`'s storage under `layout` (unrecorded).
-fn view_of<B: Backend>(x: &Tensor<B>, layout: Layout) -> Tensor<B> {
+/// A tensor sharing `x`'s storage under `layout` (unrecorded); fails when the layout
+/// would address elements outside the storage or has too many elements.
+fn view_of<B: Backend>(x: &Tensor<B>, layout: Layout) -> Result<Tensor<B>> {
     Tensor::from_parts(
         x.backend().clone(),
         Arc::clone(&x.inner.storage),
@@ -32,15 +33,23 @@ fn reshape_error<B: Backend>(op: &'static str, x: &Tensor<B>, to: &[usize]) -> E
 
 /// Zeros of `shape` with `g` written into the elements that `region` (a layout over a
 /// contiguous buffer of `shape`) selects: the backward of narrow/slice.
-fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Tensor<B> {
-    let values = g.to_vec();
-    let mut buf = vec![0.0f32; shape.numel()];
-    let mut i = 0;
-    region.for_each_index(|s| {
-        buf[s] = values[i];
-        i += 1;
-    });
-    Tensor::from_vec(g.backend(), buf, shape.clone()).expect("scatter_region: sizes agree")
+fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Result<Tensor<B>> {
+    let values = g.to_vec()?;
+    super::new_zeroed(g.backend(), "slice", shape.clone(), |buf| {
+        let mut i = 0;
+        region.for_each_index(|s| {
+            buf[s] = values[i];
+            i += 1;
+        });
+        Ok(())
+    })
+}
+
+/// The product of `dims` (0 when any is 0), or an overflow error naming `op`.
+fn product(op: &'static str, dims: &[usize]) -> Result<usize> {
+    Shape::from(dims)
+        .checked_numel()
+        .ok_or_else(|| Error::overflow(op, "shape", format!("the product of {dims:?} overflows")))
 }
 
 impl<B: Backend> Tensor<B> {
@@ -66,7 +75,9 @@ impl<B: Backend> Tensor<B> {
                     format!("invalid dimension {d} in {shape:?} (sizes are ≥ 0, and one -1 is inferred)"),
                 ));
             } else {
-                known *= d as usize;
+                known = known.checked_mul(d as usize).ok_or_else(|| {
+                    Error::overflow(op, "shape", format!("the product of the sizes in {shape:?} overflows"))
+                })?;
             }
         }
         let Some(i) = infer else {
@@ -119,7 +130,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// # use exactgrad_autograd::Tensor;
     /// # use exactgrad_backends::ScalarRefBackend;
-    /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]);
+    /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]).unwrap();
     /// assert_eq!(x.reshape([3, 2]).unwrap().dims(), [3, 2]);
     /// assert_eq!(x.reshape_infer(&[-1, 2]).unwrap().dims(), [3, 2]);
     /// assert!(x.reshape_infer(&[-1, -1]).is_err()); // exactly one -1
@@ -130,7 +141,7 @@ impl<B: Backend> Tensor<B> {
     /// ```compile_fail
     /// # use exactgrad_autograd::Tensor;
     /// # use exactgrad_backends::ScalarRefBackend;
-    /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]);
+    /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]).unwrap();
     /// let y = x.reshape(&[-1, 2]);
     /// ```
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor<B>> {
@@ -174,10 +185,10 @@ impl<B: Backend> Tensor<B> {
             return Ok(self.clone());
         }
         let out = match self.layout().view_as(&shape) {
-            Some(l) => view_of(self, l),
+            Some(l) => view_of(self, l)?,
             None => {
-                let c = self.copy_contiguous();
-                view_of(&c, Layout::contiguous(shape))
+                let c = self.copy_contiguous()?;
+                view_of(&c, Layout::contiguous(shape))?
             }
         };
         let in_shape = self.dims().to_vec();
@@ -200,7 +211,7 @@ impl<B: Backend> Tensor<B> {
         }
         Ok(record(
             "permute",
-            view_of(self, layout),
+            view_of(self, layout)?,
             &[self],
             move || move |g: &Tensor<B>| Ok(vec![Some(g.permute(&inverse)?)]),
         ))
@@ -265,7 +276,9 @@ impl<B: Backend> Tensor<B> {
         let mut shape = src.shape.to_vec();
         shape[d] = len;
         let mut strides = src.strides.clone();
-        strides[d] *= step;
+        // A step past the end leaves one element; its stride is never used then, and
+        // otherwise the view's extent is checked (in checked arithmetic) by `view_of`.
+        strides[d] = strides[d].saturating_mul(step);
         let offset = if len == 0 {
             src.offset
         } else {
@@ -278,16 +291,16 @@ impl<B: Backend> Tensor<B> {
                 strides,
                 offset,
             },
-        );
+        )?;
         let in_shape = self.shape().clone();
         let mut region = Layout::contiguous(in_shape.clone());
-        region.offset = if len == 0 { 0 } else { s * region.strides[d] };
-        region.strides[d] *= step;
+        region.offset = if len == 0 { 0 } else { s.saturating_mul(region.strides[d]) };
+        region.strides[d] = region.strides[d].saturating_mul(step);
         let mut rshape = in_shape.to_vec();
         rshape[d] = len;
         region.shape = rshape.into();
         Ok(record("slice", out, &[self], move || {
-            move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region))])
+            move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region)?)])
         }))
     }
 
@@ -301,7 +314,7 @@ impl<B: Backend> Tensor<B> {
         let in_shape = self.dims().to_vec();
         Ok(record(
             "expand",
-            view_of(self, layout),
+            view_of(self, layout)?,
             &[self],
             move || move |g: &Tensor<B>| Ok(vec![Some(sum_to(g, &in_shape)?)]),
         ))
@@ -351,21 +364,21 @@ impl<B: Backend> Tensor<B> {
         }
         let d = self.dims();
         let mut dims = d[..s].to_vec();
-        dims.push(d[s..=e].iter().product());
+        dims.push(product("flatten", &d[s..=e])?);
         dims.extend_from_slice(&d[e + 1..]);
         self.reshape_to(&dims)
     }
 
     /// A contiguous tensor with the same elements: `self` when already contiguous,
-    /// otherwise a recorded copy.
-    pub fn contiguous(&self) -> Tensor<B> {
+    /// otherwise a recorded copy (which fails when it cannot be allocated).
+    pub fn contiguous(&self) -> Result<Tensor<B>> {
         if self.is_contiguous() {
-            return self.clone();
+            return Ok(self.clone());
         }
-        let out = self.copy_contiguous();
-        record("contiguous", out, &[self], || {
+        let out = self.copy_contiguous()?;
+        Ok(record("contiguous", out, &[self], || {
             |g: &Tensor<B>| Ok(vec![Some(g.clone())])
-        })
+        }))
     }
 
     /// Joins tensors along `dim`; all must have the same rank and equal sizes elsewhere.
@@ -398,31 +411,34 @@ impl<B: Backend> Tensor<B> {
                     format!("sizes must match except in dimension {d}"),
                 ));
             }
-            total += t.dims()[d];
+            total = t.dims()[d]
+                .checked_add(total)
+                .ok_or_else(|| Error::overflow(op, "tensors", format!("the sizes along dimension {d} add up past usize")))?;
         }
         let mut shape = first.dims().to_vec();
         shape[d] = total;
         let shape = Shape::from(shape);
-        let mut buf = vec![0.0f32; shape.numel()];
         let base = Layout::contiguous(shape.clone());
         let mut offsets = Vec::with_capacity(tensors.len());
-        let mut off = 0;
-        for t in tensors {
-            offsets.push(off);
-            let values = t.to_vec();
-            let mut region = base.clone();
-            region.offset = off * base.strides[d];
-            let mut rs = shape.to_vec();
-            rs[d] = t.dims()[d];
-            region.shape = rs.into();
-            let mut i = 0;
-            region.for_each_index(|s| {
-                buf[s] = values[i];
-                i += 1;
-            });
-            off += t.dims()[d];
-        }
-        let out = Tensor::from_vec(first.backend(), buf, shape)?;
+        let out = super::new_zeroed(first.backend(), op, shape.clone(), |buf| {
+            let mut off = 0usize;
+            for t in tensors {
+                offsets.push(off);
+                let values = t.to_vec()?;
+                let mut region = base.clone();
+                region.offset = off.saturating_mul(base.strides[d]);
+                let mut rs = shape.to_vec();
+                rs[d] = t.dims()[d];
+                region.shape = rs.into();
+                let mut i = 0;
+                region.for_each_index(|s| {
+                    buf[s] = values[i];
+                    i += 1;
+                });
+                off += t.dims()[d];
+            }
+            Ok(())
+        })?;
         let lens: Vec<usize> = tensors.iter().map(|t| t.dims()[d]).collect();
         let needs: Vec<bool> = tensors.iter().map(|t| t.is_requires_grad()).collect();
         Ok(record(op, out, tensors, move || {

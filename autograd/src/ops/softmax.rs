@@ -1,5 +1,6 @@
 //! Softmax and log-softmax along a dimension, on the backend's row kernels.
 
+use super::new_tensor;
 use crate::engine::{record, Saved};
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -7,27 +8,29 @@ use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::Backend;
 
 /// Softmax (or log-softmax) over the last dimension, recorded.
-fn softmax_last<B: Backend>(x: &Tensor<B>, log: bool) -> Tensor<B> {
+fn softmax_last<B: Backend>(x: &Tensor<B>, log: bool) -> Result<Tensor<B>> {
     let op = if log { "log_softmax" } else { "softmax" };
     let cols = x.dims()[x.rank() - 1];
     let rows = x.numel().checked_div(cols).unwrap_or(0);
     let b = x.backend();
-    let mut out = b.zeros(x.numel());
-    x.with_contiguous(|xs| b.softmax(xs, rows, cols, log, out.as_mut()));
-    let y = Tensor::from_storage(b, out, x.shape().clone());
+    let y = new_tensor(b, op, x.shape().clone(), |out| {
+        Ok(x.with_contiguous(|xs| b.softmax(xs, rows, cols, log, out))??)
+    })?;
     let y_keep = y.clone();
-    record(op, y, &[x], move || {
+    Ok(record(op, y, &[x], move || {
         let saved = Saved::new(op, &y_keep);
         move |g: &Tensor<B>| {
             let y = saved.get()?;
             let b = g.backend();
-            let mut out = b.zeros(g.numel());
-            y.with_contiguous(|ys| {
-                g.with_contiguous(|gs| b.softmax_backward(ys, gs, rows, cols, log, out.as_mut()))
-            });
-            Ok(vec![Some(Tensor::from_storage(b, out, g.shape().clone()))])
+            let gx = new_tensor(b, op, g.shape().clone(), |out| {
+                y.with_contiguous(|ys| {
+                    g.with_contiguous(|gs| b.softmax_backward(ys, gs, rows, cols, log, out))
+                })???;
+                Ok(())
+            })?;
+            Ok(vec![Some(gx)])
         }
-    })
+    }))
 }
 
 fn softmax_dim<B: Backend>(x: &Tensor<B>, dim: isize, log: bool) -> Result<Tensor<B>> {
@@ -38,10 +41,10 @@ fn softmax_dim<B: Backend>(x: &Tensor<B>, dim: isize, log: bool) -> Result<Tenso
     let d = normalize_dim(op, dim, x.rank())?;
     let last = x.rank() - 1;
     if d == last {
-        return Ok(softmax_last(x, log));
+        return softmax_last(x, log);
     }
     let moved = x.transpose(d as isize, last as isize)?;
-    softmax_last(&moved, log).transpose(d as isize, last as isize)
+    softmax_last(&moved, log)?.transpose(d as isize, last as isize)
 }
 
 impl<B: Backend> Tensor<B> {
