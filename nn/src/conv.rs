@@ -83,17 +83,17 @@ impl<B: Backend> Conv2d<B> {
         }
         let cpg = in_channels / options.groups;
         let bound = init::default_uniform_bound(cpg * kernel_size[0] * kernel_size[1]);
-        let leaf = |t: Tensor<B>| {
-            t.requires_grad()
-                .expect("a freshly created tensor is a leaf")
-        };
-        let weight = leaf(init::uniform(
+        let weight = init::uniform_parameter(
             backend,
             [out_channels, cpg, kernel_size[0], kernel_size[1]],
             bound,
             rng,
-        ));
-        let bias = bias.then(|| leaf(init::uniform(backend, [out_channels], bound, rng)));
+        )?;
+        let bias = if bias {
+            Some(init::uniform_parameter(backend, [out_channels], bound, rng)?)
+        } else {
+            None
+        };
         Ok(Self {
             weight,
             bias,

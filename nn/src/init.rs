@@ -27,8 +27,18 @@ pub fn uniform<B: Backend>(
     shape: impl Into<Shape>,
     bound: f32,
     rng: &mut Philox,
-) -> Tensor<B> {
-    Tensor::rand_uniform(backend, shape, -bound, bound, rng)
+) -> crate::Result<Tensor<B>> {
+    Ok(Tensor::rand_uniform(backend, shape, -bound, bound, rng)?)
+}
+
+/// A leaf parameter (requiring gradients) of samples from U(−bound, bound).
+pub(crate) fn uniform_parameter<B: Backend>(
+    backend: &B,
+    shape: impl Into<Shape>,
+    bound: f32,
+    rng: &mut Philox,
+) -> crate::Result<Tensor<B>> {
+    Ok(uniform(backend, shape, bound, rng)?.requires_grad()?)
 }
 
 /// Checks that `bias` (if any) has shape `[out]` and returns fresh leaf parameters that
@@ -49,9 +59,9 @@ pub(crate) fn leaf_parameters<B: Backend>(
             ));
         }
     }
-    let weight = weight.detach().copy_contiguous().requires_grad()?;
+    let weight = weight.detach().copy_contiguous()?.requires_grad()?;
     let bias = bias
-        .map(|b| b.detach().copy_contiguous().requires_grad())
+        .map(|b| b.detach().copy_contiguous()?.requires_grad())
         .transpose()?;
     Ok((weight, bias))
 }

@@ -19,7 +19,14 @@ pub struct Linear<B: Backend> {
 impl<B: Backend> Linear<B> {
     /// A layer with bias, initialised as PyTorch does: weight, then bias, each drawn
     /// row-major from U(−1/√in, 1/√in) (see [`init::default_uniform_bound`]).
-    pub fn new(backend: &B, in_features: usize, out_features: usize, rng: &mut Philox) -> Self {
+    ///
+    /// Fails when the parameters cannot be allocated (or their element count overflows).
+    pub fn new(
+        backend: &B,
+        in_features: usize,
+        out_features: usize,
+        rng: &mut Philox,
+    ) -> Result<Self> {
         Self::build(backend, in_features, out_features, true, rng)
     }
 
@@ -29,7 +36,7 @@ impl<B: Backend> Linear<B> {
         in_features: usize,
         out_features: usize,
         rng: &mut Philox,
-    ) -> Self {
+    ) -> Result<Self> {
         Self::build(backend, in_features, out_features, false, rng)
     }
 
@@ -39,20 +46,15 @@ impl<B: Backend> Linear<B> {
         out_features: usize,
         bias: bool,
         rng: &mut Philox,
-    ) -> Self {
+    ) -> Result<Self> {
         let bound = init::default_uniform_bound(in_features);
-        let leaf = |t: Tensor<B>| {
-            t.requires_grad()
-                .expect("a freshly created tensor is a leaf")
+        let weight = init::uniform_parameter(backend, [out_features, in_features], bound, rng)?;
+        let bias = if bias {
+            Some(init::uniform_parameter(backend, [out_features], bound, rng)?)
+        } else {
+            None
         };
-        let weight = leaf(init::uniform(
-            backend,
-            [out_features, in_features],
-            bound,
-            rng,
-        ));
-        let bias = bias.then(|| leaf(init::uniform(backend, [out_features], bound, rng)));
-        Self { weight, bias }
+        Ok(Self { weight, bias })
     }
 
     /// A layer holding the given values (copied into fresh leaves that require grad).

@@ -18,7 +18,7 @@ pub fn argmax_rows<B: Backend>(x: &Tensor<B>) -> Result<Vec<usize>> {
         ));
     }
     let cols = x.dims()[1];
-    let v = x.to_vec();
+    let v = x.to_vec()?;
     Ok(v.chunks(cols)
         .map(|row| {
             let mut best = 0;

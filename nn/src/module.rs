@@ -63,9 +63,16 @@ pub trait Module<B: Backend>: fmt::Debug {
     }
 
     /// Sets every parameter's gradient to zeros, reusing its buffer when it has one
-    /// (PyTorch's `zero_grad(set_to_none=False)`).
-    fn zero_grad(&self) {
-        self.visit_parameters("", &mut |_, t| t.zero_grad());
+    /// (PyTorch's `zero_grad(set_to_none=False)`). Fails when a new gradient buffer
+    /// cannot be allocated.
+    fn zero_grad(&self) -> Result<()> {
+        let mut result = Ok(());
+        self.visit_parameters("", &mut |_, t| {
+            if result.is_ok() {
+                result = t.zero_grad();
+            }
+        });
+        Ok(result?)
     }
 
     /// Frees every parameter's gradient (PyTorch's `zero_grad()`, `set_to_none=True`).

@@ -58,28 +58,36 @@ pub struct BatchNorm2d<B: Backend> {
 
 impl<B: Backend> BatchNorm2d<B> {
     /// A layer over `num_features` channels with PyTorch's defaults.
-    pub fn new(backend: &B, num_features: usize) -> Self {
+    ///
+    /// Fails when the parameters cannot be allocated.
+    pub fn new(backend: &B, num_features: usize) -> Result<Self> {
         Self::with_config(backend, num_features, BatchNormConfig::default())
     }
 
     /// A layer over `num_features` channels with the given configuration.
-    pub fn with_config(backend: &B, num_features: usize, config: BatchNormConfig) -> Self {
-        let leaf = |t: Tensor<B>| {
-            t.requires_grad()
-                .expect("a freshly created tensor is a leaf")
-        };
+    ///
+    /// Fails when the parameters cannot be allocated.
+    pub fn with_config(backend: &B, num_features: usize, config: BatchNormConfig) -> Result<Self> {
         let affine = config.affine;
         let track = config.track_running_stats;
-        Self {
-            weight: affine.then(|| leaf(Tensor::ones(backend, [num_features]))),
-            bias: affine.then(|| leaf(Tensor::zeros(backend, [num_features]))),
-            running_mean: track.then(|| Tensor::zeros(backend, [num_features])),
-            running_var: track.then(|| Tensor::ones(backend, [num_features])),
+        let c = [num_features];
+        let opt = |on: bool, make: &dyn Fn() -> exactgrad_autograd::Result<Tensor<B>>| {
+            if on {
+                make().map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Self {
+            weight: opt(affine, &|| Tensor::ones(backend, c)?.requires_grad())?,
+            bias: opt(affine, &|| Tensor::zeros(backend, c)?.requires_grad())?,
+            running_mean: opt(track, &|| Tensor::zeros(backend, c))?,
+            running_var: opt(track, &|| Tensor::ones(backend, c))?,
             num_batches_tracked: AtomicU64::new(0),
             config,
             num_features,
             training: true,
-        }
+        })
     }
 
     /// The per-channel scale, `[C]`, when affine.
@@ -249,14 +257,20 @@ impl<B: Backend> LayerNorm<B> {
                 format!("must be non-empty with positive sizes, got {normalized_shape:?}"),
             ));
         }
-        let leaf = |t: Tensor<B>| {
-            t.requires_grad()
-                .expect("a freshly created tensor is a leaf")
-        };
         let shape = normalized_shape.to_vec();
+        let weight = if elementwise_affine {
+            Some(Tensor::ones(backend, shape.clone())?.requires_grad()?)
+        } else {
+            None
+        };
+        let bias = if elementwise_affine && bias {
+            Some(Tensor::zeros(backend, shape.clone())?.requires_grad()?)
+        } else {
+            None
+        };
         Ok(Self {
-            weight: elementwise_affine.then(|| leaf(Tensor::ones(backend, shape.clone()))),
-            bias: (elementwise_affine && bias).then(|| leaf(Tensor::zeros(backend, shape.clone()))),
+            weight,
+            bias,
             normalized_shape: shape,
             eps,
         })

@@ -124,8 +124,8 @@ impl<B: Backend> TransformerEncoderLayer<B> {
                 Linear::without_bias(backend, i, o, rng)
             }
         };
-        let linear1 = linear(e, ff, rng);
-        let linear2 = linear(ff, e, rng);
+        let linear1 = linear(e, ff, rng)?;
+        let linear2 = linear(ff, e, rng)?;
         let norm =
             || LayerNorm::with_config(backend, &[e], config.layer_norm_eps, true, config.bias);
         let (norm1, norm2) = (norm()?, norm()?);

@@ -91,15 +91,20 @@ impl<B: Backend> MultiheadAttention<B> {
                 format!("must be in [0, 1], got {}", config.dropout),
             ));
         }
-        let leaf = |t: Tensor<B>| {
-            t.requires_grad()
-                .expect("a freshly created tensor is a leaf")
+        let three_e = e.checked_mul(3).ok_or_else(|| {
+            Error::invalid(op, "embed_dim", format!("3 × {e} overflows usize"))
+        })?;
+        let xavier = (6.0 / (4.0 * e as f64)).sqrt() as f32;
+        let in_proj_weight = init::uniform_parameter(backend, [three_e, e], xavier, rng)?;
+        let out_w = init::uniform(backend, [e, e], init::default_uniform_bound(e), rng)?;
+        let (in_proj_bias, out_b) = if config.bias {
+            (
+                Some(Tensor::zeros(backend, [three_e])?.requires_grad()?),
+                Some(Tensor::zeros(backend, [e])?),
+            )
+        } else {
+            (None, None)
         };
-        let xavier = (6.0 / (4 * e) as f64).sqrt() as f32;
-        let in_proj_weight = leaf(init::uniform(backend, [3 * e, e], xavier, rng));
-        let out_w = init::uniform(backend, [e, e], init::default_uniform_bound(e), rng);
-        let in_proj_bias = config.bias.then(|| leaf(Tensor::zeros(backend, [3 * e])));
-        let out_b = config.bias.then(|| Tensor::zeros(backend, [e]));
         let out_proj = Linear::from_tensors(&out_w, out_b.as_ref())?;
         let seed = rng.next_u64();
         Ok(Self {
@@ -343,16 +348,16 @@ enum MaskKind {
 }
 
 impl MaskValues {
-    fn new<B: Backend>(m: AttentionMask<'_, B>) -> Self {
+    fn new<B: Backend>(m: AttentionMask<'_, B>) -> Result<Self> {
         let kind = match m {
             AttentionMask::Allow(_) => MaskKind::Allow,
             AttentionMask::Block(_) => MaskKind::Block,
             AttentionMask::Additive(_) => MaskKind::Additive,
         };
-        Self {
-            values: m.tensor().to_vec(),
+        Ok(Self {
+            values: m.tensor().to_vec()?,
             kind,
-        }
+        })
     }
 
     /// Whether position `i` is excluded, and the value it adds to the score.
@@ -408,7 +413,7 @@ fn build_mask<B: Backend>(
                     ),
                 ));
             }
-            Some(MaskValues::new(m))
+            Some(MaskValues::new(m)?)
         }
     };
     // (values, per_head)
@@ -431,7 +436,7 @@ fn build_mask<B: Backend>(
                     ),
                 ));
             };
-            Some((MaskValues::new(m), per_head))
+            Some((MaskValues::new(m)?, per_head))
         }
     };
     let heads = match &attn {

@@ -164,7 +164,7 @@ fn lerp<B: Backend>(start: &Tensor<B>, end: &Tensor<B>, w: f32) -> Result<Tensor
 
 /// Element-wise maximum propagating NaN (PyTorch's `torch.maximum`), by selection.
 fn maximum<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
-    let (av, bv) = (a.to_vec(), b.to_vec());
+    let (av, bv) = (a.to_vec()?, b.to_vec()?);
     let mask: Vec<f32> = av
         .iter()
         .zip(&bv)
@@ -216,14 +216,16 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
         let (beta1, beta2) = c.betas;
         for (p, slot) in self.params.iter().zip(&mut self.state) {
             let Some(g) = p.grad() else { continue };
-            let st = slot.get_or_insert_with(|| State {
-                step: 0,
-                exp_avg: Tensor::zeros(p.backend(), p.shape().clone()),
-                exp_avg_sq: Tensor::zeros(p.backend(), p.shape().clone()),
-                max_exp_avg_sq: c
-                    .amsgrad
-                    .then(|| Tensor::zeros(p.backend(), p.shape().clone())),
-            });
+            if slot.is_none() {
+                let zeros = || Tensor::zeros(p.backend(), p.shape().clone());
+                *slot = Some(State {
+                    step: 0,
+                    exp_avg: zeros()?,
+                    exp_avg_sq: zeros()?,
+                    max_exp_avg_sq: if c.amsgrad { Some(zeros()?) } else { None },
+                });
+            }
+            let Some(st) = slot.as_mut() else { continue };
             st.step += 1;
             let mut d = if c.maximize { g.neg()? } else { g };
             if c.weight_decay != 0.0 {

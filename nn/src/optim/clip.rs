@@ -8,15 +8,17 @@ use exactgrad_core::Backend;
 /// parameter after parameter and row-major within each, summed in f64 in that order
 /// (each square is exact in f64), then the f64 square root. Parameters without gradient
 /// are skipped.
-pub fn grad_norm<B: Backend>(params: &[Tensor<B>]) -> f64 {
+///
+/// Fails only when a gradient's storage was released.
+pub fn grad_norm<B: Backend>(params: &[Tensor<B>]) -> Result<f64> {
     let mut sum = 0.0f64;
     for g in params.iter().filter_map(Tensor::grad) {
-        for v in g.to_vec() {
+        for v in g.to_vec()? {
             let v = f64::from(v);
             sum += v * v;
         }
     }
-    sum.sqrt()
+    Ok(sum.sqrt())
 }
 
 /// Scales all gradients so that their joint norm is at most `max_norm` (PyTorch's
@@ -34,7 +36,7 @@ pub fn clip_grad_norm<B: Backend>(params: &[Tensor<B>], max_norm: f64) -> Result
             format!("must be >= 0, got {max_norm}"),
         ));
     }
-    let total = grad_norm(params);
+    let total = grad_norm(params)?;
     let coef = max_norm as f32 / (total as f32 + 1e-6);
     let coef = if coef > 1.0 { 1.0 } else { coef };
     let _guard = no_grad();

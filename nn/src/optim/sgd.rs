@@ -115,7 +115,7 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
             }
             if c.momentum != 0.0 {
                 let b = match buf.take() {
-                    None => d.copy_contiguous(),
+                    None => d.copy_contiguous()?,
                     Some(b) => {
                         let scaled = d.mul_scalar((1.0 - c.dampening) as f32)?;
                         b.mul_scalar(c.momentum as f32)?.add(&scaled)?

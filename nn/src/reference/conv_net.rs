@@ -1,7 +1,7 @@
 //! The reference conv net ([`ConvNet`]) and its case ([`ConvNetCase`]); see the parent
 //! module for what they are for.
 
-use super::{collect, leaf, Gradients, ReferenceCase};
+use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::error::{Error, Result};
@@ -81,13 +81,13 @@ impl<B: Backend> ConvNet<B> {
                 format!("hidden and classes must be positive, got {config:?}"),
             ));
         }
-        let fc1 = Linear::new(backend, config.c2 * 4, config.hidden, rng);
-        let fc2 = Linear::new(backend, config.hidden, config.classes, rng);
+        let fc1 = Linear::new(backend, config.c2 * 4, config.hidden, rng)?;
+        let fc2 = Linear::new(backend, config.hidden, config.classes, rng)?;
         Ok(Self {
             conv1,
-            bn1: BatchNorm2d::new(backend, config.c1),
+            bn1: BatchNorm2d::new(backend, config.c1)?,
             conv2,
-            bn2: BatchNorm2d::new(backend, config.c2),
+            bn2: BatchNorm2d::new(backend, config.c2)?,
             fc1,
             fc2,
             config,
@@ -199,13 +199,14 @@ impl<B: Backend> ConvNetCase<B> {
     ) -> Result<Self> {
         let mut rng = Philox::new(seed);
         let model = ConvNet::new(backend, config, &mut rng)?;
-        let input = leaf(Tensor::randn(
+        let input = Tensor::randn(
             backend,
             [batch, config.in_channels, hw[0], hw[1]],
             0.0,
             1.0,
             &mut rng,
-        ));
+        )?
+        .requires_grad()?;
         let targets = (0..batch)
             .map(|_| i64::from(rng.below(config.classes as u32)))
             .collect();
@@ -232,6 +233,6 @@ impl<B: Backend> ReferenceCase<B> for ConvNetCase<B> {
         let logits = self.model.forward(&self.input)?;
         let loss = logits.cross_entropy(&self.targets, CrossEntropyOptions::default())?;
         loss.backward(None, false)?;
-        Ok(collect(&self.model, &self.input, loss, logits))
+        collect(&self.model, &self.input, loss, logits)
     }
 }

@@ -1,7 +1,7 @@
 //! The reference transformer encoder ([`TransformerEncoder`]) and its case
 //! ([`EncoderCase`]); see the parent module for what they are for.
 
-use super::{collect, leaf, Gradients, ReferenceCase};
+use super::{collect, Gradients, ReferenceCase};
 use crate::attention::{
     FeedForwardActivation, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
@@ -81,7 +81,7 @@ impl<B: Backend> TransformerEncoder<B> {
         Ok(Self {
             layers,
             norm: LayerNorm::new(backend, &[config.d_model])?,
-            head: Linear::new(backend, config.d_model, config.classes, rng),
+            head: Linear::new(backend, config.d_model, config.classes, rng)?,
             config,
         })
     }
@@ -197,13 +197,14 @@ impl<B: Backend> EncoderCase<B> {
     ) -> Result<Self> {
         let mut rng = Philox::new(seed);
         let model = TransformerEncoder::new(backend, config, &mut rng)?;
-        let input = leaf(Tensor::randn(
+        let input = Tensor::randn(
             backend,
             [batch, seq, config.d_model],
             0.0,
             1.0,
             &mut rng,
-        ));
+        )?
+        .requires_grad()?;
         let mut mask = Vec::with_capacity(batch * seq);
         let mut targets = Vec::with_capacity(batch * seq);
         for i in 0..batch {
@@ -247,6 +248,6 @@ impl<B: Backend> ReferenceCase<B> for EncoderCase<B> {
             .reshape_infer(&[-1, classes])?
             .cross_entropy(&self.targets, CrossEntropyOptions::default())?;
         loss.backward(None, false)?;
-        Ok(collect(&self.model, &self.input, loss, logits))
+        collect(&self.model, &self.input, loss, logits)
     }
 }

@@ -78,9 +78,9 @@ pub struct Gradients<B: Backend> {
 impl<B: Backend> Gradients<B> {
     /// The gradient hash (see `docs/arithmetic.md`) of [`Gradients::gradients`], in order:
     /// the value the pinned hashes of the reference models are compared with.
-    pub fn hash(&self) -> u64 {
+    pub fn hash(&self) -> Result<u64> {
         let refs: Vec<&Tensor<B>> = self.gradients.iter().map(|(_, t)| t).collect();
-        hash_tensors(&refs)
+        Ok(hash_tensors(&refs)?)
     }
 
     /// The gradient named `name` (`input` for the input's).
@@ -95,7 +95,7 @@ impl<B: Backend> Gradients<B> {
 impl<B: Backend> fmt::Debug for Gradients<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gradients")
-            .field("loss", &self.loss.to_vec())
+            .field("loss", &self.loss.to_vec().ok())
             .field(
                 "gradients",
                 &self
@@ -127,30 +127,24 @@ fn collect<B: Backend>(
     input: &Tensor<B>,
     loss: Tensor<B>,
     logits: Tensor<B>,
-) -> Gradients<B> {
-    let grad_of = |t: &Tensor<B>| {
-        t.grad()
-            .unwrap_or_else(|| Tensor::zeros(t.backend(), t.shape().clone()))
+) -> Result<Gradients<B>> {
+    let grad_of = |t: &Tensor<B>| -> Result<Tensor<B>> {
+        match t.grad() {
+            Some(g) => Ok(g),
+            None => Ok(Tensor::zeros(t.backend(), t.shape().clone())?),
+        }
     };
     let mut gradients: Vec<(String, Tensor<B>)> = model
         .named_parameters()
         .into_iter()
-        .map(|(n, t)| {
-            let g = grad_of(&t);
-            (n, g)
-        })
-        .collect();
-    gradients.push(("input".to_string(), grad_of(input)));
-    Gradients {
+        .map(|(n, t)| Ok((n, grad_of(&t)?)))
+        .collect::<Result<_>>()?;
+    gradients.push(("input".to_string(), grad_of(input)?));
+    Ok(Gradients {
         loss,
         logits,
         gradients,
-    }
-}
-
-fn leaf<B: Backend>(t: Tensor<B>) -> Tensor<B> {
-    t.requires_grad()
-        .expect("a freshly created tensor is a leaf")
+    })
 }
 
 #[cfg(test)]
