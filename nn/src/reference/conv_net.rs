@@ -183,7 +183,7 @@ impl<B: Backend> ConvNetCase<B> {
         load_state_dict(&model, file, "init/")?;
         Ok(Self {
             model,
-            input: leaf(file.tensor(backend, "input/x")?),
+            input: file.tensor(backend, "input/x")?.requires_grad()?,
             targets: file.ints("input/targets")?.1.to_vec(),
         })
     }

@@ -178,7 +178,7 @@ impl<B: Backend> EncoderCase<B> {
         let mask: Vec<f32> = mask.iter().map(|&m| (m != 0) as u8 as f32).collect();
         Ok(Self {
             model,
-            input: leaf(file.tensor(backend, "input/x")?),
+            input: file.tensor(backend, "input/x")?.requires_grad()?,
             key_padding_mask: Tensor::from_vec(backend, mask, mshape)?,
             targets: file.ints("input/targets")?.1.to_vec(),
         })

@@ -104,7 +104,7 @@ impl<B: Backend> fmt::Debug for Gradients<B> {
                     .map(|(n, t)| (n.as_str(), t.dims().to_vec()))
                     .collect::<Vec<_>>(),
             )
-            .field("hash", &format_args!("{:#018x}", self.hash()))
+            .field("hash", &self.hash().map(|h| format!("{h:#018x}")).ok())
             .finish()
     }
 }
