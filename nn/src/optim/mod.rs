@@ -50,10 +50,12 @@ pub trait Optimizer<B: Backend> {
 
     /// Sets every parameter's gradient to zeros in place (PyTorch's
     /// `zero_grad(set_to_none=False)`); a zero gradient still takes part in the step.
-    fn zero_grad(&self) {
+    /// Fails when a new gradient buffer cannot be allocated.
+    fn zero_grad(&self) -> Result<()> {
         for p in self.parameters() {
-            p.zero_grad();
+            p.zero_grad()?;
         }
+        Ok(())
     }
 
     /// Frees every parameter's gradient (PyTorch's default `zero_grad()`); a parameter
