@@ -673,9 +673,7 @@ impl<B: Backend> DataParallel<B> {
             };
             known.insert(p.node, v);
         }
-        let root = tree::evaluate(Node::root(self.config.shards), m, &|n| {
-            known.get(&n).cloned()
-        });
+        let root = tree::evaluate(Node::root(self.config.shards), &|n| known.get(&n).cloned());
 
         // The owner's final arithmetic, element by element.
         let (g, nb) = (self.grad_len, self.buffer_len);

@@ -32,19 +32,19 @@ impl Node {
     }
 
     /// Number of shards covered.
-    pub fn len(&self) -> usize {
+    pub fn shards(&self) -> usize {
         self.hi - self.lo
     }
 
     /// Whether the node is a single shard.
     pub fn is_leaf(&self) -> bool {
-        self.len() == 1
+        self.shards() == 1
     }
 
     /// The two children of an inner node: the left one covers the largest power of two
-    /// below [`Node::len`]; `None` for a leaf.
+    /// below [`Node::shards`]; `None` for a leaf.
     pub fn children(&self) -> Option<(Node, Node)> {
-        let n = self.len();
+        let n = self.shards();
         if n < 2 {
             return None;
         }
@@ -109,19 +109,19 @@ pub fn pieces(owner: &[usize]) -> Vec<Piece> {
     out
 }
 
-/// The value of `node` over `len` elements: `known(node)` when it returns a value,
-/// otherwise the element-wise f64 sum of the children's values, left + right.
+/// The value of `node`: `known(node)` when it returns a value, otherwise the element-wise
+/// f64 sum of the children's values, left + right.
 ///
 /// Panics when a leaf is not known (callers cover every leaf by a known node).
-pub fn evaluate(node: Node, len: usize, known: &dyn Fn(Node) -> Option<Vec<f64>>) -> Vec<f64> {
+pub fn evaluate(node: Node, known: &dyn Fn(Node) -> Option<Vec<f64>>) -> Vec<f64> {
     if let Some(v) = known(node) {
         return v;
     }
     let (l, r) = node
         .children()
         .expect("every leaf of the reduction tree lies under a known node");
-    let mut left = evaluate(l, len, known);
-    let right = evaluate(r, len, known);
+    let mut left = evaluate(l, known);
+    let right = evaluate(r, known);
     for (a, b) in left.iter_mut().zip(&right) {
         *a += *b;
     }
@@ -135,8 +135,7 @@ pub fn evaluate_leaves<'a>(
     range: Range<usize>,
     leaf: &dyn Fn(usize) -> &'a [f32],
 ) -> Vec<f64> {
-    let len = range.len();
-    evaluate(node, len, &|n: Node| {
+    evaluate(node, &|n: Node| {
         n.is_leaf().then(|| {
             leaf(n.lo)[range.clone()]
                 .iter()
@@ -247,7 +246,7 @@ mod tests {
                     let pieces = pieces(&owner);
                     let at_owner = |el: usize| -> f64 {
                         let root = Node::root(shards);
-                        evaluate(root, 1, &|n| {
+                        evaluate(root, &|n| {
                             pieces.iter().find(|p| p.node == n).map(|p| {
                                 let v = evaluate_leaves(p.node, el..el + 1, &|s| &leaves[s]);
                                 if p.node.is_leaf() {
