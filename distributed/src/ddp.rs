@@ -133,6 +133,27 @@ pub struct StepReport {
     pub exchange: Duration,
 }
 
+/// What [`DataParallel::compute_shards`] computed on this rank, for
+/// [`DataParallel::combine`].
+pub struct ShardResults {
+    step: u64,
+    batch: usize,
+    leaves: Vec<Option<Vec<f32>>>,
+    buffers0: Vec<f32>,
+    local: usize,
+    compute: Duration,
+}
+
+impl fmt::Debug for ShardResults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardResults")
+            .field("step", &self.step)
+            .field("batch", &self.batch)
+            .field("local_shards", &self.local)
+            .finish()
+    }
+}
+
 /// The communication of a step, fixed at construction: the tree's pieces and the chunk
 /// each rank owns.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -466,7 +487,8 @@ impl<B: Backend> DataParallel<B> {
     /// rank's shards, combines all shards, and leaves in every parameter's gradient the
     /// mean gradient over the global batch (and in every buffer the combined value),
     /// with the same bits on every rank and for every world size. Call the optimizer's
-    /// `step` afterwards.
+    /// `step` afterwards. The same as [`DataParallel::compute_shards`] followed by
+    /// [`DataParallel::combine`].
     ///
     /// `shard_loss` gets each local shard in increasing order and returns the loss of
     /// every example of the shard: a tensor of shape `[shard.range.len()]` (cross
@@ -482,12 +504,29 @@ impl<B: Backend> DataParallel<B> {
     pub fn step<E>(
         &mut self,
         batch: usize,
-        mut shard_loss: impl FnMut(&Shard) -> std::result::Result<Tensor<B>, E>,
+        shard_loss: impl FnMut(&Shard) -> std::result::Result<Tensor<B>, E>,
     ) -> Result<StepReport>
     where
         Error: From<E>,
     {
-        let op = "DataParallel::step";
+        let local = self.compute_shards(batch, shard_loss)?;
+        self.combine(local)
+    }
+
+    /// The first half of [`DataParallel::step`], local to this rank: runs the forward
+    /// and backward pass of each of this rank's shards and keeps their gradients,
+    /// buffer changes and losses. The parameters' gradients are cleared afterwards and
+    /// the buffers are left as the last shard changed them, until
+    /// [`DataParallel::combine`].
+    pub fn compute_shards<E>(
+        &mut self,
+        batch: usize,
+        mut shard_loss: impl FnMut(&Shard) -> std::result::Result<Tensor<B>, E>,
+    ) -> Result<ShardResults>
+    where
+        Error: From<E>,
+    {
+        let op = "DataParallel::compute_shards";
         let shards = self.config.shards;
         if batch < shards {
             return Err(Error::invalid(
@@ -550,10 +589,40 @@ impl<B: Backend> DataParallel<B> {
         for (_, p) in &self.params {
             p.clear_grad();
         }
-        let compute = start.elapsed();
+        Ok(ShardResults {
+            step: self.step,
+            batch,
+            leaves,
+            buffers0,
+            local: local.len(),
+            compute: start.elapsed(),
+        })
+    }
 
+    /// The second half of [`DataParallel::step`], collective: combines every rank's
+    /// [`ShardResults`] of this step and installs the mean gradients and the combined
+    /// buffers.
+    ///
+    /// Fails when `local` was computed for another step or the ranks disagree on the
+    /// batch.
+    pub fn combine(&mut self, local: ShardResults) -> Result<StepReport> {
+        let op = "DataParallel::combine";
+        if local.step != self.step || local.leaves.len() != self.config.shards {
+            return Err(Error::invalid(
+                op,
+                "local",
+                format!(
+                    "computed for step {} of a {}-shard run; this is step {} of a {}-shard run",
+                    local.step,
+                    local.leaves.len(),
+                    self.step,
+                    self.config.shards
+                ),
+            ));
+        }
+        let batch = local.batch;
         let start = Instant::now();
-        let reduced = self.exchange(&leaves, batch, &buffers0)?;
+        let reduced = self.exchange(&local.leaves, batch, &local.buffers0)?;
         let g = self.grad_len;
         let nb = self.buffer_len;
         let examples = reduced[g + nb + 1];
@@ -582,9 +651,9 @@ impl<B: Backend> DataParallel<B> {
         Ok(StepReport {
             loss: reduced[g + nb] / batch as f32,
             examples: batch,
-            local_shards: local.len(),
+            local_shards: local.local,
             bytes_sent: self.plan.bytes_sent(self.rank),
-            compute,
+            compute: local.compute,
             exchange,
         })
     }
@@ -597,7 +666,7 @@ impl<B: Backend> DataParallel<B> {
         batch: usize,
         buffers0: &[f32],
     ) -> Result<Vec<f32>> {
-        let op = "DataParallel::step";
+        let op = "DataParallel::combine";
         let plan = &self.plan;
         let ranks = plan.ranks;
         let len = plan.len;

@@ -59,5 +59,7 @@ mod error;
 pub mod tree;
 
 pub use comm::{run, Comm, EXIT_ERROR, EXIT_PANIC};
-pub use ddp::{Assignment, DataParallel, DdpConfig, ReductionPlan, Shard, StepReport};
+pub use ddp::{
+    Assignment, DataParallel, DdpConfig, ReductionPlan, Shard, ShardResults, StepReport,
+};
 pub use error::{Error, Result};
