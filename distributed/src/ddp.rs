@@ -10,7 +10,6 @@ use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Root};
 use mpi::Count;
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -254,6 +253,20 @@ pub struct DataParallel<B: Backend> {
     grad_len: usize,
     buffer_len: usize,
     step: u64,
+    /// Buffers kept from step to step, so that a step allocates no large buffer.
+    scratch: Scratch,
+}
+
+/// Reused storage of the exchange.
+#[derive(Default)]
+struct Scratch {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    reduced: Vec<f32>,
+    gathered: Vec<f32>,
+    tree: Vec<Vec<f64>>,
+    block: Vec<f64>,
+    leaves: Vec<Vec<f32>>,
 }
 
 impl<B: Backend> fmt::Debug for DataParallel<B> {
@@ -452,6 +465,7 @@ impl<B: Backend> DataParallel<B> {
             grad_len,
             buffer_len,
             step: 0,
+            scratch: Scratch::default(),
         })
     }
 
@@ -572,7 +586,9 @@ impl<B: Backend> DataParallel<B> {
             }
             let total = losses.sum()?;
             total.backward(None, false)?;
-            let mut leaf = Vec::with_capacity(self.plan.len);
+            let mut leaf = self.scratch.leaves.pop().unwrap_or_default();
+            leaf.clear();
+            leaf.reserve(self.plan.len);
             for (_, p) in &self.params {
                 match p.grad() {
                     Some(g) => leaf.extend(g.to_vec()),
@@ -622,7 +638,12 @@ impl<B: Backend> DataParallel<B> {
         }
         let batch = local.batch;
         let start = Instant::now();
-        let reduced = self.exchange(&local.leaves, batch, &local.buffers0)?;
+        self.exchange(&local.leaves, batch, &local.buffers0)?;
+        // The leaf vectors serve the next step.
+        self.scratch
+            .leaves
+            .extend(local.leaves.into_iter().flatten());
+        let reduced = std::mem::take(&mut self.scratch.gathered);
         let g = self.grad_len;
         let nb = self.buffer_len;
         let examples = reduced[g + nb + 1];
@@ -646,10 +667,12 @@ impl<B: Backend> DataParallel<B> {
             at += n;
         }
         install(&self.buffers, &reduced[g..g + nb])?;
+        let loss = reduced[g + nb] / batch as f32;
+        self.scratch.gathered = reduced;
         let exchange = start.elapsed();
         self.step += 1;
         Ok(StepReport {
-            loss: reduced[g + nb] / batch as f32,
+            loss,
             examples: batch,
             local_shards: local.local,
             bytes_sent: self.plan.bytes_sent(self.rank),
@@ -659,120 +682,131 @@ impl<B: Backend> DataParallel<B> {
     }
 
     /// Combines the shards' vectors: pieces to the chunk owners, the tree above them at
-    /// each owner, then the final values gathered everywhere.
+    /// each owner, then the final values gathered everywhere, into
+    /// `self.scratch.gathered`.
     fn exchange(
-        &self,
+        &mut self,
         leaves: &[Option<Vec<f32>>],
         batch: usize,
         buffers0: &[f32],
-    ) -> Result<Vec<f32>> {
+    ) -> Result<()> {
         let op = "DataParallel::combine";
         let plan = &self.plan;
         let ranks = plan.ranks;
-        let len = plan.len;
+        let me = self.rank;
+        let sc = &mut self.scratch;
         let leaf = |s: usize| -> &[f32] { leaves[s].as_deref().expect("a local shard") };
-
-        // This rank's pieces, whole.
-        enum Value {
-            Single(Vec<f32>),
-            Double(Vec<f64>),
-        }
-        let mine: Vec<Value> = plan
+        let mine: Vec<Node> = plan
             .pieces
             .iter()
-            .filter(|p| p.rank == self.rank)
-            .map(|p| {
-                if p.node.is_leaf() {
-                    Value::Single(leaf(p.node.lo).to_vec())
-                } else {
-                    Value::Double(tree::evaluate_leaves(p.node, 0..len, &leaf))
-                }
-            })
+            .filter(|p| p.rank == me)
+            .map(|p| p.node)
             .collect();
 
-        // Reduce-scatter: for every destination, the slices of its chunk.
-        let mut send = Vec::new();
+        // Reduce-scatter: for every destination, this rank's pieces over its chunk, a leaf
+        // as f32 bits, an inner node as f64, little-endian.
+        sc.send.clear();
         let mut send_lens = Vec::with_capacity(ranks);
         for d in 0..ranks {
             let c = plan.chunk(d);
-            let before = send.len();
-            for v in &mine {
-                match v {
-                    Value::Single(x) => x[c.clone()]
-                        .iter()
-                        .for_each(|e| send.extend_from_slice(&e.to_le_bytes())),
-                    Value::Double(x) => x[c.clone()]
-                        .iter()
-                        .for_each(|e| send.extend_from_slice(&e.to_le_bytes())),
+            let before = sc.send.len();
+            for &node in &mine {
+                if node.is_leaf() {
+                    for x in &leaf(node.lo)[c.clone()] {
+                        sc.send.extend_from_slice(&x.to_le_bytes());
+                    }
+                } else {
+                    let send = &mut sc.send;
+                    tree::evaluate_leaves(node, c.clone(), &leaf, &mut |_, v| {
+                        for x in v {
+                            send.extend_from_slice(&x.to_le_bytes());
+                        }
+                    });
                 }
             }
-            send_lens.push(send.len() - before);
+            send_lens.push(sc.send.len() - before);
         }
-        let mine_chunk = plan.chunk(self.rank);
-        let m = mine_chunk.len();
+        let chunk = plan.chunk(me);
+        let m = chunk.len();
         let recv_lens: Vec<usize> = (0..ranks).map(|s| m * plan.piece_width(s)).collect();
-        let sc = counts(&send_lens, op)?;
-        let rc = counts(&recv_lens, op)?;
-        let (sd, rd) = (displacements(&sc), displacements(&rc));
-        let mut recv = vec![0u8; recv_lens.iter().sum()];
+        let scount = counts(&send_lens, op)?;
+        let rcount = counts(&recv_lens, op)?;
+        let (sdispl, rdispl) = (displacements(&scount), displacements(&rcount));
+        sc.recv.resize(recv_lens.iter().sum(), 0);
         {
-            let sp = Partition::new(&send[..], &sc[..], &sd[..]);
-            let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
+            let sp = Partition::new(&sc.send[..], &scount[..], &sdispl[..]);
+            let mut rp = PartitionMut::new(&mut sc.recv[..], &rcount[..], &rdispl[..]);
             self.comm.all_to_all_varcount_into(&sp, &mut rp);
         }
 
-        // Decode every piece's slice of this rank's chunk.
-        let mut at: Vec<usize> = rd.iter().map(|&x| x as usize).collect();
-        let mut known: HashMap<Node, Vec<f64>> = HashMap::new();
-        for p in &plan.pieces {
-            let src = &mut at[p.rank];
-            let w = p.node.width();
-            let bytes = &recv[*src..*src + m * w];
-            *src += m * w;
-            let v: Vec<f64> = if w == 4 {
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                    .collect()
-            } else {
-                bytes
-                    .chunks_exact(8)
-                    .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-                    .collect()
-            };
-            known.insert(p.node, v);
-        }
-        let root = tree::evaluate(Node::root(self.config.shards), &|n| known.get(&n).cloned());
+        // Where each piece's slice of this chunk starts in the received bytes.
+        let mut at: Vec<usize> = rdispl.iter().map(|&x| x as usize).collect();
+        let located: Vec<(Node, usize)> = plan
+            .pieces
+            .iter()
+            .map(|p| {
+                let start = at[p.rank];
+                at[p.rank] += m * p.node.width();
+                (p.node, start)
+            })
+            .collect();
 
-        // The owner's final arithmetic, element by element.
+        // The owner's tree above the pieces and the final arithmetic, block by block.
         let (g, nb) = (self.grad_len, self.buffer_len);
         let n = batch as f32;
         let s = self.config.shards as f32;
-        let out: Vec<f32> = root
-            .iter()
-            .zip(mine_chunk.clone())
-            .map(|(&t, i)| {
+        let root = Node::root(self.config.shards);
+        sc.tree
+            .resize_with(tree::depth(self.config.shards), || vec![0.0; tree::BLOCK]);
+        sc.block.resize(tree::BLOCK, 0.0);
+        sc.reduced.clear();
+        let recv = &sc.recv;
+        let mut start = 0;
+        while start < m {
+            let end = (start + tree::BLOCK).min(m);
+            let out = &mut sc.block[..end - start];
+            tree::evaluate_into(root, out, &mut sc.tree, &mut |node, dst| {
+                let Some(&(_, base)) = located.iter().find(|(p, _)| *p == node) else {
+                    return false;
+                };
+                if node.is_leaf() {
+                    let bytes = &recv[base + 4 * start..base + 4 * end];
+                    for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+                        *d = f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                    }
+                } else {
+                    let bytes = &recv[base + 8 * start..base + 8 * end];
+                    for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(8)) {
+                        *d = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+                    }
+                }
+                true
+            });
+            for (k, &t) in out.iter().enumerate() {
+                let i = chunk.start + start + k;
                 let t = t as f32;
-                if i < g {
+                sc.reduced.push(if i < g {
                     t / n
                 } else if i < g + nb {
                     buffers0[i - g] + t / s
                 } else {
                     t
-                }
-            })
-            .collect();
+                });
+            }
+            start = end;
+        }
 
         // All-gather the chunks.
         let chunk_lens: Vec<usize> = (0..ranks).map(|r| plan.chunk(r).len()).collect();
-        let cc = counts(&chunk_lens, op)?;
-        let cd = displacements(&cc);
-        let mut all = vec![0f32; len];
+        let ccount = counts(&chunk_lens, op)?;
+        let cdispl = displacements(&ccount);
+        sc.gathered.resize(plan.len, 0.0);
         {
-            let mut part = PartitionMut::new(&mut all[..], &cc[..], &cd[..]);
-            self.comm.all_gather_varcount_into(&out[..], &mut part);
+            let mut part = PartitionMut::new(&mut sc.gathered[..], &ccount[..], &cdispl[..]);
+            self.comm
+                .all_gather_varcount_into(&sc.reduced[..], &mut part);
         }
-        Ok(all)
+        Ok(())
     }
 }
 
