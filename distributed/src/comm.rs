@@ -70,8 +70,11 @@ impl Comm {
         if header[0] == 0 {
             return Ok(value);
         }
-        message.resize(header[1] as usize, 0);
-        root.broadcast_into(&mut message[..]);
+        // (An empty Vec<u8> points at address 1, Open MPI's MPI_IN_PLACE: not sent.)
+        if header[1] > 0 {
+            message.resize(header[1] as usize, 0);
+            root.broadcast_into(&mut message[..]);
+        }
         Err(Error::Root {
             message: String::from_utf8_lossy(&message).into_owned(),
         })

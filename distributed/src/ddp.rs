@@ -706,6 +706,9 @@ impl<B: Backend> DataParallel<B> {
         // Reduce-scatter: for every destination, this rank's pieces over its chunk, a leaf
         // as f32 bits, an inner node as f64, little-endian.
         sc.send.clear();
+        // An empty Vec<u8> points at address 1, which Open MPI reads as MPI_IN_PLACE: every
+        // buffer handed to MPI owns an allocation, even when nothing is sent.
+        sc.send.reserve(1);
         let mut send_lens = Vec::with_capacity(ranks);
         for d in 0..ranks {
             let c = plan.chunk(d);
@@ -733,6 +736,7 @@ impl<B: Backend> DataParallel<B> {
         let rcount = counts(&recv_lens, op)?;
         let (sdispl, rdispl) = (displacements(&scount), displacements(&rcount));
         sc.recv.resize(recv_lens.iter().sum(), 0);
+        sc.recv.reserve(1);
         {
             let sp = Partition::new(&sc.send[..], &scount[..], &sdispl[..]);
             let mut rp = PartitionMut::new(&mut sc.recv[..], &rcount[..], &rdispl[..]);
@@ -760,6 +764,7 @@ impl<B: Backend> DataParallel<B> {
             .resize_with(tree::depth(self.config.shards), || vec![0.0; tree::BLOCK]);
         sc.block.resize(tree::BLOCK, 0.0);
         sc.reduced.clear();
+        sc.reduced.reserve(1);
         let recv = &sc.recv;
         let mut start = 0;
         while start < m {

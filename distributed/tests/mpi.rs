@@ -6,7 +6,8 @@
 //!
 //! - `train` at 1, 2, 3 and 4 processes: the digits MLP and the reference conv net
 //!   (`exactgrad::nn::reference::ConvNet`, on the digits as 1×8×8 images) trained for 8
-//!   steps with blocked, shuffled and round-robin shard assignments, in exact mode with a
+//!   steps on batches of 45 examples in 8 shards of 5 or 6, with blocked, shuffled and
+//!   round-robin shard assignments, in exact mode with a
 //!   different backend on every rank (ScalarRef and every ExactBackend path of this CPU,
 //!   1 or 2 threads) and in fast mode on FastBackend's best path; every final hash of
 //!   parameters and buffers must be equal across world sizes and assignments;
@@ -34,7 +35,8 @@ use std::time::{Duration, Instant};
 // ----- the workers ---------------------------------------------------------------------
 
 const STEPS: usize = 8;
-const BATCH: usize = 48;
+/// 45 examples in 8 shards: shards of 5 and 6 examples.
+const BATCH: usize = 45;
 const SHARDS: usize = 8;
 
 /// Which model a run trains.
@@ -133,7 +135,7 @@ fn train<B: Backend>(
     comm: &Comm,
     b: &B,
     kind: Model,
-    assignment: Assignment,
+    config: DdpConfig,
     fault: Fault,
 ) -> Result<(u64, Vec<f32>)> {
     let data = Digits::bundled().split()?.train;
@@ -142,7 +144,6 @@ fn train<B: Backend>(
         Model::Mlp => (Box::new(mlp(b, 32, seed)), false),
         Model::Conv => (Box::new(conv_net(b, seed)?), true),
     };
-    let config = DdpConfig::new(SHARDS).with_assignment(assignment);
     let mut ddp = DataParallel::new(comm, &model, config)?;
     let state = |m: &dyn Module<B>| {
         let mut t = m.parameters();
@@ -205,23 +206,19 @@ fn exact_choices() -> Vec<Option<Isa>> {
 
 /// Trains on this rank's exact backend: rank `r` of `P` takes choice `(r + P − 1) mod
 /// k`, with 1 thread on even and 2 threads on odd ranks.
-fn train_exact(
-    comm: &Comm,
-    kind: Model,
-    assignment: Assignment,
-) -> Result<(u64, Vec<f32>, String)> {
+fn train_exact(comm: &Comm, kind: Model, config: DdpConfig) -> Result<(u64, Vec<f32>, String)> {
     let choices = exact_choices();
     let (r, p) = (comm.rank(), comm.size());
     let threads = 1 + r % 2;
     match choices[(r + p - 1) % choices.len()] {
         None => {
             let b = ScalarRefBackend;
-            let (h, l) = train(comm, &b, kind, assignment, Fault::None)?;
+            let (h, l) = train(comm, &b, kind, config, Fault::None)?;
             Ok((h, l, b.name()))
         }
         Some(isa) => {
             let b = ExactBackend::with_isa(isa, threads).map_err(|e| Error::Mpi(e.to_string()))?;
-            let (h, l) = train(comm, &b, kind, assignment, Fault::None)?;
+            let (h, l) = train(comm, &b, kind, config, Fault::None)?;
             Ok((h, l, b.name()))
         }
     }
@@ -242,16 +239,29 @@ fn worker_train(comm: &Comm) -> Result<()> {
     let p = comm.size();
     for kind in [Model::Mlp, Model::Conv] {
         for (label, assignment) in assignments(p) {
-            let (hash, losses, backend) = train_exact(comm, kind, assignment)?;
+            let config = DdpConfig::new(SHARDS).with_assignment(assignment);
+            let (hash, losses, backend) = train_exact(comm, kind, config)?;
             report(comm, kind, "exact", label, hash, &losses, &backend)?;
         }
         for (label, assignment) in assignments(p).into_iter().take(2) {
             let b = FastBackend::with_isa(Isa::best(ComputeMode::Fast), 1)
                 .map_err(|e| Error::Mpi(e.to_string()))?;
-            let (hash, losses) = train(comm, &b, kind, assignment, Fault::None)?;
+            let config = DdpConfig::new(SHARDS).with_assignment(assignment);
+            let (hash, losses) = train(comm, &b, kind, config, Fault::None)?;
             report(comm, kind, "fast", label, hash, &losses, &b.name())?;
         }
     }
+    // Three shards: at 4 processes one rank has none.
+    let (hash, losses, backend) = train_exact(comm, Model::Mlp, DdpConfig::new(3))?;
+    report(
+        comm,
+        Model::Mlp,
+        "exact-3-shards",
+        "blocked",
+        hash,
+        &losses,
+        &backend,
+    )?;
     Ok(())
 }
 
@@ -358,8 +368,12 @@ fn worker(args: &[String]) -> Result<()> {
                 expect_refusal(comm, &mlp(&b, 32, 1), DdpConfig::new(shards))
             }
             "root_file" => worker_root_file(comm, &arg),
-            "panic" => train(comm, &b, Model::Mlp, Assignment::Blocked, Fault::Panic).map(|_| ()),
-            "error" => train(comm, &b, Model::Mlp, Assignment::Blocked, Fault::Error).map(|_| ()),
+            "panic" => {
+                train(comm, &b, Model::Mlp, DdpConfig::new(SHARDS), Fault::Panic).map(|_| ())
+            }
+            "error" => {
+                train(comm, &b, Model::Mlp, DdpConfig::new(SHARDS), Fault::Error).map(|_| ())
+            }
             "error_outside" => {
                 if last {
                     return Err(Error::Mpi(
@@ -535,10 +549,10 @@ fn driver() -> usize {
                 return Err(explain(&o, "training failed"));
             }
             let lines = lines_with(&o.stdout, "RESULT");
-            if lines.len() != 10 {
+            if lines.len() != 11 {
                 return Err(explain(
                     &o,
-                    &format!("{} RESULT lines, 10 expected", lines.len()),
+                    &format!("{} RESULT lines, 11 expected", lines.len()),
                 ));
             }
             for l in lines {
@@ -555,14 +569,18 @@ fn driver() -> usize {
         });
     }
     test("same_hash_for_every_world_size_and_assignment", &mut || {
-        if results.len() != 4 {
+        if results.len() != 5 {
             return Err(format!(
-                "results for {} model/mode pairs, 4 expected",
+                "results for {} model/mode pairs, 5 expected",
                 results.len()
             ));
         }
         for ((model, mode), runs) in &results {
-            let want = if mode == "exact" { 4 * 3 } else { 4 * 2 };
+            let want = match mode.as_str() {
+                "exact" => 4 * 3,
+                "fast" => 4 * 2,
+                _ => 4,
+            };
             if runs.len() != want {
                 return Err(format!(
                     "{model} {mode}: {} runs, {want} expected",
