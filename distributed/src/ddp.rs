@@ -342,7 +342,7 @@ fn counts(v: &[usize], op: &'static str) -> Result<Vec<Count>> {
                 Error::invalid(
                     op,
                     "model",
-                    format!("{n} elements in one MPI message exceed MPI's count limit"),
+                    format!("{n} bytes in one MPI buffer exceed MPI's limit of 2^31 - 1"),
                 )
             })
         })
@@ -448,13 +448,13 @@ impl<B: Backend> DataParallel<B> {
         let buffer_len = values.len() - grad_len;
 
         let plan = ReductionPlan::new(owner, ranks, grad_len + buffer_len + 2);
-        // Every message size must fit MPI's int counts.
-        let widest = (0..ranks)
-            .map(|r| plan.piece_width(r))
-            .max()
-            .unwrap_or(0)
-            .max(4);
-        counts(&[plan.chunk(0).len() * widest], op)?;
+        // Every rank's send and receive buffers must be addressable with MPI's int
+        // counts and displacements (the same check on every rank).
+        let all_widths: usize = (0..ranks).map(|r| plan.piece_width(r)).sum();
+        for r in 0..ranks {
+            counts(&[plan.len * plan.piece_width(r)], op)?;
+            counts(&[plan.chunk(r).len() * all_widths], op)?;
+        }
         Ok(Self {
             comm: world,
             rank,
