@@ -15,6 +15,9 @@
 //!   shard counts are all refused at start with an error naming the difference;
 //! - `root_file`: `Comm::run_on_root` writes a file on rank 0 only, and a failure there
 //!   reaches every rank as an error;
+//! - `bad_input`: zero shards, an assignment naming a missing rank, a batch smaller than
+//!   the shard count and a loss that is not one per example are clear errors on every
+//!   rank, and the same `DataParallel` trains afterwards;
 //! - `panic`, `error`, `error_outside`: a rank that panics or returns an error (inside a
 //!   step, or before the others' next collective) ends every rank with a non-zero exit
 //!   within seconds.
@@ -351,6 +354,40 @@ fn worker_root_file(comm: &Comm, path: &str) -> Result<()> {
     Ok(())
 }
 
+/// Invalid arguments give a clear error on every rank (and no rank waits for another).
+fn worker_bad_input(comm: &Comm) -> Result<()> {
+    let b = ScalarRefBackend;
+    let model = mlp(&b, 8, 1);
+    let mut errors = Vec::new();
+    errors.push(DataParallel::new(comm, &model, DdpConfig::new(0)).map(|_| ()));
+    let beyond = Assignment::Explicit(vec![comm.size(); 2]);
+    errors.push(
+        DataParallel::new(comm, &model, DdpConfig::new(2).with_assignment(beyond)).map(|_| ()),
+    );
+    let data = Digits::bundled().split()?.train;
+    let mut ddp = DataParallel::new(comm, &model, DdpConfig::new(4))?;
+    let losses = |indices: &[usize]| losses_of(&b, &model, &data, indices, false);
+    errors.push(ddp.step(3, |s| losses(&[s.index])).map(|_| ()));
+    errors.push(
+        ddp.step(8, |s| -> Result<Tensor<ScalarRefBackend>> {
+            let per_example = losses(&(s.range.start..s.range.end).collect::<Vec<_>>())?;
+            Ok(per_example.mean()?.reshape(&[1])?)
+        })
+        .map(|_| ()),
+    );
+    for e in errors {
+        match e {
+            Ok(()) => return Err(Error::Mpi("an invalid argument was accepted".into())),
+            Err(e) => println!("BAD-INPUT rank {}: {e}", comm.rank()),
+        }
+    }
+    // The same object still trains afterwards.
+    ddp.step(8, |s| {
+        losses(&(s.range.start..s.range.end).collect::<Vec<_>>())
+    })?;
+    Ok(())
+}
+
 fn worker(args: &[String]) -> Result<()> {
     let scenario = args.first().map(String::as_str).unwrap_or("");
     let arg = args.get(1).cloned().unwrap_or_default();
@@ -368,6 +405,7 @@ fn worker(args: &[String]) -> Result<()> {
                 expect_refusal(comm, &mlp(&b, 32, 1), DdpConfig::new(shards))
             }
             "root_file" => worker_root_file(comm, &arg),
+            "bad_input" => worker_bad_input(comm),
             "panic" => {
                 train(comm, &b, Model::Mlp, DdpConfig::new(SHARDS), Fault::Panic).map(|_| ())
             }
@@ -653,6 +691,29 @@ fn driver() -> usize {
             Ok(())
         },
     );
+    test("bad_input_is_a_clear_error_on_every_rank_np2", &mut || {
+        let o = mpirun(2, "bad_input", &[], LIMIT);
+        if !o.success {
+            return Err(explain(&o, "the workers failed"));
+        }
+        let lines = lines_with(&o.stdout, "BAD-INPUT");
+        let wants = [
+            "invalid `shards`: must be at least 1",
+            "shard 0 is given to rank 2, but there are 2 ranks",
+            "a global batch of 3 examples cannot fill 4 shards",
+            "returned a loss of shape [1]; expected one loss per example, [2]",
+        ];
+        for w in wants {
+            let n = lines.iter().filter(|l| l.contains(w)).count();
+            if n != 2 {
+                return Err(explain(&o, &format!("{n} of 2 ranks reported `{w}`")));
+            }
+        }
+        for l in lines.iter().filter(|l| l.starts_with("BAD-INPUT rank 0")) {
+            println!("    {l}");
+        }
+        Ok(())
+    });
     test("panic_on_one_rank_ends_all_np3", &mut || {
         check_fault(
             3,
