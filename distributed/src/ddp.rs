@@ -35,9 +35,16 @@ pub enum Assignment {
 impl Assignment {
     /// The rank of every shard, for `shards` shards over `ranks` processes.
     ///
-    /// Fails when an explicit list has the wrong length or names a rank that does not
-    /// exist.
+    /// Fails when `ranks` is 0, or an explicit list has the wrong length or names a rank
+    /// that does not exist.
     pub fn resolve(&self, shards: usize, ranks: usize) -> Result<Vec<usize>> {
+        if ranks == 0 {
+            return Err(Error::invalid(
+                "Assignment::resolve",
+                "ranks",
+                "must be at least 1",
+            ));
+        }
         let blocked = |i: usize| (i * ranks) / shards;
         match self {
             Assignment::Blocked => Ok((0..shards).map(blocked).collect()),
@@ -165,15 +172,35 @@ pub struct ReductionPlan {
 
 impl ReductionPlan {
     /// The plan for shards held by `owner` (shard → rank) over `ranks` processes, for
-    /// vectors of `len` f32 elements.
-    pub fn new(owner: Vec<usize>, ranks: usize, len: usize) -> Self {
+    /// vectors of `len` f32 elements (gradients, buffers, loss and count).
+    ///
+    /// Fails when there are no shards or no ranks, or a shard's rank does not exist.
+    pub fn new(owner: Vec<usize>, ranks: usize, len: usize) -> Result<Self> {
+        let op = "ReductionPlan::new";
+        if owner.is_empty() {
+            return Err(Error::invalid(
+                op,
+                "owner",
+                "there must be at least one shard",
+            ));
+        }
+        if ranks == 0 {
+            return Err(Error::invalid(op, "ranks", "must be at least 1"));
+        }
+        if let Some((s, &r)) = owner.iter().enumerate().find(|(_, &r)| r >= ranks) {
+            return Err(Error::invalid(
+                op,
+                "owner",
+                format!("shard {s} is on rank {r}, but there are {ranks} ranks"),
+            ));
+        }
         let pieces = tree::pieces(&owner);
-        Self {
+        Ok(Self {
             ranks,
             owner,
             pieces,
             len,
-        }
+        })
     }
 
     /// The rank of every shard.
@@ -447,7 +474,7 @@ impl<B: Backend> DataParallel<B> {
         install(&buffers, &values[grad_len..])?;
         let buffer_len = values.len() - grad_len;
 
-        let plan = ReductionPlan::new(owner, ranks, grad_len + buffer_len + 2);
+        let plan = ReductionPlan::new(owner, ranks, grad_len + buffer_len + 2)?;
         // Every rank's send and receive buffers must be addressable with MPI's int
         // counts and displacements (the same check on every rank).
         let all_widths: usize = (0..ranks).map(|r| plan.piece_width(r)).sum();
@@ -882,7 +909,7 @@ mod tests {
     #[test]
     fn bytes_equal_a_ring_all_reduce_with_one_shard_per_rank() {
         for p in 1..=8 {
-            let plan = ReductionPlan::new((0..p).collect(), p, 1000);
+            let plan = ReductionPlan::new((0..p).collect(), p, 1000).unwrap();
             for r in 0..p {
                 // Leaves (f32) to the other owners, then the own chunk to the others.
                 let c = plan.chunk(r).len();
@@ -893,8 +920,17 @@ mod tests {
             }
         }
         // Two shards per rank, blocked: one f64 piece per rank, 1.5 times the ring.
-        let plan = ReductionPlan::new(vec![0, 0, 1, 1], 2, 1000);
+        let plan = ReductionPlan::new(vec![0, 0, 1, 1], 2, 1000).unwrap();
         assert_eq!(plan.bytes_sent(0), 500 * 8 + 500 * 4);
         assert_eq!(plan.ring_allreduce_bytes(), 4000);
+        let e = ReductionPlan::new(vec![0, 2], 2, 10).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("shard 1 is on rank 2, but there are 2 ranks"),
+            "{e}"
+        );
+        assert!(ReductionPlan::new(vec![], 2, 10).is_err());
+        assert!(ReductionPlan::new(vec![0], 0, 10).is_err());
+        assert!(Assignment::Blocked.resolve(4, 0).is_err());
     }
 }

@@ -31,9 +31,9 @@ impl Node {
         Node { lo: 0, hi: shards }
     }
 
-    /// Number of shards covered.
+    /// Number of shards covered (0 for a node with `hi <= lo`).
     pub fn shards(&self) -> usize {
-        self.hi - self.lo
+        self.hi.saturating_sub(self.lo)
     }
 
     /// Whether the node is a single shard.
@@ -111,11 +111,11 @@ pub fn pieces(owner: &[usize]) -> Vec<Piece> {
 
 /// Elements evaluated together by [`evaluate_into`]'s callers: the scratch of one tree
 /// level is `BLOCK` f64 values (4 KiB), so a block's whole evaluation stays in cache.
-pub const BLOCK: usize = 512;
+pub(crate) const BLOCK: usize = 512;
 
 /// Scratch rows [`evaluate_into`] needs for a tree over `shards` shards: one per level,
 /// `⌈log2 shards⌉`.
-pub fn depth(shards: usize) -> usize {
+pub(crate) fn depth(shards: usize) -> usize {
     if shards <= 1 {
         0
     } else {
@@ -129,7 +129,7 @@ pub fn depth(shards: usize) -> usize {
 /// elements.
 ///
 /// Panics when a leaf is not known (callers cover every leaf by a known node).
-pub fn evaluate_into(
+pub(crate) fn evaluate_into(
     node: Node,
     out: &mut [f64],
     scratch: &mut [Vec<f64>],
@@ -155,7 +155,7 @@ pub fn evaluate_into(
 /// The value of `node` over the elements `range` of the leaves' f32 vectors (`leaf(s)`
 /// for shard `s`), evaluated block by block; `emit(start, values)` receives the values
 /// of the elements `start..start + values.len()` in increasing order.
-pub fn evaluate_leaves<'a>(
+pub(crate) fn evaluate_leaves<'a>(
     node: Node,
     range: Range<usize>,
     leaf: &dyn Fn(usize) -> &'a [f32],
@@ -183,7 +183,7 @@ pub fn evaluate_leaves<'a>(
 
 /// The elements `[i·len/parts, (i+1)·len/parts)`: chunk `i` of `len` elements cut into
 /// `parts` nearly equal chunks.
-pub fn chunk(len: usize, parts: usize, i: usize) -> Range<usize> {
+pub(crate) fn chunk(len: usize, parts: usize, i: usize) -> Range<usize> {
     // u128 avoids overflow of i·len for any usize sizes.
     let at = |k: usize| ((k as u128 * len as u128) / parts as u128) as usize;
     at(i)..at(i + 1)
