@@ -15,6 +15,10 @@
 //! is also checked against the scalar form compiled for the baseline target. Inputs are
 //! visited in blocks; a path the CPU lacks is reported as skipped. Release only: a debug
 //! build prints that it needs `--release`.
+//!
+//! Not part of `cargo test --workspace`: the test needs the `exhaustive` feature and runs,
+//! with its twin, as
+//! `cargo test -p exactgrad-backends --release --features exhaustive --test exhaustive_transcendentals --test exhaustive_vector`.
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
