@@ -158,6 +158,15 @@ impl ComputeContext {
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
 /// The CPU backend in mode `M` ([`Exact`] or [`Fast`]): an ISA path and a compute context.
+///
+/// Defaults: [`CpuBackend::new`] and [`Default`] take the widest ISA path this CPU
+/// supports and run every kernel on **one thread** (the caller's), so a program's thread
+/// count never depends on the machine and a backend never competes with other work for
+/// cores. [`CpuBackend::with_threads`] sets the count, and
+/// [`CpuBackend::with_available_parallelism`] takes one thread per available core;
+/// [`CpuBackend::with_isa`] also chooses the path. Results never depend on the thread
+/// count, only the speed does (`docs/arithmetic.md` §1, rule 5); in exact mode they do
+/// not depend on the path either.
 pub struct CpuBackend<M: ModeSpec> {
     isa: Isa,
     ctx: Arc<ComputeContext>,
@@ -196,8 +205,14 @@ impl<M: ModeSpec> Default for CpuBackend<M> {
 }
 
 impl<M: ModeSpec> CpuBackend<M> {
-    /// The best path of this CPU, one thread per available core.
+    /// The best path of this CPU on one thread (the caller's; no pool is started).
     pub fn new() -> Self {
+        Self::with_threads(1)
+    }
+
+    /// The best path of this CPU, one thread per available core
+    /// ([`std::thread::available_parallelism`], 1 if it is unknown).
+    pub fn with_available_parallelism() -> Self {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::with_threads(threads)
     }
@@ -536,5 +551,28 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         out: &mut [f32],
     ) {
         rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_and_default_run_on_one_thread() {
+        assert_eq!(ExactBackend::new().threads(), 1);
+        assert_eq!(FastBackend::new().threads(), 1);
+        assert_eq!(ExactBackend::default().threads(), 1);
+        assert_eq!(FastBackend::default().threads(), 1);
+        assert_eq!(ExactBackend::new().isa(), Isa::best(ComputeMode::Exact));
+        assert_eq!(ExactBackend::with_threads(3).threads(), 3);
+        assert_eq!(ExactBackend::with_threads(0).threads(), 1);
+    }
+
+    #[test]
+    fn with_available_parallelism_takes_every_core() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(ExactBackend::with_available_parallelism().threads(), cores);
+        assert_eq!(FastBackend::with_available_parallelism().threads(), cores);
     }
 }
