@@ -12,6 +12,7 @@ pub mod elementwise;
 mod gemm;
 mod rows;
 pub mod simd;
+mod simd64;
 
 use crate::lane::{Exact, Fast};
 use crate::scalar::ModeSpec;
