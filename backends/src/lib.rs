@@ -14,6 +14,7 @@ extern crate alloc;
 pub mod conformance;
 #[cfg(feature = "std")]
 pub mod cpu;
+pub mod elementwise;
 pub mod lane;
 pub mod scalar;
 #[cfg(feature = "alloc")]

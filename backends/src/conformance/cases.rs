@@ -67,69 +67,14 @@ impl fmt::Display for Kernel {
 }
 
 /// Every [`UnaryOp`] with the parameters the suite tries (special exponents, infinite and
-/// crossed clamp bounds, signed zeros and non-finite scalars).
+/// crossed clamp bounds, signed zeros and non-finite scalars): [`UnaryOp::SAMPLES`], from
+/// the operator table of `exactgrad_core::ops`.
 pub fn unary_ops() -> Vec<UnaryOp> {
-    let inf = f32::INFINITY;
-    let mut ops = vec![
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Relu,
-        UnaryOp::Sigmoid,
-        UnaryOp::Tanh,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::GeluErf,
-        UnaryOp::GeluTanh,
-    ];
-    for s in [0.01, -0.5, 0.0, 3.0] {
-        ops.push(UnaryOp::LeakyRelu(s));
-    }
-    for p in [
-        0.0,
-        1.0,
-        2.0,
-        3.0,
-        7.0,
-        -1.0,
-        -2.0,
-        0.5,
-        -0.5,
-        64.0,
-        -64.0,
-        65.0,
-        2.5,
-        -1.5,
-        1e-3,
-        1e9,
-        inf,
-        -inf,
-        f32::NAN,
-    ] {
-        ops.push(UnaryOp::Pow(p));
-    }
-    for (lo, hi) in [
-        (-1.0, 1.0),
-        (-inf, 0.5),
-        (0.5, inf),
-        (-inf, inf),
-        (1.0, -1.0),
-        (0.0, 0.0),
-        (f32::NAN, 1.0),
-    ] {
-        ops.push(UnaryOp::Clamp(lo, hi));
-    }
-    for c in [1.5, -0.0, inf, 1e-40] {
-        ops.push(UnaryOp::AddScalar(c));
-    }
-    for c in [-2.0, 0.0, 1e-30, f32::NAN] {
-        ops.push(UnaryOp::MulScalar(c));
-    }
-    ops
+    UnaryOp::SAMPLES.to_vec()
 }
 
-/// Every [`BinaryOp`].
-pub const BINARY_OPS: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+/// Every [`BinaryOp`] ([`BinaryOp::ALL`]).
+pub const BINARY_OPS: [BinaryOp; 4] = BinaryOp::ALL;
 
 /// How often special values (NaN, ±∞, ±0, subnormals, limits) replace ordinary ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -553,7 +498,7 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
             random_len(rng)
         }
     };
-    let ops = unary_ops();
+    let ops = UnaryOp::SAMPLES;
     let call = match kernel {
         Kernel::CopyStrided => {
             let shape = random_shape(rng, limit);
@@ -655,7 +600,7 @@ pub fn kernel_cases(kernel: Kernel, config: &Config) -> Vec<Case> {
         .collect();
     match kernel {
         Kernel::Unary | Kernel::UnaryBackward => {
-            for (i, op) in unary_ops().into_iter().enumerate() {
+            for (i, &op) in UnaryOp::SAMPLES.iter().enumerate() {
                 let len = LANE_WIDTHS[i % LANE_WIDTHS.len()] + i % 3 + 3 * (i % 2);
                 let call = if kernel == Kernel::Unary {
                     Call::Unary { op, len }

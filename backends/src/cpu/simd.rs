@@ -1,5 +1,4 @@
-//! Vector lanes for the ISA paths: [`SimdLane`] adds loads, stores and the IEEE square
-//! root to [`Lane`], and the x86-64 types implement both with `core::arch` intrinsics.
+//! Vector lanes for the ISA paths: [`SimdLane`] adds loads and stores to [`Lane`], and the x86-64 types implement both with `core::arch` intrinsics.
 //!
 //! The lane types are only ever instantiated inside functions compiled with the matching
 //! `#[target_feature]` and called after run-time detection (see [`super::Isa`]); every
@@ -23,9 +22,6 @@ pub trait SimdLane: Lane {
     /// # Safety
     /// `p..p+WIDTH` must be writable.
     unsafe fn store(self, p: *mut f32);
-
-    /// Lane-wise IEEE square root.
-    fn sqrt(self) -> Self;
 }
 
 impl SimdLane for f32 {
@@ -41,11 +37,6 @@ impl SimdLane for f32 {
     unsafe fn store(self, p: *mut f32) {
         // SAFETY: the caller guarantees `p` is writable.
         unsafe { *p = self }
-    }
-
-    #[inline(always)]
-    fn sqrt(self) -> Self {
-        crate::scalar::sqrt(self)
     }
 }
 
@@ -96,6 +87,10 @@ mod x86 {
         #[inline(always)]
         fn div(self, o: Self) -> Self {
             unsafe { F32x4(_mm_div_ps(self.0, o.0)) }
+        }
+        #[inline(always)]
+        fn sqrt(self) -> Self {
+            unsafe { F32x4(_mm_sqrt_ps(self.0)) }
         }
         #[inline(always)]
         fn lt(self, o: Self) -> __m128 {
@@ -184,10 +179,6 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             _mm_storeu_ps(p, self.0)
         }
-        #[inline(always)]
-        fn sqrt(self) -> Self {
-            unsafe { F32x4(_mm_sqrt_ps(self.0)) }
-        }
     }
 
     /// Eight f32 lanes in an AVX register (the AVX2 path).
@@ -217,6 +208,10 @@ mod x86 {
         #[inline(always)]
         fn div(self, o: Self) -> Self {
             unsafe { F32x8(_mm256_div_ps(self.0, o.0)) }
+        }
+        #[inline(always)]
+        fn sqrt(self) -> Self {
+            unsafe { F32x8(_mm256_sqrt_ps(self.0)) }
         }
         #[inline(always)]
         fn lt(self, o: Self) -> __m256 {
@@ -305,10 +300,6 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             _mm256_storeu_ps(p, self.0)
         }
-        #[inline(always)]
-        fn sqrt(self) -> Self {
-            unsafe { F32x8(_mm256_sqrt_ps(self.0)) }
-        }
     }
 
     /// Sixteen f32 lanes in an AVX-512 register (the AVX-512 path).
@@ -338,6 +329,10 @@ mod x86 {
         #[inline(always)]
         fn div(self, o: Self) -> Self {
             unsafe { F32x16(_mm512_div_ps(self.0, o.0)) }
+        }
+        #[inline(always)]
+        fn sqrt(self) -> Self {
+            unsafe { F32x16(_mm512_sqrt_ps(self.0)) }
         }
         #[inline(always)]
         fn lt(self, o: Self) -> __mmask16 {
@@ -425,10 +420,6 @@ mod x86 {
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
             _mm512_storeu_ps(p, self.0)
-        }
-        #[inline(always)]
-        fn sqrt(self) -> Self {
-            unsafe { F32x16(_mm512_sqrt_ps(self.0)) }
         }
     }
 }
