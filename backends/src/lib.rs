@@ -6,6 +6,8 @@
 //! the exact polynomial functions.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;

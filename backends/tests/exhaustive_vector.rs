@@ -54,13 +54,15 @@ mod x86 {
             #[target_feature(enable = $feature)]
             pub unsafe fn $name(x0: u32, out: &mut [f32; BLOCK]) {
                 type L = $lane;
-                // SAFETY: IOTA holds 16 >= WIDTH elements.
+                // SAFETY: IOTA holds 16 >= WIDTH elements; the lane's target features are
+                // this function's, which `run` calls only after `Isa::is_supported`.
                 let iota = unsafe { L::load(IOTA.as_ptr()) }.to_bits();
                 let mut i = 0;
                 while i < BLOCK {
                     let x =
                         L::from_bits(L::bits_add(iota, L::bits_splat(x0.wrapping_add(i as u32))));
-                    // SAFETY: i + WIDTH <= BLOCK = out.len().
+                    // SAFETY: i + WIDTH <= BLOCK = out.len() (BLOCK is a multiple of
+                    // WIDTH); the lane's target features are this function's.
                     unsafe { g::$f::<L, Exact>(x).store(out.as_mut_ptr().add(i)) };
                     i += L::WIDTH;
                 }

@@ -3,11 +3,11 @@
 //!
 //! A backend conforms when every kernel of [`Backend`](exactgrad_core::Backend) gives the
 //! reference's bits on random inputs: random shapes (0- and 1-sized dimensions, lengths 1
-//! to 150 around every lane width), random strided layouts (permuted, stepped, offset and broadcast views) and
-//! random values mixed with NaN (several payloads), ±∞, ±0, subnormals and the limits of
-//! the transcendental functions. An exact-mode backend must match bit for bit; a
-//! fast-mode one must too, except that any NaN equals any NaN (fast mode does not
-//! canonicalise NaN).
+//! to 150 around every lane width), random strided layouts (permuted, stepped, offset and
+//! broadcast views) and random values mixed with NaN (several payloads), ±∞, ±0,
+//! subnormals and the limits of the transcendental functions. An exact-mode backend must
+//! match bit for bit; a fast-mode one must too, except that any NaN equals any NaN (fast
+//! mode does not canonicalise NaN).
 //!
 //! The usual reference is `ScalarRefBackend` for exact mode and `FastScalarRefBackend`
 //! for fast mode. A downstream crate runs the whole suite with one call,

@@ -31,7 +31,8 @@ pub(crate) fn unary_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
     let w = L::WIDTH;
     let mut i = 0;
     while i + w <= n {
-        // SAFETY: i + w <= n bounds both slices.
+        // SAFETY: i + w <= n = min(x.len(), out.len()) bounds both slices; the lane's
+        // target features are the calling instantiation's (`cpu::simd`).
         unsafe {
             let v = L::load(x.as_ptr().add(i));
             finish::<L, M>(unary::<L, M>(op, v)).store(out.as_mut_ptr().add(i));
@@ -61,7 +62,9 @@ pub(crate) fn unary_backward_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
     let w = L::WIDTH;
     let mut i = 0;
     while i + w <= n {
-        // SAFETY: i + w <= n, and every input holds at least n elements.
+        // SAFETY: i + w <= n = out.len(), and every input holds at least n elements
+        // (asserted above); the lane's target features are the calling instantiation's
+        // (`cpu::simd`).
         unsafe {
             let (xv, yv, gv) = (
                 L::load(x.as_ptr().add(i)),
@@ -106,8 +109,9 @@ pub(crate) fn binary_row<L: SimdLane, M: ModeSpec>(
         let av = if sa == 0 { Some(L::splat(a[ia])) } else { None };
         let bv = if sb == 0 { Some(L::splat(b[ib])) } else { None };
         while i + w <= n {
-            // SAFETY: the assertion above bounds every index ia + j·sa and ib + j·sb for
-            // j < n, and i + w <= n.
+            // SAFETY: the assertion above bounds every index ia + j·sa and ib + j·sb for j
+            // < n, and i + w <= n = out.len(); the lane's target features are the calling
+            // instantiation's (`cpu::simd`).
             unsafe {
                 let x = av.unwrap_or_else(|| L::load(a.as_ptr().add(ia + i)));
                 let y = bv.unwrap_or_else(|| L::load(b.as_ptr().add(ib + i)));

@@ -169,6 +169,9 @@ const ELEMENTWISE_CHUNK: usize = 1 << 14;
 /// count, only the speed does (`docs/arithmetic.md` §1, rule 5); in exact mode they do
 /// not depend on the path either.
 pub struct CpuBackend<M: ModeSpec> {
+    /// The path; `isa.is_supported(M::MODE)` holds on this CPU (every constructor checks
+    /// it, and the field is never changed), which the dispatch to the target-feature
+    /// kernels relies on.
     isa: Isa,
     ctx: Arc<ComputeContext>,
     _mode: PhantomData<M>,
@@ -256,7 +259,8 @@ impl<M: ModeSpec> CpuBackend<M> {
 }
 
 /// Instantiates the generic kernels for one ISA path inside functions compiled with the
-/// path's target features.
+/// path's target features. Each generated function is `unsafe` with one contract: the
+/// CPU must have those features (the dispatchers below check the path first).
 macro_rules! isa_kernels {
     ($module:ident, $lane:ty, $($feature:literal)?) => {
         #[allow(dead_code)]
@@ -311,17 +315,32 @@ isa_kernels!(k_scalar, f32,);
 /// The mode-specific parts of dispatch: which instantiation runs on which path.
 pub trait CpuMode: ModeSpec {
     /// Runs the unary kernel on `isa`.
-    fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]);
+    ///
+    /// # Safety
+    /// `isa.is_supported(Self::MODE)` must hold on this CPU.
+    unsafe fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]);
     /// Runs the unary backward kernel on `isa`.
-    fn unary_backward(isa: Isa, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]);
+    ///
+    /// # Safety
+    /// `isa.is_supported(Self::MODE)` must hold on this CPU.
+    unsafe fn unary_backward(
+        isa: Isa,
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    );
 }
 
 macro_rules! cpu_mode {
     ($mode:ty, $v128:ident) => {
         impl CpuMode for $mode {
-            fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
-                // SAFETY: a backend only holds an `isa` that `Isa::is_supported` confirmed
-                // for this mode, so the target features of the chosen kernel are present.
+            unsafe fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+                // SAFETY: the caller guarantees `isa.is_supported(MODE)`, which is exactly
+                // the target features of the instantiation chosen for `isa`: avx512f,
+                // avx2 + fma, sse2 (exact) or sse2 + fma (`$v128` for fast mode), none for
+                // the scalar one. The kernels index their slices within bounds themselves.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
@@ -335,7 +354,7 @@ macro_rules! cpu_mode {
                 }
             }
 
-            fn unary_backward(
+            unsafe fn unary_backward(
                 isa: Isa,
                 op: UnaryOp,
                 x: &[f32],
@@ -343,7 +362,9 @@ macro_rules! cpu_mode {
                 g: &[f32],
                 out: &mut [f32],
             ) {
-                // SAFETY: as in `unary`.
+                // SAFETY: the caller guarantees `isa.is_supported(MODE)`, which is exactly
+                // the target features of the instantiation chosen for `isa` (as in
+                // `unary`); the kernel checks the slice lengths itself.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
@@ -364,8 +385,11 @@ cpu_mode!(Exact, k_v128);
 cpu_mode!(Fast, k_v128_fma);
 
 /// Runs one broadcast binary row on `isa` (binary ops form no FMA, so both modes share it).
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
 #[allow(clippy::too_many_arguments)]
-fn binary_row<M: ModeSpec>(
+unsafe fn binary_row<M: ModeSpec>(
     isa: Isa,
     op: BinaryOp,
     a: &[f32],
@@ -376,8 +400,9 @@ fn binary_row<M: ModeSpec>(
     sb: usize,
     out: &mut [f32],
 ) {
-    // SAFETY: the backend's `isa` was confirmed by `Isa::is_supported`; the plain 128-bit
-    // kernel needs only SSE2, which every x86-64 CPU has.
+    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, which covers the target
+    // features of the instantiation chosen for `isa` (avx512f; avx2 + fma; for the
+    // 128-bit path only SSE2, part of every x86-64 CPU, since binary rows form no FMA).
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
@@ -457,7 +482,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         let isa = self.isa;
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
-            M::unary(isa, op, &x[s..s + o.len()], o);
+            // SAFETY: `isa` is the backend's, supported in this mode on this CPU (the
+            // invariant of `CpuBackend::isa`).
+            unsafe { M::unary(isa, op, &x[s..s + o.len()], o) };
         });
     }
 
@@ -470,7 +497,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
             let e = s + o.len();
-            M::unary_backward(isa, op, &x[s..e], &y[s..e], &g[s..e], o);
+            // SAFETY: `isa` is the backend's, supported in this mode on this CPU (the
+            // invariant of `CpuBackend::isa`).
+            unsafe { M::unary_backward(isa, op, &x[s..e], &y[s..e], &g[s..e], o) };
         });
     }
 
@@ -512,7 +541,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
             .for_each_chunk(out, rows_per_chunk * inner, |ci, o| {
                 for (r, orow) in o.chunks_mut(inner).enumerate() {
                     let (ia, ib) = rows[ci * rows_per_chunk + r];
-                    binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow);
+                    // SAFETY: `isa_` is the backend's, supported in this mode on this CPU
+                    // (the invariant of `CpuBackend::isa`).
+                    unsafe { binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow) };
                 }
             });
     }
@@ -527,19 +558,27 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         lb: &Layout,
         out: &mut [f32],
     ) {
-        rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out) }
     }
 
     fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
-        rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out) }
     }
 
     fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
-        gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) }
     }
 
     fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
-        rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out) }
     }
 
     fn softmax_backward(
@@ -551,7 +590,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         log: bool,
         out: &mut [f32],
     ) {
-        rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out) }
     }
 }
 

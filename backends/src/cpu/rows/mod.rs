@@ -109,13 +109,15 @@ trait RowMode: ModeSpec {}
 impl RowMode for Exact {}
 impl RowMode for Fast {}
 
-/// Calls kernel `$f` of `$isa`'s instantiation in mode `$m`.
+/// Calls kernel `$f` of `$isa`'s instantiation in mode `$m`. Used only inside the
+/// `*_on` functions, whose contract is `$isa.is_supported($m::MODE)` on this CPU.
 macro_rules! on_isa {
     ($isa:expr, $m:ty, $f:ident($($arg:expr),* $(,)?)) => {
-        // SAFETY: a backend only holds an `isa` that `Isa::is_supported` confirmed for its
-        // mode, so the target features of the chosen instantiation are present (fast mode
-        // on the 128-bit path requires FMA; exact mode there needs only SSE2, which every
-        // x86-64 CPU has).
+        // SAFETY: the enclosing `*_on` function's caller guarantees that `$isa` is
+        // supported in mode `$m` on this CPU, which is exactly the target features of the
+        // instantiation chosen here: avx512f, avx2 + fma, sse2 + fma (fast mode on the
+        // 128-bit path), sse2 (exact mode there; part of every x86-64 CPU) or none. The
+        // kernels' own memory accesses are justified where they happen.
         unsafe {
             match $isa {
                 #[cfg(target_arch = "x86_64")]

@@ -40,8 +40,11 @@ pub(super) fn select_chunk<L: SimdLane>(
         let mut j = 0;
         if sc <= 1 && sa <= 1 && sb <= 1 {
             while j + w <= orow.len() {
-                // SAFETY: every index ic + j·sc (and likewise for a, b) with j < n is an
-                // element of its layout, whose extent `select` checked.
+                // SAFETY: for j + w <= n every index ic + (j..j+w)·sc (likewise ia, sa and
+                // ib, sb) is an element of its layout in this chunk's rows, and `select`
+                // checked each layout's extent against its buffer before building the
+                // plan; the lane's target features are those of the instantiation that
+                // called this kernel (the target-feature contract of `cpu::simd`).
                 unsafe {
                     let cv = if sc == 0 {
                         L::splat(*pc)
@@ -65,7 +68,8 @@ pub(super) fn select_chunk<L: SimdLane>(
             }
         }
         for (j, o) in orow.iter_mut().enumerate().skip(j) {
-            // SAFETY: as above.
+            // SAFETY: j < n, so ic + j·sc, ia + j·sa and ib + j·sb are elements of their
+            // layouts, inside their buffers (the extents `select` checked).
             *o = unsafe {
                 if *pc.add(j * sc) != 0.0 {
                     *pa.add(j * sa)
@@ -79,8 +83,11 @@ pub(super) fn select_chunk<L: SimdLane>(
 }
 
 /// Element-wise select, as [`RefKernels::select`].
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn select<M: ModeSpec>(
+pub(crate) unsafe fn select<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
     cond: &[f32],
@@ -114,11 +121,19 @@ pub(crate) fn select<M: ModeSpec>(
     };
     let (inner, _) = d.inner();
     let rows = (WORK_PER_CHUNK / inner).max(1);
-    by_mode!(M, Mo => select_on::<Mo>(isa, ctx, cond, a, b, &plan, out, rows, inner))
+    by_mode!(M, Mo => {
+        // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, and `Mo` is `M`'s
+        // concrete marker (same mode).
+        unsafe { select_on::<Mo>(isa, ctx, cond, a, b, &plan, out, rows, inner) }
+    })
 }
 
+/// Runs [`select`]'s kernel over the chunks of `out` on `ctx`.
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
 #[allow(clippy::too_many_arguments)]
-fn select_on<M: RowMode>(
+unsafe fn select_on<M: RowMode>(
     isa: Isa,
     ctx: &ComputeContext,
     c: &[f32],

@@ -25,13 +25,15 @@ fn row_max<L: SimdLane>(x: &[f32]) -> f32 {
     if n >= w {
         let mut m = L::splat(f32::NEG_INFINITY);
         while i + w <= n {
-            // SAFETY: i + w <= n = x.len().
+            // SAFETY: i + w <= n = x.len() bounds the load; the lane's target features are
+            // the calling instantiation's (`cpu::simd`).
             let v = unsafe { L::load(x.as_ptr().add(i)) };
             // A NaN lane stays NaN: nothing compares greater than it.
             m = L::select(L::mask_or(v.gt(m), v.is_nan()), v, m);
             i += w;
         }
-        // SAFETY: `lanes` holds 16 >= w elements.
+        // SAFETY: `lanes` holds 16 >= w elements (asserted above); the lane's target
+        // features are the calling instantiation's (`cpu::simd`).
         unsafe { m.store(lanes.as_mut_ptr()) };
     }
     let mut m = f32::NEG_INFINITY;
@@ -54,7 +56,8 @@ fn exp_shifted<L: SimdLane, M: ModeSpec + Madd<L>>(x: &[f32], m: f32, out: &mut 
     let (w, mv) = (L::WIDTH, L::splat(m));
     let mut j = 0;
     while j + w <= n {
-        // SAFETY: j + w <= n bounds both slices.
+        // SAFETY: j + w <= n = x.len() = out.len() bounds both slices; the lane's target
+        // features are the calling instantiation's (`cpu::simd`).
         unsafe {
             let v = L::load(x.as_ptr().add(j));
             tr::exp::<L, M>(v.sub(mv)).store(out.as_mut_ptr().add(j));
@@ -70,7 +73,8 @@ fn exp_shifted<L: SimdLane, M: ModeSpec + Madd<L>>(x: &[f32], m: f32, out: &mut 
 /// past `rows` replaced by the last one (their sums are computed and discarded).
 #[inline(always)]
 fn row_ptrs(base: *const f32, r: usize, nb: usize, cols: usize) -> [*const f32; 8] {
-    // SAFETY (of the caller's later reads): rows r..r+nb lie inside the buffer.
+    // No access here (`wrapping_add`); the callers' reads are justified where they happen:
+    // rows r..r+nb lie inside the buffer.
     core::array::from_fn(|i| base.wrapping_add((r + i.min(nb - 1)) * cols))
 }
 
@@ -100,7 +104,9 @@ pub(super) fn softmax_rows<L: RowSum, M: ModeSpec + Madd<L>>(
         }
         let mut acc = [0.0f64; 8];
         let p = row_ptrs(out.as_ptr(), r, nb, cols);
-        // SAFETY: every pointer starts a row of `cols` elements inside `out`.
+        // SAFETY: every pointer starts one of rows r..r+nb of `cols` elements, inside `out`
+        // (rows·cols = out.len()); the lane's target features are the calling
+        // instantiation's (`cpu::simd`).
         unsafe { L::sum8(&mut acc, &p, cols) };
         for i in 0..nb {
             let s = acc[i] as f32;
@@ -113,7 +119,8 @@ pub(super) fn softmax_rows<L: RowSum, M: ModeSpec + Madd<L>>(
                 let ls = tr::log::<f32, M>(s);
                 let (mv, lv) = (L::splat(m[i]), L::splat(ls));
                 while j + w <= cols {
-                    // SAFETY: j + w <= cols bounds both rows.
+                    // SAFETY: j + w <= cols bounds both rows (`cols` elements each); the
+                    // lane's target features are the calling instantiation's (`cpu::simd`).
                     unsafe {
                         let v = L::load(xs.as_ptr().add(j));
                         finish::<L, M>(v.sub(mv).sub(lv)).store(os.as_mut_ptr().add(j));
@@ -126,7 +133,8 @@ pub(super) fn softmax_rows<L: RowSum, M: ModeSpec + Madd<L>>(
             } else {
                 let sv = L::splat(s);
                 while j + w <= cols {
-                    // SAFETY: j + w <= cols bounds the row.
+                    // SAFETY: j + w <= cols bounds the row (`cols` elements); the lane's
+                    // target features are the calling instantiation's (`cpu::simd`).
                     unsafe {
                         let e = L::load(os.as_ptr().add(j));
                         finish::<L, M>(e.div(sv)).store(os.as_mut_ptr().add(j));
@@ -167,11 +175,15 @@ pub(super) fn softmax_backward_rows<L: RowSum, M: ModeSpec + Madd<L>>(
         let mut acc = [0.0f64; 8];
         let pg = row_ptrs(g.as_ptr(), r, nb, cols);
         if log {
-            // SAFETY: every pointer starts a row of `cols` elements inside `g`.
+            // SAFETY: every pointer starts one of rows r..r+nb of `cols` elements, inside
+            // `g` (rows·cols = g.len()); the lane's target features are the calling
+            // instantiation's (`cpu::simd`).
             unsafe { L::sum8(&mut acc, &pg, cols) };
         } else {
             let py = row_ptrs(y.as_ptr(), r, nb, cols);
-            // SAFETY: every pointer starts a row of `cols` elements inside `y` or `g`.
+            // SAFETY: every pointer starts one of rows r..r+nb of `cols` elements, inside
+            // `y` or `g` (rows·cols = their lengths); the lane's target features are the
+            // calling instantiation's (`cpu::simd`).
             unsafe { L::dot8(&mut acc, &py, &pg, cols) };
         }
         for (i, &a) in acc.iter().enumerate().take(nb) {
@@ -181,7 +193,8 @@ pub(super) fn softmax_backward_rows<L: RowSum, M: ModeSpec + Madd<L>>(
             let dv = L::splat(d);
             let mut j = 0;
             while j + w <= cols {
-                // SAFETY: j + w <= cols bounds the three rows.
+                // SAFETY: j + w <= cols bounds the three rows (`cols` elements each); the
+                // lane's target features are the calling instantiation's (`cpu::simd`).
                 unsafe {
                     let yv = L::load(ys.as_ptr().add(j));
                     let gv = L::load(gs.as_ptr().add(j));
@@ -214,7 +227,10 @@ fn rows_per_chunk(cols: usize) -> usize {
 
 /// Softmax (or log-softmax) of each row, as
 /// [`RefKernels::softmax`](crate::scalar_ref::RefKernels::softmax).
-pub(crate) fn softmax<M: ModeSpec>(
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
+pub(crate) unsafe fn softmax<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
     x: &[f32],
@@ -229,10 +245,18 @@ pub(crate) fn softmax<M: ModeSpec>(
         return;
     }
     let chunk = rows_per_chunk(cols) * cols;
-    by_mode!(M, Mo => softmax_on::<Mo>(isa, ctx, x, cols, log, out, chunk))
+    by_mode!(M, Mo => {
+        // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, and `Mo` is `M`'s
+        // concrete marker (same mode).
+        unsafe { softmax_on::<Mo>(isa, ctx, x, cols, log, out, chunk) }
+    })
 }
 
-fn softmax_on<M: RowMode>(
+/// Runs [`softmax`]'s kernel over the chunks of `out` on `ctx`.
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
+unsafe fn softmax_on<M: RowMode>(
     isa: Isa,
     ctx: &ComputeContext,
     x: &[f32],
@@ -249,8 +273,11 @@ fn softmax_on<M: RowMode>(
 
 /// Backward of [`softmax`], as
 /// [`RefKernels::softmax_backward`](crate::scalar_ref::RefKernels::softmax_backward).
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn softmax_backward<M: ModeSpec>(
+pub(crate) unsafe fn softmax_backward<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
     y: &[f32],
@@ -271,11 +298,19 @@ pub(crate) fn softmax_backward<M: ModeSpec>(
         return;
     }
     let chunk = rows_per_chunk(cols) * cols;
-    by_mode!(M, Mo => softmax_backward_on::<Mo>(isa, ctx, y, g, cols, log, out, chunk))
+    by_mode!(M, Mo => {
+        // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, and `Mo` is `M`'s
+        // concrete marker (same mode).
+        unsafe { softmax_backward_on::<Mo>(isa, ctx, y, g, cols, log, out, chunk) }
+    })
 }
 
+/// Runs [`softmax_backward`]'s kernel over the chunks of `out` on `ctx`.
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
 #[allow(clippy::too_many_arguments)]
-fn softmax_backward_on<M: RowMode>(
+unsafe fn softmax_backward_on<M: RowMode>(
     isa: Isa,
     ctx: &ComputeContext,
     y: &[f32],

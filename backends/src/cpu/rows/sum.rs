@@ -58,13 +58,17 @@ fn sum_columns<L: RowSum, M: ModeSpec>(x: &[f32], p: &SumPlan, first: usize, out
                     let src = x.as_ptr().wrapping_add(base + red.off[0] + t * sr);
                     let mut j = 0;
                     while j + w <= tile {
-                        // SAFETY: every element of a tile is an element of the layout,
-                        // whose extent `sum` checked against `x.len()`.
+                        // SAFETY: `acc[j..j+w]` lies in the tile (j + w <= tile <=
+                        // SUM_TILE), and `src + j..src + j + w` are elements of the layout
+                        // (outputs of this tile at one reduced index), whose extent `sum`
+                        // checked against `x.len()`; the lane's target features are those
+                        // of the instantiation that called this kernel.
                         unsafe { L::add_wide(acc.as_mut_ptr().add(j), src.add(j)) };
                         j += w;
                     }
                     while j < tile {
-                        // SAFETY: as above.
+                        // SAFETY: j < tile: `acc[j]` and the layout element `src + j` as
+                        // for the full lanes above (the `f32` lane needs no feature).
                         unsafe { f32::add_wide(acc.as_mut_ptr().add(j), src.add(j)) };
                         j += 1;
                     }
@@ -116,13 +120,16 @@ fn sum_groups<L: RowSum, M: ModeSpec>(x: &[f32], p: &SumPlan, first: usize, out:
             let ptrs: [*const f32; 8] =
                 core::array::from_fn(|i| x.as_ptr().wrapping_add(bases[i] + red.off[0]));
             if sr == 1 {
-                // SAFETY: each run of `lr` elements belongs to the layout, whose extent
-                // `sum` checked against `x.len()`.
+                // SAFETY: each pointer starts a run of `lr` contiguous elements (sr = 1) of
+                // the layout (the padding entries repeat the last output's run), whose
+                // extent `sum` checked against `x.len()`; the lane's target features are
+                // those of the instantiation that called this kernel.
                 unsafe { L::sum8(&mut acc, &ptrs, lr) };
             } else {
                 for t in 0..lr {
                     for (a, ptr) in acc.iter_mut().zip(&ptrs) {
-                        // SAFETY: as above.
+                        // SAFETY: t < lr, so `ptr + t·sr` is an element of the layout,
+                        // inside `x` (the extent `sum` checked).
                         *a += f64::from(unsafe { *ptr.add(t * sr) });
                     }
                 }
@@ -152,7 +159,10 @@ pub(super) fn sum_chunk<L: RowSum, M: ModeSpec>(
 }
 
 /// Sum over flagged dimensions, as [`RefKernels::sum`].
-pub(crate) fn sum<M: ModeSpec>(
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
+pub(crate) unsafe fn sum<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
     x: &[f32],
@@ -201,10 +211,18 @@ pub(crate) fn sum<M: ModeSpec>(
     debug_assert_eq!(plan.kept.numel(), out.len());
     let work = plan.red.numel().max(1);
     let chunk = round_up((WORK_PER_CHUNK / work).max(1), 64);
-    by_mode!(M, Mo => sum_on::<Mo>(isa, ctx, x, &plan, out, chunk))
+    by_mode!(M, Mo => {
+        // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, and `Mo` is `M`'s
+        // concrete marker (same mode).
+        unsafe { sum_on::<Mo>(isa, ctx, x, &plan, out, chunk) }
+    })
 }
 
-fn sum_on<M: RowMode>(
+/// Runs [`sum`]'s kernel over the chunks of `out` on `ctx`.
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
+unsafe fn sum_on<M: RowMode>(
     isa: Isa,
     ctx: &ComputeContext,
     x: &[f32],
