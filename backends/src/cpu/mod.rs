@@ -7,6 +7,13 @@
 //! size is a constant of the kernel and the shape, so the thread count changes only the
 //! speed. In exact mode every path gives the bits of [`crate::ScalarRefBackend`]; in fast
 //! mode every FMA path gives the bits of [`crate::FastScalarRefBackend`].
+//!
+//! The files: this one holds [`Isa`], [`ComputeContext`], [`CpuBackend`] (its defaults:
+//! the best path, one thread) and the element-wise dispatch; [`simd`] the lane types and
+//! their target-feature contract; `simd64.rs` the f64 accumulation across outputs;
+//! [`elementwise`] the element-wise loops over slices (the formulas are
+//! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
+//! copy, select, sums, softmax).
 
 pub mod elementwise;
 mod gemm;
