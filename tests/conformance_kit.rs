@@ -1,26 +1,38 @@
 //! The conformance kit, used from outside the backends crate as a downstream crate would:
 //! a backend defined here (the scalar reference wrapped so that it counts its kernel
-//! calls) passes the whole suite and every kernel is exercised; a deliberately broken
-//! backend (exp off by one ulp) is caught and the report names kernel, backend, shape and
-//! the first differing element with its bits.
+//! calls and the unary operators it sees) passes the whole suite, every kernel is
+//! exercised and every operator of the unary table runs with each of its samples, forward
+//! and backward; a deliberately broken backend (exp off by one ulp) is caught and the
+//! report names kernel, backend, shape and the first differing element with its bits.
 
 use exactgrad::backends::conformance::{self, Config, Kernel, Mismatch};
 use exactgrad::backends::ScalarRefBackend;
 use exactgrad::core::backend::MatmulSpec;
 use exactgrad::core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-/// The scalar reference with a call counter per kernel (indexed like `Kernel::ALL`).
+/// The scalar reference with a call counter per kernel (indexed like `Kernel::ALL`) and
+/// the set of unary operators (`kernel: op`) it was called with.
 #[derive(Clone, Debug, Default)]
 struct Counting {
     calls: Arc<[AtomicUsize; 9]>,
+    ops: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Counting {
     fn hit(&self, k: Kernel) {
         let i = Kernel::ALL.iter().position(|&x| x == k).unwrap();
         self.calls[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn saw(&self, k: Kernel, op: UnaryOp) {
+        self.ops.lock().unwrap().insert(format!("{k}: {op:?}"));
+    }
+
+    fn has_seen(&self, k: Kernel, op: UnaryOp) -> bool {
+        self.ops.lock().unwrap().contains(&format!("{k}: {op:?}"))
     }
 
     fn count(&self, k: Kernel) -> usize {
@@ -50,10 +62,12 @@ impl Backend for Counting {
     }
     fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
         self.hit(Kernel::Unary);
+        self.saw(Kernel::Unary, op);
         ScalarRefBackend.unary(op, x, out)
     }
     fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
         self.hit(Kernel::UnaryBackward);
+        self.saw(Kernel::UnaryBackward, op);
         ScalarRefBackend.unary_backward(op, x, y, g, out)
     }
     fn binary(
@@ -208,6 +222,28 @@ fn a_conforming_backend_passes_and_every_kernel_is_exercised() {
         );
     }
     assert_eq!(report.cases.len(), Kernel::ALL.len());
+}
+
+#[test]
+fn every_operator_of_the_table_is_run_with_every_sample() {
+    let backend = Counting::default();
+    for kernel in [Kernel::Unary, Kernel::UnaryBackward] {
+        conformance::check_kernel(&backend, &ScalarRefBackend, kernel, &Config::quick())
+            .unwrap_or_else(|m| panic!("{m}"));
+        for &op in UnaryOp::SAMPLES {
+            assert!(backend.has_seen(kernel, op), "{kernel} never ran {op:?}");
+        }
+    }
+    // Every named operator has samples, and the kit's list is the table's.
+    for name in UnaryOp::NAMES {
+        assert!(
+            UnaryOp::SAMPLES.iter().any(|op| op.name() == *name),
+            "no sample of {name}"
+        );
+    }
+    // (Compared as text: the samples include NaN parameters.)
+    let text = |ops: &[UnaryOp]| ops.iter().map(|op| format!("{op:?}")).collect::<Vec<_>>();
+    assert_eq!(text(&conformance::unary_ops()), text(UnaryOp::SAMPLES));
 }
 
 #[test]

@@ -1,13 +1,14 @@
 //! Lanes: the element type that the exact polynomial kernels are written against.
 //!
-//! The transcendental functions of [`crate::transcendental`] are written once, generic
-//! over a [`Lane`], and use only the operations of this trait: IEEE f32 `+ − × ÷`,
-//! ordered comparisons giving a mask, a lane-wise select, bit casts to and from a lane
-//! of `u32`, and wrapping integer arithmetic and shifts on those bits. Every operation
-//! is lane-wise and has exactly one IEEE result, so a vector implementation (one lane
-//! per element) executes the same operation sequence per lane as the scalar `f32`
-//! implementation and gives equal bits by construction. The generic code never
-//! branches on data: special cases are computed and then chosen by [`Lane::select`].
+//! The transcendental functions of [`crate::transcendental`] and the element-wise
+//! formulas of [`crate::elementwise`] are written once, generic over a [`Lane`], and use
+//! only the operations of this trait: IEEE f32 `+ − × ÷` and square root, ordered
+//! comparisons giving a mask, a lane-wise select, bit casts to and from a lane of `u32`,
+//! and wrapping integer arithmetic and shifts on those bits. Every operation is lane-wise
+//! and has exactly one IEEE result, so a vector implementation (one lane per element)
+//! executes the same operation sequence per lane as the scalar `f32` implementation and
+//! gives equal bits by construction. The generic code never branches on data: special
+//! cases are computed and then chosen by [`Lane::select`].
 //!
 //! The multiply-add of the polynomial evaluations is a separate parameter, [`Madd`]:
 //! [`Exact`] rounds the product and then the sum (the Exact mode contract), [`Fast`]
@@ -34,6 +35,8 @@ pub trait Lane: Copy {
     fn mul(self, o: Self) -> Self;
     /// Lane-wise IEEE quotient.
     fn div(self, o: Self) -> Self;
+    /// Lane-wise IEEE square root (correctly rounded).
+    fn sqrt(self) -> Self;
 
     /// Lane-wise `self < o` (false if either is NaN).
     fn lt(self, o: Self) -> Self::Mask;
@@ -145,6 +148,10 @@ impl Lane for f32 {
     #[inline(always)]
     fn div(self, o: Self) -> Self {
         self / o
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        crate::scalar::sqrt(self)
     }
     #[inline(always)]
     fn lt(self, o: Self) -> bool {

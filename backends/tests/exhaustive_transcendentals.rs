@@ -11,6 +11,10 @@
 //! test also checks that NaN inputs give exactly the canonical NaN and that the special
 //! values are exact. Built without optimisation the tests only print that they need
 //! `--release` (the exhaustive scan would take hours).
+//!
+//! Not part of `cargo test --workspace`: the test needs the `exhaustive` feature and runs,
+//! with its twin, as
+//! `cargo test -p exactgrad-backends --release --features exhaustive --test exhaustive_transcendentals --test exhaustive_vector`.
 
 use exactgrad_backends::transcendental as tr;
 use std::time::Instant;

@@ -15,6 +15,10 @@
 //! is also checked against the scalar form compiled for the baseline target. Inputs are
 //! visited in blocks; a path the CPU lacks is reported as skipped. Release only: a debug
 //! build prints that it needs `--release`.
+//!
+//! Not part of `cargo test --workspace`: the test needs the `exhaustive` feature and runs,
+//! with its twin, as
+//! `cargo test -p exactgrad-backends --release --features exhaustive --test exhaustive_transcendentals --test exhaustive_vector`.
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -50,13 +54,15 @@ mod x86 {
             #[target_feature(enable = $feature)]
             pub unsafe fn $name(x0: u32, out: &mut [f32; BLOCK]) {
                 type L = $lane;
-                // SAFETY: IOTA holds 16 >= WIDTH elements.
+                // SAFETY: IOTA holds 16 >= WIDTH elements; the lane's target features are
+                // this function's, which `run` calls only after `Isa::is_supported`.
                 let iota = unsafe { L::load(IOTA.as_ptr()) }.to_bits();
                 let mut i = 0;
                 while i < BLOCK {
                     let x =
                         L::from_bits(L::bits_add(iota, L::bits_splat(x0.wrapping_add(i as u32))));
-                    // SAFETY: i + WIDTH <= BLOCK = out.len().
+                    // SAFETY: i + WIDTH <= BLOCK = out.len() (BLOCK is a multiple of
+                    // WIDTH); the lane's target features are this function's.
                     unsafe { g::$f::<L, Exact>(x).store(out.as_mut_ptr().add(i)) };
                     i += L::WIDTH;
                 }

@@ -7,6 +7,7 @@
 //! layouts, the backend trait); `std` (the default) implies `alloc`.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
@@ -26,7 +27,7 @@ pub use backend::Backend;
 pub use error::{Error, Result};
 pub use hash::GradHasher;
 pub use mode::ComputeMode;
-pub use ops::{BinaryOp, UnaryOp};
+pub use ops::{BackwardReads, BinaryOp, UnaryOp};
 pub use rng::Philox;
 #[cfg(feature = "alloc")]
 pub use shape::{Layout, Shape, MAX_ELEMENTS};

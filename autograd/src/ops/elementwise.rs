@@ -14,19 +14,12 @@ enum Needs {
     Neither,
 }
 
+/// What `op`'s backward rule reads, from the operator table of `exactgrad_core::ops`.
 fn needs(op: UnaryOp) -> Needs {
-    match op {
-        UnaryOp::Neg | UnaryOp::AddScalar(_) | UnaryOp::MulScalar(_) => Needs::Neither,
-        UnaryOp::Relu | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Exp | UnaryOp::Sqrt => {
-            Needs::Output
-        }
-        UnaryOp::Abs
-        | UnaryOp::LeakyRelu(_)
-        | UnaryOp::Log
-        | UnaryOp::GeluErf
-        | UnaryOp::GeluTanh
-        | UnaryOp::Pow(_)
-        | UnaryOp::Clamp(_, _) => Needs::Input,
+    match op.backward_reads() {
+        exactgrad_core::BackwardReads::Input => Needs::Input,
+        exactgrad_core::BackwardReads::Output => Needs::Output,
+        exactgrad_core::BackwardReads::Neither => Needs::Neither,
     }
 }
 

@@ -45,7 +45,10 @@ const TILE_MAX: usize = 512;
 /// The batched product of [`MatmulSpec`] on `isa`, in the canonical order of `M`.
 ///
 /// The mode's multiply-add is that of [`Exact`] or [`Fast`], chosen by `M::MODE`.
-pub(crate) fn matmul<M: ModeSpec>(
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
+pub(crate) unsafe fn matmul<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
     spec: &MatmulSpec,
@@ -53,27 +56,35 @@ pub(crate) fn matmul<M: ModeSpec>(
     b: &[f32],
     out: &mut [f32],
 ) {
-    match M::MODE {
-        ComputeMode::Exact => match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => run::<Avx512Exact>(ctx, spec, a, b, out),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => run::<Avx2Exact>(ctx, spec, a, b, out),
-            #[cfg(target_arch = "x86_64")]
-            Isa::V128 => run::<V128Exact>(ctx, spec, a, b, out),
-            _ => run::<ScalarExact>(ctx, spec, a, b, out),
-        },
-        ComputeMode::Fast => match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => run::<Avx512Fast>(ctx, spec, a, b, out),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => run::<Avx2Fast>(ctx, spec, a, b, out),
-            #[cfg(target_arch = "x86_64")]
-            Isa::V128 => run::<V128Fast>(ctx, spec, a, b, out),
-            #[cfg(target_arch = "x86_64")]
-            _ if std::is_x86_feature_detected!("fma") => run::<ScalarFastFma>(ctx, spec, a, b, out),
-            _ => run::<ScalarFast>(ctx, spec, a, b, out),
-        },
+    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`; each arm runs the kernel
+    // whose target features that implies (avx512f; avx2 + fma; sse2, part of every x86-64
+    // CPU, for exact mode on the 128-bit path and sse2 + fma for fast mode there, whose
+    // support requires FMA; `fma` for the scalar fast kernel only after detecting it).
+    unsafe {
+        match M::MODE {
+            ComputeMode::Exact => match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => run::<Avx512Exact>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => run::<Avx2Exact>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "x86_64")]
+                Isa::V128 => run::<V128Exact>(ctx, spec, a, b, out),
+                _ => run::<ScalarExact>(ctx, spec, a, b, out),
+            },
+            ComputeMode::Fast => match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => run::<Avx512Fast>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => run::<Avx2Fast>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "x86_64")]
+                Isa::V128 => run::<V128Fast>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "x86_64")]
+                _ if std::is_x86_feature_detected!("fma") => {
+                    run::<ScalarFastFma>(ctx, spec, a, b, out)
+                }
+                _ => run::<ScalarFast>(ctx, spec, a, b, out),
+            },
+        }
     }
 }
 
@@ -181,10 +192,13 @@ macro_rules! kernel {
                     last: bool,
                 ) {
                     const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
-                    // SAFETY: forwarded from the caller.
+                    // SAFETY: the caller of `full` guarantees `micro`'s contract for one
+                    // MR × NR tile with astep = MR, bstep = NR (the `Kernel::full`
+                    // contract); the target features are those `imp` is compiled with.
                     unsafe { micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, c, ldc, load, last) }
                 }
-                // SAFETY: forwarded from the caller.
+                // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
+                // contract, both guaranteed by the caller of `full`.
                 unsafe { imp(kc, a, b, c, ldc, load, last) }
             }
 
@@ -214,9 +228,11 @@ macro_rules! kernel {
                 ) {
                     const W: usize = <$lane as SimdLane>::WIDTH;
                     const NR: usize = $nv * W;
-                    // SAFETY: forwarded from the caller; each variant reads the first
-                    // MH or MR rows of the A panel and the first 1, 2 or NV lanes of the
-                    // B panel (2 < NV when chosen).
+                    // SAFETY: the caller of `edge` guarantees `micro`'s contract for an
+                    // MR × NR tile at `t` (row stride NR) and the target features `imp` is
+                    // compiled with; each variant reads only the first MH or MR rows of the
+                    // A panel and the first 1, 2 or NV lanes of the B panel and of `t`'s
+                    // rows (2 < NV when chosen), a part of that tile.
                     unsafe {
                         match (rows <= $mh, cols.div_ceil(W)) {
                             (true, 1) => micro::<$lane, $mode, $mh, 1>(kc, a, $mr, b, NR, t, NR, load, last),
@@ -228,7 +244,8 @@ macro_rules! kernel {
                         }
                     }
                 }
-                // SAFETY: forwarded from the caller.
+                // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
+                // contract for the tile at `t`, both guaranteed by the caller of `edge`.
                 unsafe { imp(kc, a, b, t, rows, cols, load, last) }
             }
         }
@@ -258,7 +275,16 @@ kernel!(ScalarFast, f32, Fast, 4, 2, 4);
 kernel!(ScalarFastFma, f32, Fast, 4, 2, 4, "fma");
 
 /// The driver: checks, packs `B`, cuts the rows into chunks and runs them on `ctx`.
-fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+///
+/// # Safety
+/// The CPU must have `K`'s target features.
+unsafe fn run<K: Kernel>(
+    ctx: &ComputeContext,
+    spec: &MatmulSpec,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+) {
     let MatmulSpec { batch, m, k, n, .. } = *spec;
     assert_eq!(out.len(), batch * m * n, "matmul: output length");
     if out.is_empty() {
@@ -310,7 +336,8 @@ fn run<K: Kernel>(ctx: &ComputeContext, spec: &MatmulSpec, a: &[f32], b: &[f32],
     let apack_len = MC.div_ceil(mr) * mr * KC.min(k);
     ctx.for_each_chunk(out, rows_per_chunk * n, |ci, chunk| {
         let mut abuf = Scratch::take(&SCRATCH_A, apack_len);
-        rows::<K>(&job, ci * rows_per_chunk, chunk, &mut abuf.buf[..apack_len]);
+        // SAFETY: the caller of `run` guarantees `K`'s target features.
+        unsafe { rows::<K>(&job, ci * rows_per_chunk, chunk, &mut abuf.buf[..apack_len]) };
     });
 }
 
@@ -432,7 +459,10 @@ fn pack_a<const MR: usize>(
 
 /// Computes output rows `r0 .. r0 + out.len() / n` of the batch-folded product, using
 /// `apack` (at least `MC` rounded up to `MR`, times `min(KC, k)` elements) as scratch.
-fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
+///
+/// # Safety
+/// The CPU must have `K`'s target features.
+unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32]) {
     let (m, k, n) = (job.m, job.k, job.n);
     let (mr, nr) = (K::MR, K::NR);
     let npanels = n.div_ceil(nr);
@@ -464,7 +494,8 @@ fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32])
                 {
                     let i0 = ip * mr;
                     let rws = mr.min(block_rows - i0);
-                    tile::<K>(kc, apanel, bpanel, c, n, i0, j0, rws, cols, load, last);
+                    // SAFETY: the caller of `rows` guarantees `K`'s target features.
+                    unsafe { tile::<K>(kc, apanel, bpanel, c, n, i0, j0, rws, cols, load, last) };
                 }
             }
             pc += kc;
@@ -475,9 +506,12 @@ fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut [f32])
 
 /// One micro-tile at rows `i0..i0+rows`, columns `j0..j0+cols` of `c` (row stride
 /// `ldc`): full tiles run in place, edge tiles through a scratch tile.
+///
+/// # Safety
+/// The CPU must have `K`'s target features.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tile<K: Kernel>(
+unsafe fn tile<K: Kernel>(
     kc: usize,
     apanel: &[f32],
     bpanel: &[f32],
@@ -507,9 +541,8 @@ fn tile<K: Kernel>(
     let (a, b) = (apanel.as_ptr(), bpanel.as_ptr());
     if rows == mr && cols == nr {
         // SAFETY: the panels hold kc steps of MR and NR elements, and the tile's MR rows
-        // of NR columns at row stride ldc lie inside `c` (all checked above). The backend
-        // holds only an `isa` that `Isa::is_supported` confirmed, so the CPU has the
-        // kernel's target features.
+        // of NR columns at row stride ldc lie inside `c` (all asserted above); the caller
+        // of `tile` guarantees the kernel's target features.
         unsafe { K::full(kc, a, b, c.as_mut_ptr().add(i0 * ldc + j0), ldc, load, last) }
         return;
     }
@@ -520,8 +553,9 @@ fn tile<K: Kernel>(
             t[i * nr..i * nr + cols].copy_from_slice(&c[s..s + cols]);
         }
     }
-    // SAFETY: the panels hold kc steps of MR and NR elements (checked above) and `t` holds
-    // MR × NR elements; the target features as for a full tile.
+    // SAFETY: the panels hold kc steps of MR and NR elements (asserted above) and `t`
+    // holds TILE_MAX >= MR × NR elements; the caller of `tile` guarantees the kernel's
+    // target features.
     unsafe { K::edge(kc, a, b, t.as_mut_ptr(), rows, cols, load, last) }
     for i in 0..rows {
         let s = (i0 + i) * ldc + j0;
@@ -536,9 +570,10 @@ fn tile<K: Kernel>(
 /// increasing `p`, and stores to `c`, NaN-canonicalised in exact mode when `last`.
 ///
 /// # Safety
-/// For each of the `kc` steps, `a` must have `MR` readable elements at stride `astep` and
-/// `b` `NV × WIDTH` readable elements at stride `bstep`; `c` must have `MR` rows of
-/// `NV × WIDTH` elements at row stride `ldc`, readable and writable.
+/// `a` must be valid for reads of `kc × astep` elements with `MR <= astep` (step `p` reads
+/// `a[p·astep ..][.. MR]`), `b` of `kc × bstep` elements with `NV × WIDTH <= bstep`; `c`
+/// must have `MR` rows of `NV × WIDTH` elements at row stride `ldc`, readable and
+/// writable; the CPU must have the target features of `L`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: usize>(
@@ -557,15 +592,19 @@ unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: u
     if load {
         for (i, row) in acc.iter_mut().enumerate() {
             for (v, x) in row.iter_mut().enumerate() {
-                // SAFETY: inside the tile (the caller's contract).
+                // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the tile
+                // at `c` (the caller's contract); the lane's target features are the
+                // caller's too.
                 *x = unsafe { L::load(c.add(i * ldc + v * w)) };
             }
         }
     }
     let (mut a, mut b) = (a, b);
     for _ in 0..kc {
-        // SAFETY: step p reads a[p*astep ..][..MR] and b[p*bstep ..][..NV*WIDTH], inside
-        // the panels (the caller's contract).
+        // SAFETY: step p reads a[p·astep ..][..MR] and b[p·bstep ..][..NV·WIDTH], inside
+        // the kc·astep and kc·bstep elements the caller guarantees, then advances both
+        // pointers by one step: after the last step they point one past those elements,
+        // which `add` allows. The lane's target features are the caller's guarantee too.
         unsafe {
             let bv: [L; NV] = core::array::from_fn(|v| L::load(b.add(v * w)));
             for (i, row) in acc.iter_mut().enumerate() {
@@ -585,7 +624,8 @@ unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: u
             } else {
                 x
             };
-            // SAFETY: inside the tile (the caller's contract).
+            // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the tile at
+            // `c` (the caller's contract); the lane's target features are the caller's too.
             unsafe { x.store(c.add(i * ldc + v * w)) };
         }
     }

@@ -7,11 +7,19 @@
 //! size is a constant of the kernel and the shape, so the thread count changes only the
 //! speed. In exact mode every path gives the bits of [`crate::ScalarRefBackend`]; in fast
 //! mode every FMA path gives the bits of [`crate::FastScalarRefBackend`].
+//!
+//! The files: this one holds [`Isa`], [`ComputeContext`], [`CpuBackend`] (its defaults:
+//! the best path, one thread) and the element-wise dispatch; [`simd`] the lane types and
+//! their target-feature contract; `simd64.rs` the f64 accumulation across outputs;
+//! [`elementwise`] the element-wise loops over slices (the formulas are
+//! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
+//! copy, select, sums, softmax).
 
 pub mod elementwise;
 mod gemm;
 mod rows;
 pub mod simd;
+mod simd64;
 
 use crate::lane::{Exact, Fast};
 use crate::scalar::ModeSpec;
@@ -158,7 +166,19 @@ impl ComputeContext {
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
 
 /// The CPU backend in mode `M` ([`Exact`] or [`Fast`]): an ISA path and a compute context.
+///
+/// Defaults: [`CpuBackend::new`] and [`Default`] take the widest ISA path this CPU
+/// supports and run every kernel on **one thread** (the caller's), so a program's thread
+/// count never depends on the machine and a backend never competes with other work for
+/// cores. [`CpuBackend::with_threads`] sets the count, and
+/// [`CpuBackend::with_available_parallelism`] takes one thread per available core;
+/// [`CpuBackend::with_isa`] also chooses the path. Results never depend on the thread
+/// count, only the speed does (`docs/arithmetic.md` §1, rule 5); in exact mode they do
+/// not depend on the path either.
 pub struct CpuBackend<M: ModeSpec> {
+    /// The path; `isa.is_supported(M::MODE)` holds on this CPU (every constructor checks
+    /// it, and the field is never changed), which the dispatch to the target-feature
+    /// kernels relies on.
     isa: Isa,
     ctx: Arc<ComputeContext>,
     _mode: PhantomData<M>,
@@ -196,8 +216,14 @@ impl<M: ModeSpec> Default for CpuBackend<M> {
 }
 
 impl<M: ModeSpec> CpuBackend<M> {
-    /// The best path of this CPU, one thread per available core.
+    /// The best path of this CPU on one thread (the caller's; no pool is started).
     pub fn new() -> Self {
+        Self::with_threads(1)
+    }
+
+    /// The best path of this CPU, one thread per available core
+    /// ([`std::thread::available_parallelism`], 1 if it is unknown).
+    pub fn with_available_parallelism() -> Self {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::with_threads(threads)
     }
@@ -240,7 +266,8 @@ impl<M: ModeSpec> CpuBackend<M> {
 }
 
 /// Instantiates the generic kernels for one ISA path inside functions compiled with the
-/// path's target features.
+/// path's target features. Each generated function is `unsafe` with one contract: the
+/// CPU must have those features (the dispatchers below check the path first).
 macro_rules! isa_kernels {
     ($module:ident, $lane:ty, $($feature:literal)?) => {
         #[allow(dead_code)]
@@ -295,17 +322,32 @@ isa_kernels!(k_scalar, f32,);
 /// The mode-specific parts of dispatch: which instantiation runs on which path.
 pub trait CpuMode: ModeSpec {
     /// Runs the unary kernel on `isa`.
-    fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]);
+    ///
+    /// # Safety
+    /// `isa.is_supported(Self::MODE)` must hold on this CPU.
+    unsafe fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]);
     /// Runs the unary backward kernel on `isa`.
-    fn unary_backward(isa: Isa, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]);
+    ///
+    /// # Safety
+    /// `isa.is_supported(Self::MODE)` must hold on this CPU.
+    unsafe fn unary_backward(
+        isa: Isa,
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    );
 }
 
 macro_rules! cpu_mode {
     ($mode:ty, $v128:ident) => {
         impl CpuMode for $mode {
-            fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
-                // SAFETY: a backend only holds an `isa` that `Isa::is_supported` confirmed
-                // for this mode, so the target features of the chosen kernel are present.
+            unsafe fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+                // SAFETY: the caller guarantees `isa.is_supported(MODE)`, which is exactly
+                // the target features of the instantiation chosen for `isa`: avx512f,
+                // avx2 + fma, sse2 (exact) or sse2 + fma (`$v128` for fast mode), none for
+                // the scalar one. The kernels index their slices within bounds themselves.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
@@ -319,7 +361,7 @@ macro_rules! cpu_mode {
                 }
             }
 
-            fn unary_backward(
+            unsafe fn unary_backward(
                 isa: Isa,
                 op: UnaryOp,
                 x: &[f32],
@@ -327,7 +369,9 @@ macro_rules! cpu_mode {
                 g: &[f32],
                 out: &mut [f32],
             ) {
-                // SAFETY: as in `unary`.
+                // SAFETY: the caller guarantees `isa.is_supported(MODE)`, which is exactly
+                // the target features of the instantiation chosen for `isa` (as in
+                // `unary`); the kernel checks the slice lengths itself.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
@@ -348,8 +392,11 @@ cpu_mode!(Exact, k_v128);
 cpu_mode!(Fast, k_v128_fma);
 
 /// Runs one broadcast binary row on `isa` (binary ops form no FMA, so both modes share it).
+///
+/// # Safety
+/// `isa.is_supported(M::MODE)` must hold on this CPU.
 #[allow(clippy::too_many_arguments)]
-fn binary_row<M: ModeSpec>(
+unsafe fn binary_row<M: ModeSpec>(
     isa: Isa,
     op: BinaryOp,
     a: &[f32],
@@ -360,8 +407,9 @@ fn binary_row<M: ModeSpec>(
     sb: usize,
     out: &mut [f32],
 ) {
-    // SAFETY: the backend's `isa` was confirmed by `Isa::is_supported`; the plain 128-bit
-    // kernel needs only SSE2, which every x86-64 CPU has.
+    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, which covers the target
+    // features of the instantiation chosen for `isa` (avx512f; avx2 + fma; for the
+    // 128-bit path only SSE2, part of every x86-64 CPU, since binary rows form no FMA).
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
@@ -441,7 +489,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         let isa = self.isa;
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
-            M::unary(isa, op, &x[s..s + o.len()], o);
+            // SAFETY: `isa` is the backend's, supported in this mode on this CPU (the
+            // invariant of `CpuBackend::isa`).
+            unsafe { M::unary(isa, op, &x[s..s + o.len()], o) };
         });
     }
 
@@ -454,7 +504,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
             let e = s + o.len();
-            M::unary_backward(isa, op, &x[s..e], &y[s..e], &g[s..e], o);
+            // SAFETY: `isa` is the backend's, supported in this mode on this CPU (the
+            // invariant of `CpuBackend::isa`).
+            unsafe { M::unary_backward(isa, op, &x[s..e], &y[s..e], &g[s..e], o) };
         });
     }
 
@@ -496,7 +548,9 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
             .for_each_chunk(out, rows_per_chunk * inner, |ci, o| {
                 for (r, orow) in o.chunks_mut(inner).enumerate() {
                     let (ia, ib) = rows[ci * rows_per_chunk + r];
-                    binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow);
+                    // SAFETY: `isa_` is the backend's, supported in this mode on this CPU
+                    // (the invariant of `CpuBackend::isa`).
+                    unsafe { binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow) };
                 }
             });
     }
@@ -511,19 +565,27 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         lb: &Layout,
         out: &mut [f32],
     ) {
-        rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out) }
     }
 
     fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
-        rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out) }
     }
 
     fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
-        gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) }
     }
 
     fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
-        rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out) }
     }
 
     fn softmax_backward(
@@ -535,6 +597,31 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         log: bool,
         out: &mut [f32],
     ) {
-        rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out)
+        // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
+        // `CpuBackend::isa`).
+        unsafe { rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_and_default_run_on_one_thread() {
+        assert_eq!(ExactBackend::new().threads(), 1);
+        assert_eq!(FastBackend::new().threads(), 1);
+        assert_eq!(ExactBackend::default().threads(), 1);
+        assert_eq!(FastBackend::default().threads(), 1);
+        assert_eq!(ExactBackend::new().isa(), Isa::best(ComputeMode::Exact));
+        assert_eq!(ExactBackend::with_threads(3).threads(), 3);
+        assert_eq!(ExactBackend::with_threads(0).threads(), 1);
+    }
+
+    #[test]
+    fn with_available_parallelism_takes_every_core() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(ExactBackend::with_available_parallelism().threads(), cores);
+        assert_eq!(FastBackend::with_available_parallelism().threads(), cores);
     }
 }

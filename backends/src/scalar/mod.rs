@@ -2,8 +2,12 @@
 //!
 //! These functions are the arithmetic contract of exact mode written as simply as
 //! possible (see `docs/arithmetic.md`). They are `no_std` and allocation-free so that the
-//! arena tape can reuse them. Every SIMD path must reproduce their bits.
+//! arena tape can reuse them. Every SIMD path must reproduce their bits. The per-element
+//! formulas of the element-wise operators ([`unary`], [`unary_backward`], [`binary`],
+//! [`powf`]) are the `f32` instantiations of [`crate::elementwise`], which the SIMD
+//! kernels instantiate on their lanes.
 
+use crate::elementwise;
 use crate::lane::{Exact, Madd};
 use crate::transcendental::generic as tr;
 use exactgrad_core::{BinaryOp, UnaryOp, CANONICAL_NAN};
@@ -117,59 +121,15 @@ pub fn sqrt_digits(x: f32) -> f32 {
     f32::from_bits(((result_exp as u32) << 23) | (sig as u32 & 0x7f_ffff))
 }
 
-/// `x^p` for a scalar exponent, as exact mode defines it (`docs/arithmetic.md`):
-/// `p = 0` gives 1; `p = 0.5` the IEEE square root and `p = −0.5` its reciprocal (as
-/// PyTorch does); an integer `|p| <= 64` repeated
-/// squaring (then one reciprocal for negative `p`); anything else `exp(p · log(x))` with the
-/// exact polynomials, NaN for negative `x`.
+/// `x^p` for a scalar exponent, as exact mode defines it: the `f32` instantiation of
+/// [`elementwise::pow`] (see there and `docs/arithmetic.md` §3).
 pub fn powf(x: f32, p: f32) -> f32 {
     powf_in::<Exact>(x, p)
 }
 
 /// [`powf`] with the polynomials evaluated by the multiply-add `M` (Fast mode uses FMA).
 pub fn powf_in<M: Madd<f32>>(x: f32, p: f32) -> f32 {
-    if p == 0.0 {
-        return 1.0;
-    }
-    if p == 1.0 {
-        return x;
-    }
-    if p == 0.5 {
-        return sqrt(x);
-    }
-    if p == -0.5 {
-        return 1.0 / sqrt(x);
-    }
-    if p == (p as i32) as f32 && p.abs() <= 64.0 {
-        let mut n = (p as i32).unsigned_abs();
-        let mut base = x;
-        let mut acc = 1.0f32;
-        let mut first = true;
-        while n != 0 {
-            if n & 1 == 1 {
-                acc = if first { base } else { acc * base };
-                first = false;
-            }
-            n >>= 1;
-            if n != 0 {
-                base *= base;
-            }
-        }
-        return if p < 0.0 { 1.0 / acc } else { acc };
-    }
-    if x.is_nan() || p.is_nan() {
-        return CANONICAL_NAN;
-    }
-    if x < 0.0 {
-        return CANONICAL_NAN;
-    }
-    if x == 0.0 {
-        return if p > 0.0 { 0.0 } else { f32::INFINITY };
-    }
-    if x == f32::INFINITY {
-        return if p > 0.0 { f32::INFINITY } else { 0.0 };
-    }
-    tr::exp::<f32, M>(p * tr::log::<f32, M>(x))
+    elementwise::pow::<f32, M>(x, p)
 }
 
 /// One element of [`UnaryOp`] in exact mode (before NaN canonicalisation).
@@ -178,50 +138,11 @@ pub fn unary(op: UnaryOp, x: f32) -> f32 {
     unary_in::<Exact>(op, x)
 }
 
-/// One element of [`UnaryOp`] with the transcendental polynomials evaluated by `M`.
-/// GELU always uses the exact definitions, in both modes.
+/// One element of [`UnaryOp`] with the transcendental polynomials evaluated by `M`: the
+/// `f32` instantiation of [`elementwise::unary`], where the formulas are.
 #[inline]
 pub fn unary_in<M: Madd<f32>>(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => f32::from_bits(x.to_bits() & 0x7fff_ffff),
-        UnaryOp::Relu => {
-            if x > 0.0 || x.is_nan() {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::LeakyRelu(s) => {
-            if x > 0.0 {
-                x
-            } else {
-                x * s
-            }
-        }
-        UnaryOp::Sigmoid => tr::sigmoid::<f32, M>(x),
-        UnaryOp::Tanh => tr::tanh::<f32, M>(x),
-        UnaryOp::Exp => tr::exp::<f32, M>(x),
-        UnaryOp::Log => tr::log::<f32, M>(x),
-        UnaryOp::Sqrt => sqrt(x),
-        UnaryOp::GeluErf => tr::gelu_erf::<f32, Exact>(x),
-        UnaryOp::GeluTanh => tr::gelu_tanh::<f32, Exact>(x),
-        UnaryOp::Pow(p) => powf_in::<M>(x, p),
-        UnaryOp::Clamp(lo, hi) => {
-            if x.is_nan() {
-                x
-            } else {
-                let t = if x < lo { lo } else { x };
-                if t > hi {
-                    hi
-                } else {
-                    t
-                }
-            }
-        }
-        UnaryOp::AddScalar(c) => x + c,
-        UnaryOp::MulScalar(c) => x * c,
-    }
+    elementwise::unary::<f32, M>(op, x)
 }
 
 /// One element of the backward rule of a [`UnaryOp`]: the gradient with respect to `x`
@@ -231,73 +152,17 @@ pub fn unary_backward(op: UnaryOp, x: f32, y: f32, g: f32) -> f32 {
     unary_backward_in::<Exact>(op, x, y, g)
 }
 
-/// [`unary_backward`] with the polynomials (of `pow`) evaluated by `M`; GELU's slope is
-/// always the exact definition.
+/// [`unary_backward`] with the polynomials (of `pow`) evaluated by `M`: the `f32`
+/// instantiation of [`elementwise::unary_backward`], where the formulas are.
 #[inline]
 pub fn unary_backward_in<M: Madd<f32>>(op: UnaryOp, x: f32, y: f32, g: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -g,
-        UnaryOp::Abs => {
-            if x > 0.0 {
-                g
-            } else if x < 0.0 {
-                -g
-            } else {
-                // Zero and NaN: PyTorch's sgn gives 0 for both.
-                0.0
-            }
-        }
-        UnaryOp::Relu => {
-            if y <= 0.0 {
-                0.0
-            } else {
-                g
-            }
-        }
-        UnaryOp::LeakyRelu(s) => {
-            if x > 0.0 {
-                g
-            } else {
-                g * s
-            }
-        }
-        UnaryOp::Sigmoid => g * (y * (1.0 - y)),
-        UnaryOp::Tanh => g * (1.0 - y * y),
-        UnaryOp::Exp => g * y,
-        UnaryOp::Log => g / x,
-        UnaryOp::Sqrt => g / (2.0 * y),
-        UnaryOp::GeluErf => g * tr::gelu_erf_grad::<f32, Exact>(x),
-        UnaryOp::GeluTanh => g * tr::gelu_tanh_grad::<f32, Exact>(x),
-        UnaryOp::Pow(p) => {
-            if p == 0.0 {
-                0.0
-            } else {
-                g * (p * powf_in::<M>(x, p - 1.0))
-            }
-        }
-        UnaryOp::Clamp(lo, hi) => {
-            // PyTorch passes the gradient strictly inside the bounds; an absent bound
-            // (infinite) does not stop it.
-            if (x > lo || lo == f32::NEG_INFINITY) && (x < hi || hi == f32::INFINITY) {
-                g
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::AddScalar(_) => g,
-        UnaryOp::MulScalar(c) => g * c,
-    }
+    elementwise::unary_backward::<f32, M>(op, x, y, g)
 }
 
-/// One element of a [`BinaryOp`].
+/// One element of a [`BinaryOp`] (the `f32` instantiation of [`elementwise::binary`]).
 #[inline]
 pub fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-    }
+    elementwise::binary::<f32>(op, a, b)
 }
 
 /// Sum of `x` in f64, increasing index order, from +0, rounded once to f32.

@@ -1,0 +1,643 @@
+//! Case generation: the [`Kernel`]s, the operator lists, the special values, random
+//! shapes, strided views and broadcast operands, and the [`Case`]s of a kernel for a
+//! [`Config`] ([`random_case`], [`kernel_cases`]).
+
+use exactgrad_core::{BinaryOp, Layout, Philox, UnaryOp};
+use std::fmt;
+use std::string::{String, ToString};
+use std::vec::Vec;
+
+/// The kernels of [`Backend`](exactgrad_core::Backend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// [`Backend::copy_strided`](exactgrad_core::Backend::copy_strided).
+    CopyStrided,
+    /// [`Backend::unary`](exactgrad_core::Backend::unary).
+    Unary,
+    /// [`Backend::unary_backward`](exactgrad_core::Backend::unary_backward).
+    UnaryBackward,
+    /// [`Backend::binary`](exactgrad_core::Backend::binary).
+    Binary,
+    /// [`Backend::select`](exactgrad_core::Backend::select).
+    Select,
+    /// [`Backend::sum`](exactgrad_core::Backend::sum).
+    Sum,
+    /// [`Backend::matmul`](exactgrad_core::Backend::matmul).
+    Matmul,
+    /// [`Backend::softmax`](exactgrad_core::Backend::softmax).
+    Softmax,
+    /// [`Backend::softmax_backward`](exactgrad_core::Backend::softmax_backward).
+    SoftmaxBackward,
+}
+
+impl Kernel {
+    /// Every kernel, in the order of the trait.
+    pub const ALL: [Kernel; 9] = [
+        Kernel::CopyStrided,
+        Kernel::Unary,
+        Kernel::UnaryBackward,
+        Kernel::Binary,
+        Kernel::Select,
+        Kernel::Sum,
+        Kernel::Matmul,
+        Kernel::Softmax,
+        Kernel::SoftmaxBackward,
+    ];
+
+    /// The kernel's method name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::CopyStrided => "copy_strided",
+            Kernel::Unary => "unary",
+            Kernel::UnaryBackward => "unary_backward",
+            Kernel::Binary => "binary",
+            Kernel::Select => "select",
+            Kernel::Sum => "sum",
+            Kernel::Matmul => "matmul",
+            Kernel::Softmax => "softmax",
+            Kernel::SoftmaxBackward => "softmax_backward",
+        }
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Every [`UnaryOp`] with the parameters the suite tries (special exponents, infinite and
+/// crossed clamp bounds, signed zeros and non-finite scalars): [`UnaryOp::SAMPLES`], from
+/// the operator table of `exactgrad_core::ops`.
+pub fn unary_ops() -> Vec<UnaryOp> {
+    UnaryOp::SAMPLES.to_vec()
+}
+
+/// Every [`BinaryOp`] ([`BinaryOp::ALL`]).
+pub const BINARY_OPS: [BinaryOp; 4] = BinaryOp::ALL;
+
+/// How often special values (NaN, ±∞, ±0, subnormals, limits) replace ordinary ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Specials {
+    /// Never.
+    None,
+    /// One element in 64.
+    Rare,
+    /// One element in 8.
+    Some,
+    /// One element in 2.
+    Many,
+}
+
+impl Specials {
+    /// All densities.
+    pub const ALL: [Specials; 4] = [
+        Specials::None,
+        Specials::Rare,
+        Specials::Some,
+        Specials::Many,
+    ];
+
+    fn one_in(self) -> u32 {
+        match self {
+            Specials::None => 0,
+            Specials::Rare => 64,
+            Specials::Some => 8,
+            Specials::Many => 2,
+        }
+    }
+}
+
+/// The special values the suite mixes into its data, as bit patterns: NaNs (canonical,
+/// negative, signalling, with payloads), ±∞, ±0, subnormals, the normal limits and the
+/// thresholds of exp.
+pub const SPECIAL_BITS: [u32; 24] = [
+    0x7FC0_0000, // canonical NaN
+    0xFFC0_0000, // negative quiet NaN (x86's default)
+    0x7F80_0001, // signalling NaN
+    0x7FC1_2345, // NaN with a payload
+    0x7F80_0000, // +inf
+    0xFF80_0000, // -inf
+    0x0000_0000, // +0
+    0x8000_0000, // -0
+    0x0000_0001, // smallest subnormal
+    0x8000_0001,
+    0x007F_FFFF, // largest subnormal
+    0x8040_0000,
+    0x0080_0000, // smallest normal
+    0x7F7F_FFFF, // largest finite
+    0xFF7F_FFFF,
+    0x42B1_7218, // 88.72284 (exp overflow threshold)
+    0x42B1_7219,
+    0xC2CF_F1B5, // -103.97 (exp underflow)
+    0xC2D0_0000, // -104
+    0x3F80_0000, // 1
+    0xBF80_0000, // -1
+    0x3F00_0000, // 0.5
+    0x4180_0000, // 16
+    0xC120_0000, // -10
+];
+
+/// `n` test values from `seed`: mostly uniform in [−8, 8), some in [−100, 100), some
+/// random finite bit patterns, and special values at the given density.
+pub fn values(n: usize, seed: u64, specials: Specials) -> Vec<f32> {
+    let mut r = Philox::new(seed);
+    let one_in = specials.one_in();
+    (0..n)
+        .map(|_| {
+            if one_in > 0 && r.below(one_in) == 0 {
+                return f32::from_bits(SPECIAL_BITS[r.below(SPECIAL_BITS.len() as u32) as usize]);
+            }
+            match r.below(20) {
+                0..=13 => r.uniform(-8.0, 8.0),
+                14..=16 => r.uniform(-100.0, 100.0),
+                _ => loop {
+                    let v = f32::from_bits(r.next_u32());
+                    if v.is_finite() {
+                        break v;
+                    }
+                },
+            }
+        })
+        .collect()
+}
+
+/// The recipe of a strided view of a buffer: a shape, the order in which its dimensions
+/// are laid out in storage, a step per dimension, broadcast (stride-0) dimensions and an
+/// offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// The logical shape.
+    pub shape: Vec<usize>,
+    /// The dimensions in storage order, outermost first (a permutation of `0..rank`).
+    pub order: Vec<usize>,
+    /// Storage elements per logical step along each dimension (≥ 1; 2 skips every other).
+    pub step: Vec<usize>,
+    /// Dimensions read with stride 0 (every index along them reads the same elements).
+    pub expand: Vec<bool>,
+    /// Storage index of the first element.
+    pub offset: usize,
+    /// Extra storage elements after the last one the view touches.
+    pub pad: usize,
+}
+
+impl View {
+    /// The contiguous row-major view of `shape`.
+    pub fn contiguous(shape: &[usize]) -> Self {
+        let r = shape.len();
+        View {
+            shape: shape.to_vec(),
+            order: (0..r).collect(),
+            step: vec![1; r],
+            expand: vec![false; r],
+            offset: 0,
+            pad: 0,
+        }
+    }
+
+    /// A random view of `shape`: half the time contiguous, otherwise with a random
+    /// storage order, steps of 2, broadcast dimensions and an offset.
+    pub fn random(shape: &[usize], rng: &mut Philox) -> Self {
+        let mut v = View::contiguous(shape);
+        if rng.below(2) == 0 {
+            return v;
+        }
+        let r = shape.len();
+        for i in (1..r).rev() {
+            let j = rng.below(i as u32 + 1) as usize;
+            v.order.swap(i, j);
+        }
+        for d in 0..r {
+            v.step[d] = if rng.below(4) == 0 { 2 } else { 1 };
+            v.expand[d] = rng.below(8) == 0;
+        }
+        v.offset = rng.below(6) as usize;
+        v.pad = rng.below(3) as usize;
+        v
+    }
+
+    /// The layout of the view and the length of the buffer it needs.
+    pub fn layout(&self) -> (Layout, usize) {
+        let r = self.shape.len();
+        assert!(
+            self.order.len() == r && self.step.len() == r && self.expand.len() == r,
+            "View: field lengths differ from the rank"
+        );
+        let mut strides = vec![0usize; r];
+        let mut acc = 1usize;
+        for &d in self.order.iter().rev() {
+            if self.expand[d] {
+                continue;
+            }
+            strides[d] = acc * self.step[d].max(1);
+            acc = strides[d] * self.shape[d].max(1);
+        }
+        let layout = Layout {
+            shape: self.shape.clone().into(),
+            strides,
+            offset: self.offset,
+        };
+        let len = layout.storage_extent().max(self.offset) + self.pad;
+        (layout, len)
+    }
+}
+
+/// An operand of a broadcasting kernel: its own shape (aligned to the trailing dimensions
+/// of the output, each 1 or the output's size) as a [`View`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    /// The operand's view; its shape must broadcast to the output shape.
+    pub view: View,
+}
+
+impl Operand {
+    /// A random operand for output `shape`: leading dimensions dropped and dimensions
+    /// set to 1 at random, then a random view.
+    pub fn random(shape: &[usize], rng: &mut Philox) -> Self {
+        let lead = if rng.below(3) == 0 {
+            rng.below(shape.len() as u32 + 1) as usize
+        } else {
+            0
+        };
+        let own: Vec<usize> = shape[lead..]
+            .iter()
+            .map(|&d| if rng.below(4) == 0 { 1 } else { d })
+            .collect();
+        Operand {
+            view: View::random(&own, rng),
+        }
+    }
+
+    /// The operand's buffer length and its layout broadcast to `shape`.
+    pub(super) fn layout(&self, shape: &[usize]) -> (Layout, usize) {
+        let (l, len) = self.view.layout();
+        let b = l
+            .broadcast_to("conformance", shape)
+            .expect("Operand: shape does not broadcast to the output");
+        (b, len)
+    }
+}
+
+/// One kernel call of the suite, with the recipe of its inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    /// `copy_strided` of a view.
+    CopyStrided {
+        /// The source view.
+        src: View,
+    },
+    /// `unary` over `len` elements.
+    Unary {
+        /// The operation.
+        op: UnaryOp,
+        /// Number of elements.
+        len: usize,
+    },
+    /// `unary_backward` over `len` elements.
+    UnaryBackward {
+        /// The operation.
+        op: UnaryOp,
+        /// Number of elements.
+        len: usize,
+        /// Whether `y` is the reference's forward output of `x` (else random values).
+        y_from_forward: bool,
+    },
+    /// `binary` with broadcasting.
+    Binary {
+        /// The operation.
+        op: BinaryOp,
+        /// The output shape.
+        shape: Vec<usize>,
+        /// Left operand.
+        a: Operand,
+        /// Right operand.
+        b: Operand,
+    },
+    /// `select` with broadcasting.
+    Select {
+        /// The output shape.
+        shape: Vec<usize>,
+        /// The condition (about half its elements are ±0).
+        cond: Operand,
+        /// Chosen where the condition is non-zero.
+        a: Operand,
+        /// Chosen where it is zero.
+        b: Operand,
+    },
+    /// `sum` of a view over the flagged dimensions.
+    Sum {
+        /// The summed view.
+        x: View,
+        /// Which dimensions are reduced.
+        reduce: Vec<bool>,
+    },
+    /// `matmul` of `batch` products `m×k · k×n`.
+    Matmul {
+        /// Number of products.
+        batch: usize,
+        /// Rows of `a`.
+        m: usize,
+        /// The reduction length.
+        k: usize,
+        /// Columns of `b`.
+        n: usize,
+        /// `a` stored column-major (a transposed view).
+        a_trans: bool,
+        /// `b` stored column-major.
+        b_trans: bool,
+        /// One `a` for every batch entry (batch stride 0).
+        a_bcast: bool,
+        /// One `b` for every batch entry.
+        b_bcast: bool,
+        /// Storage offsets of `a` and `b`.
+        offsets: (usize, usize),
+    },
+    /// `softmax` (or log-softmax) of `rows × cols`.
+    Softmax {
+        /// Number of rows.
+        rows: usize,
+        /// Row length.
+        cols: usize,
+        /// Log-softmax.
+        log: bool,
+    },
+    /// `softmax_backward` of `rows × cols`.
+    SoftmaxBackward {
+        /// Number of rows.
+        rows: usize,
+        /// Row length.
+        cols: usize,
+        /// Log-softmax.
+        log: bool,
+        /// Whether `y` is the reference's forward output (else random values).
+        y_from_forward: bool,
+    },
+}
+
+impl Call {
+    /// The kernel this call exercises.
+    pub fn kernel(&self) -> Kernel {
+        match self {
+            Call::CopyStrided { .. } => Kernel::CopyStrided,
+            Call::Unary { .. } => Kernel::Unary,
+            Call::UnaryBackward { .. } => Kernel::UnaryBackward,
+            Call::Binary { .. } => Kernel::Binary,
+            Call::Select { .. } => Kernel::Select,
+            Call::Sum { .. } => Kernel::Sum,
+            Call::Matmul { .. } => Kernel::Matmul,
+            Call::Softmax { .. } => Kernel::Softmax,
+            Call::SoftmaxBackward { .. } => Kernel::SoftmaxBackward,
+        }
+    }
+
+    /// The kernel with its operation, as printed in reports (`unary(exp)`, `softmax(log)`).
+    pub fn label(&self) -> String {
+        let k = self.kernel().name();
+        match self {
+            Call::Unary { op, .. } | Call::UnaryBackward { op, .. } => format!("{k}({op:?})"),
+            Call::Binary { op, .. } => format!("{k}({})", op.name()),
+            Call::Softmax { log: true, .. } | Call::SoftmaxBackward { log: true, .. } => {
+                format!("{k}(log)")
+            }
+            _ => k.to_string(),
+        }
+    }
+}
+
+/// A test case: a call and the seed and special-value density of its data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    /// The kernel call.
+    pub call: Call,
+    /// Seed of the input values.
+    pub seed: u64,
+    /// Density of special values in the inputs.
+    pub specials: Specials,
+}
+
+/// Sizes and counts of a suite run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Random cases per kernel (the unary kernels also run every op of [`unary_ops`]
+    /// once, the sum every subset of the dimensions of each case).
+    pub cases: usize,
+    /// Seed of the case generator.
+    pub seed: u64,
+    /// Upper bound on the elements of one input (a few cases go above the parallel
+    /// chunk sizes of typical backends up to this bound).
+    pub max_elems: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cases: 128,
+            seed: 0x5EED_C0DE,
+            max_elems: 1 << 16,
+        }
+    }
+}
+
+impl Config {
+    /// A smaller run for debug builds and quick checks.
+    pub fn quick() -> Self {
+        Config {
+            cases: 8,
+            seed: 0x5EED_C0DE,
+            max_elems: 1 << 13,
+        }
+    }
+}
+
+/// Lane widths (in f32) of common SIMD paths; random lengths cluster around them.
+pub const LANE_WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
+
+/// A random dimension length: 0, 1, one off a lane width, or uniform in 1..=150.
+pub fn random_len(rng: &mut Philox) -> usize {
+    match rng.below(20) {
+        0 => 0,
+        1..=3 => 1,
+        4..=10 => {
+            let w = LANE_WIDTHS[rng.below(LANE_WIDTHS.len() as u32) as usize];
+            w + rng.below(3) as usize - 1
+        }
+        _ => 1 + rng.below(150) as usize,
+    }
+}
+
+/// A random shape of rank 0 to 4 with at most `max_elems` elements.
+pub fn random_shape(rng: &mut Philox, max_elems: usize) -> Vec<usize> {
+    let rank = rng.below(5) as usize;
+    let mut s: Vec<usize> = (0..rank).map(|_| random_len(rng)).collect();
+    shrink_to(&mut s, max_elems);
+    s
+}
+
+/// Halves the largest dimension until the product is at most `max`.
+fn shrink_to(s: &mut [usize], max: usize) {
+    while s.iter().product::<usize>() > max.max(1) {
+        let i = (0..s.len()).max_by_key(|&i| s[i]).unwrap();
+        s[i] /= 2;
+    }
+}
+
+/// The density of special values of a random case (most cases have some).
+fn random_specials(rng: &mut Philox) -> Specials {
+    Specials::ALL[rng.below(4) as usize]
+}
+
+/// A random case of `kernel`. About one case in eight is large (up to `max_elems`).
+pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
+    let big = rng.below(8) == 0;
+    let small = (config.max_elems / 8).max(1);
+    let limit = if big { config.max_elems } else { small };
+    let len = |rng: &mut Philox| {
+        if big {
+            small + rng.below((limit - small) as u32 + 1) as usize
+        } else {
+            random_len(rng)
+        }
+    };
+    let ops = UnaryOp::SAMPLES;
+    let call = match kernel {
+        Kernel::CopyStrided => {
+            let shape = random_shape(rng, limit);
+            Call::CopyStrided {
+                src: View::random(&shape, rng),
+            }
+        }
+        Kernel::Unary => Call::Unary {
+            op: ops[rng.below(ops.len() as u32) as usize],
+            len: len(rng),
+        },
+        Kernel::UnaryBackward => Call::UnaryBackward {
+            op: ops[rng.below(ops.len() as u32) as usize],
+            len: len(rng),
+            y_from_forward: rng.below(2) == 0,
+        },
+        Kernel::Binary => {
+            let shape = random_shape(rng, limit);
+            Call::Binary {
+                op: BINARY_OPS[rng.below(4) as usize],
+                a: Operand::random(&shape, rng),
+                b: Operand::random(&shape, rng),
+                shape,
+            }
+        }
+        Kernel::Select => {
+            let shape = random_shape(rng, limit);
+            Call::Select {
+                cond: Operand::random(&shape, rng),
+                a: Operand::random(&shape, rng),
+                b: Operand::random(&shape, rng),
+                shape,
+            }
+        }
+        Kernel::Sum => {
+            let shape = random_shape(rng, limit);
+            Call::Sum {
+                reduce: shape.iter().map(|_| rng.below(2) == 0).collect(),
+                x: View::random(&shape, rng),
+            }
+        }
+        Kernel::Matmul => {
+            let batch = 1 + rng.below(3) as usize;
+            let mut dims = [random_len(rng), random_len(rng), random_len(rng)];
+            // The reference is a plain triple loop: keep the product count moderate.
+            while batch * dims.iter().product::<usize>() > 64 * limit.max(1 << 12) {
+                let i = (0..3).max_by_key(|&i| dims[i]).unwrap();
+                dims[i] /= 2;
+            }
+            Call::Matmul {
+                batch,
+                m: dims[0],
+                k: dims[1],
+                n: dims[2],
+                a_trans: rng.below(2) == 0,
+                b_trans: rng.below(2) == 0,
+                a_bcast: rng.below(4) == 0,
+                b_bcast: rng.below(4) == 0,
+                offsets: (rng.below(4) as usize, rng.below(4) as usize),
+            }
+        }
+        Kernel::Softmax | Kernel::SoftmaxBackward => {
+            let mut s = [random_len(rng), random_len(rng)];
+            if big {
+                s[0] = s[0].max(1) * 64;
+            }
+            shrink_to(&mut s, limit);
+            let log = rng.below(2) == 0;
+            if kernel == Kernel::Softmax {
+                Call::Softmax {
+                    rows: s[0],
+                    cols: s[1],
+                    log,
+                }
+            } else {
+                Call::SoftmaxBackward {
+                    rows: s[0],
+                    cols: s[1],
+                    log,
+                    y_from_forward: rng.below(4) != 0,
+                }
+            }
+        }
+    };
+    Case {
+        call,
+        seed: rng.next_u64(),
+        specials: random_specials(rng),
+    }
+}
+
+/// The cases of one kernel for `config`: `config.cases` random ones; for the unary
+/// kernels also every op of [`unary_ops`] at a length around a lane width; for the sum,
+/// every subset of the dimensions of each random view.
+pub fn kernel_cases(kernel: Kernel, config: &Config) -> Vec<Case> {
+    let mut rng = Philox::new(config.seed ^ (kernel as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    let mut cases: Vec<Case> = (0..config.cases)
+        .map(|_| random_case(kernel, &mut rng, config))
+        .collect();
+    match kernel {
+        Kernel::Unary | Kernel::UnaryBackward => {
+            for (i, &op) in UnaryOp::SAMPLES.iter().enumerate() {
+                let len = LANE_WIDTHS[i % LANE_WIDTHS.len()] + i % 3 + 3 * (i % 2);
+                let call = if kernel == Kernel::Unary {
+                    Call::Unary { op, len }
+                } else {
+                    Call::UnaryBackward {
+                        op,
+                        len,
+                        y_from_forward: i % 2 == 0,
+                    }
+                };
+                cases.push(Case {
+                    call,
+                    seed: rng.next_u64(),
+                    specials: Specials::Some,
+                });
+            }
+        }
+        Kernel::Sum => {
+            let extra: Vec<Case> = cases
+                .iter()
+                .flat_map(|c| {
+                    let Call::Sum { x, .. } = &c.call else {
+                        unreachable!()
+                    };
+                    let r = x.shape.len();
+                    (0..1usize << r).map(move |mask| Case {
+                        call: Call::Sum {
+                            x: x.clone(),
+                            reduce: (0..r).map(|d| mask >> d & 1 == 1).collect(),
+                        },
+                        ..c.clone()
+                    })
+                })
+                .collect();
+            cases = extra;
+        }
+        _ => {}
+    }
+    cases
+}

@@ -1,0 +1,103 @@
+//! Strided copies: pure data movement, the same code on every path (row copies, fills of
+//! broadcast rows, tiled transposes and a gather loop).
+
+use super::dims::{round_up, Dims, RowWalk};
+use super::WORK_PER_CHUNK;
+use crate::cpu::{ComputeContext, Isa};
+use crate::scalar::ModeSpec;
+use crate::scalar_ref::RefKernels;
+use exactgrad_core::Layout;
+
+/// Rows per tile of a transposing copy.
+const COPY_TILE: usize = 32;
+
+/// Strided gather, as [`RefKernels::copy_strided`]: pure data movement (bits unchanged),
+/// so every path runs the same code: row copies for contiguous rows, fills for broadcast
+/// rows, tiles for transposes and a gather loop otherwise.
+pub(crate) fn copy_strided<M: ModeSpec>(
+    isa: Isa,
+    ctx: &ComputeContext,
+    src: &[f32],
+    layout: &Layout,
+    out: &mut [f32],
+) {
+    let _ = isa;
+    assert_eq!(out.len(), layout.numel(), "copy_strided: output length");
+    if out.is_empty() {
+        return;
+    }
+    assert!(
+        layout.storage_extent() <= src.len(),
+        "copy_strided: layout exceeds storage"
+    );
+    let Some(d) = Dims::of(&layout.shape, [&layout.strides]) else {
+        return RefKernels::<M>::copy_strided(src, layout, out);
+    };
+    let (n, [s]) = d.inner();
+    // A transpose: the innermost dimension is strided and the next one contiguous.
+    let tiled = d.rank >= 2 && s > 1 && d.stride[0][d.rank - 2] == 1;
+    let mut rows = (WORK_PER_CHUNK / n).max(1);
+    if tiled {
+        rows = round_up(rows, COPY_TILE);
+    }
+    let base = layout.offset;
+    ctx.for_each_chunk(out, rows * n, |ci, o| {
+        if tiled {
+            copy_tiles(src, &d, base, ci * rows, o);
+        } else {
+            copy_rows(src, &d, base, ci * rows, o);
+        }
+    });
+}
+
+/// Rows `first_row..` of a strided copy (as many as fill `out`).
+fn copy_rows(src: &[f32], d: &Dims<1>, base: usize, first_row: usize, out: &mut [f32]) {
+    let (n, [s]) = d.inner();
+    let mut rows = RowWalk::at(d, [base], first_row);
+    for orow in out.chunks_mut(n) {
+        let o = rows.off[0];
+        match s {
+            1 => orow.copy_from_slice(&src[o..o + n]),
+            0 => orow.fill(src[o]),
+            _ => {
+                // The last index was checked by `storage_extent` at entry.
+                let row = &src[o..=o + (n - 1) * s];
+                for (j, v) in orow.iter_mut().enumerate() {
+                    *v = row[j * s];
+                }
+            }
+        }
+        rows.next();
+    }
+}
+
+/// Rows `first_row..` of a transposing copy, in tiles of [`COPY_TILE`]² elements so that
+/// the strided reads of consecutive rows share cache lines.
+fn copy_tiles(src: &[f32], d: &Dims<1>, base: usize, first_row: usize, out: &mut [f32]) {
+    let (n, [s]) = d.inner();
+    let a_len = d.len[d.rank - 2];
+    let nrows = out.len() / n;
+    let mut r = 0;
+    let mut rows = RowWalk::at(d, [base], first_row);
+    while r < nrows {
+        // A band of rows that are consecutive along the contiguous dimension.
+        let a = (first_row + r) % a_len;
+        let band = (a_len - a).min(COPY_TILE).min(nrows - r);
+        let o0 = rows.off[0];
+        let extent = o0 + (band - 1) + (n - 1) * s;
+        let block = &src[o0..=extent];
+        for j0 in (0..n).step_by(COPY_TILE) {
+            let j1 = (j0 + COPY_TILE).min(n);
+            for i in 0..band {
+                let orow = &mut out[(r + i) * n..(r + i + 1) * n];
+                for j in j0..j1 {
+                    orow[j] = block[i + j * s];
+                }
+            }
+        }
+        for _ in 0..band {
+            rows.next();
+        }
+        r += band;
+    }
+}
