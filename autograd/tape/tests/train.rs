@@ -44,6 +44,10 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "200 epochs of training take well over half an hour under Miri"
+)]
 fn training_reaches_its_accuracy_in_its_arena_without_heap_allocations() {
     let before = ALLOCATIONS.load(Ordering::SeqCst);
     let report = tape_train::train();
