@@ -33,7 +33,7 @@ impl<T: TapeScalar> Operator<T> for CrossEntropy<T> {
     const NAME: &'static str = "cross_entropy";
     const INPUTS: usize = 1;
     type Saved = CrossEntropySaved<T>;
-    fn backward(s: &CrossEntropySaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &CrossEntropySaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let b = &s.buffers;
         let ([z], g) = (b.values(live), b.gy(live)[0]);
         b.emit(live, 0, acc[0], |c| {

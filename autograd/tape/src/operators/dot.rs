@@ -25,7 +25,7 @@ impl<T: TapeScalar> Operator<T> for Dot<T> {
     const NAME: &'static str = "dot";
     const INPUTS: usize = 2;
     type Saved = PairSaved<T>;
-    fn backward(s: &PairSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &PairSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let ([a, b], g) = (s.values(live), s.gy(live)[0]);
         s.emit(live, 0, acc[0], |i| (T::ZERO + g * b[i]).canon());
         s.emit(live, 1, acc[1], |i| (T::ZERO + a[i] * g).canon());

@@ -26,7 +26,7 @@ impl<T: TapeScalar> Operator<T> for Linear<T> {
     const NAME: &'static str = "linear";
     const INPUTS: usize = 3;
     type Saved = LinearSaved<T>;
-    fn backward(s: &LinearSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &LinearSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         super::matvec::backward(s, live, acc[0], acc[1]);
         let gy = s.gy(live);
         s.emit(live, 2, acc[2], |i| gy[i]);

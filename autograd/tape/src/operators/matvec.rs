@@ -26,7 +26,7 @@ pub type MatVecSaved<T> = Buffers<T, 2, 2, Gemv>;
 /// (`linear` adds its bias as input 2).
 pub(crate) fn backward<T: TapeScalar, const N: usize>(
     s: &Buffers<T, N, 2, Gemv>,
-    live: Live<'_>,
+    live: &mut Live<'_>,
     acc_w: Acc,
     acc_x: Acc,
 ) {
@@ -48,7 +48,7 @@ impl<T: TapeScalar> Operator<T> for MatVec<T> {
     const NAME: &'static str = "matvec";
     const INPUTS: usize = 2;
     type Saved = MatVecSaved<T>;
-    fn backward(s: &MatVecSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &MatVecSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         backward(s, live, acc[0], acc[1]);
     }
 }

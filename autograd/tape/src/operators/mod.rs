@@ -87,7 +87,7 @@ pub trait Operator<T: TapeScalar>: sealed::Sealed + 'static {
     /// graph that made the record can make (`record::trampoline`), so the rule is safe:
     /// the memory-safety contract is that of `trampoline` and of `record::Views::new`.
     #[doc(hidden)]
-    fn backward(saved: &Self::Saved, live: record::Live<'_>, acc: [Acc; 3]);
+    fn backward(saved: &Self::Saved, live: &mut record::Live<'_>, acc: [Acc; 3]);
 }
 
 /// The bytes one record of `Op` takes in the arena: a 4-byte header, one 4-byte producer
@@ -132,7 +132,7 @@ pub(crate) mod unary {
     /// Backward rule shared by the element-wise operators.
     pub(crate) fn backward<T: TapeScalar, Op: Rule<T>>(
         s: &Saved<T>,
-        live: Live<'_>,
+        live: &mut Live<'_>,
         acc: [Acc; 3],
     ) {
         let [saved] = s.values(live);
@@ -217,7 +217,7 @@ macro_rules! unary_operator {
             type Saved = crate::operators::unary::Saved<T>;
             fn backward(
                 saved: &Self::Saved,
-                live: crate::operators::record::Live<'_>,
+                live: &mut crate::operators::record::Live<'_>,
                 acc: [crate::operators::Acc; 3],
             ) {
                 crate::operators::unary::backward::<T, Self>(saved, live, acc)

@@ -21,7 +21,7 @@ impl<T: TapeScalar> Operator<T> for Mse<T> {
     const NAME: &'static str = "mse";
     const INPUTS: usize = 2;
     type Saved = PairSaved<T>;
-    fn backward(s: &PairSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &PairSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let ([a, b], g) = (s.values(live), s.gy(live)[0]);
         let h = (g / T::from_usize(s.shape().len)).canon();
         let c = |i: usize| (h * (T::TWO * (a[i] - b[i]).canon())).canon();

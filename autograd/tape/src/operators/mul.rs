@@ -22,7 +22,7 @@ impl<T: TapeScalar> Operator<T> for Mul<T> {
     const NAME: &'static str = "mul";
     const INPUTS: usize = 2;
     type Saved = MulSaved<T>;
-    fn backward(s: &MulSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &MulSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let ([a, b], gy) = (s.values(live), s.gy(live));
         s.emit(live, 0, acc[0], |i| (gy[i] * b[i]).canon());
         s.emit(live, 1, acc[1], |i| (gy[i] * a[i]).canon());

@@ -152,7 +152,8 @@ pub(crate) enum Source {
 ///
 /// Only [`trampoline`] makes one, for the duration of one backward rule; every read of a
 /// [`Buffers`] takes it, so no record is read while recording, nor after its graph ended.
-#[derive(Clone, Copy)]
+/// It is neither `Copy` nor `Clone`: [`Buffers::emit`] borrows it mutably, so a
+/// contribution cannot itself emit (which could make two `&mut` to one gradient).
 pub struct Live<'r> {
     _walk: PhantomData<&'r ()>,
 }
@@ -185,21 +186,21 @@ impl<T: TapeScalar, const N: usize, const V: usize, S: Shape> Buffers<T, N, V, S
     }
 
     /// The kept values, slot by slot.
-    pub(crate) fn values<'r>(&'r self, live: Live<'r>) -> [&'r [T]; V] {
+    pub(crate) fn values<'r>(&'r self, live: &Live<'r>) -> [&'r [T]; V] {
         core::array::from_fn(|j| shared(self.values[j], self.shape.input_len(j), live))
     }
 
     /// The output's gradient.
-    pub(crate) fn gy<'r>(&'r self, live: Live<'r>) -> &'r [T] {
+    pub(crate) fn gy<'r>(&'r self, live: &Live<'r>) -> &'r [T] {
         shared(self.gy, self.shape.output_len(), live)
     }
 
     /// Adds `contribution(i)` for every element `i` of input `k`'s gradient (nothing if the
     /// input has none): with [`Acc::Set`] the contribution is stored, with [`Acc::Add`] it
-    /// is added as `canon(g + c)`.
+    /// is added as `canon(g + c)`. `contribution` cannot reach `live`, hence cannot emit.
     pub(crate) fn emit(
         &self,
-        _live: Live<'_>,
+        _live: &mut Live<'_>,
         k: usize,
         acc: Acc,
         mut contribution: impl FnMut(usize) -> T,
@@ -211,8 +212,9 @@ impl<T: TapeScalar, const N: usize, const V: usize, S: Shape> Buffers<T, N, V, S
         // SAFETY: `grad` is the gradient of input `k`, checked by `Views::keep` to hold at
         // least `len` elements, aligned and initialised, and alive while `Live` exists
         // (module invariants 1–3). Nothing else refers to it during this call: the slices
-        // a rule reads never overlap a gradient it writes (invariant 4), and `g` is
-        // dropped before `emit` returns.
+        // a rule reads never overlap a gradient it writes (invariant 4), `contribution`
+        // cannot emit (`live` is borrowed mutably here), and `g` is dropped before `emit`
+        // returns.
         let g = unsafe { slice::from_raw_parts_mut(grad, len) };
         match acc {
             Acc::Set => {
@@ -230,7 +232,7 @@ impl<T: TapeScalar, const N: usize, const V: usize, S: Shape> Buffers<T, N, V, S
 }
 
 /// The slice a record reads at `p` (empty for a null pointer or no elements).
-fn shared<'r, T>(p: *const T, len: usize, _live: Live<'r>) -> &'r [T] {
+fn shared<'r, T>(p: *const T, len: usize, _live: &Live<'r>) -> &'r [T] {
     if p.is_null() || len == 0 {
         return &[];
     }
@@ -316,5 +318,5 @@ pub(crate) unsafe fn trampoline<T: TapeScalar, Op: Operator<T>>(payload: *const 
     // writes the record while the walk runs, and the reference does not outlive this call.
     let saved = unsafe { &*payload.cast::<Op::Saved>() };
     // The caller's contract is what a `Live` certifies.
-    Op::backward(saved, Live { _walk: PhantomData }, acc);
+    Op::backward(saved, &mut Live { _walk: PhantomData }, acc);
 }

@@ -26,7 +26,7 @@ impl<T: TapeScalar> Operator<T> for Scale<T> {
     const NAME: &'static str = "scale";
     const INPUTS: usize = 1;
     type Saved = ScaleSaved<T>;
-    fn backward(s: &ScaleSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &ScaleSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let (b, c) = (&s.buffers, s.c);
         let gy = b.gy(live);
         b.emit(live, 0, acc[0], |i| (gy[i] * c).canon());

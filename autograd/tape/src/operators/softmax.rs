@@ -24,7 +24,7 @@ impl<T: TapeScalar> Operator<T> for Softmax<T> {
     const NAME: &'static str = "softmax";
     const INPUTS: usize = 1;
     type Saved = SoftmaxSaved<T>;
-    fn backward(s: &SoftmaxSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &SoftmaxSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let ([y], gy) = (s.values(live), s.gy(live));
         let mut d = T::WIDE_ZERO;
         for (&yi, &gi) in y.iter().zip(gy) {

@@ -19,7 +19,7 @@ impl<T: TapeScalar> Operator<T> for Sub<T> {
     const NAME: &'static str = "sub";
     const INPUTS: usize = 2;
     type Saved = AddSaved<T>;
-    fn backward(s: &AddSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &AddSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let gy = s.gy(live);
         s.emit(live, 0, acc[0], |i| gy[i]);
         s.emit(live, 1, acc[1], |i| (-gy[i]).canon());

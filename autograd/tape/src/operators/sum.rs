@@ -23,7 +23,7 @@ impl<T: TapeScalar> Operator<T> for Sum<T> {
     const NAME: &'static str = "sum";
     const INPUTS: usize = 1;
     type Saved = SumSaved<T>;
-    fn backward(s: &SumSaved<T>, live: Live<'_>, acc: [Acc; 3]) {
+    fn backward(s: &SumSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
         let g = s.gy(live)[0];
         s.emit(live, 0, acc[0], |_| g);
     }
