@@ -1,5 +1,6 @@
 //! A graph: the borrow scope in which operations are recorded and `backward` runs.
 
+use crate::operators::record::Views;
 use crate::operators::{Acc, Operator};
 use crate::scalar::TapeScalar;
 use crate::status::Status;
@@ -29,10 +30,13 @@ pub struct Graph<'g, 'a, T: TapeScalar, const MAX_OPS: usize = 16> {
     _invariant: PhantomData<fn(&'g ()) -> &'g ()>,
 }
 
-/// What an operator may do after [`Graph::begin`]: run, and record at `record` if given.
-pub(crate) struct Pending {
+/// What an operator of type `Op` may do after [`Graph::begin`]: run, and record at
+/// `record` if given, with the `N` inputs `begin` checked.
+pub(crate) struct Pending<'g, T, Op, const N: usize> {
     slot: u8,
     record: Option<u32>,
+    inputs: [&'g Raw<T>; N],
+    _op: PhantomData<fn() -> Op>,
 }
 
 impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
@@ -75,13 +79,23 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
     /// (`fits`), exact shapes (`exact`, when [`VALIDATION`] is on), operator registered,
     /// record space. `None` means the operation must leave its output alone (the status
     /// says why).
-    pub(crate) fn begin<Op: Operator<T>>(
+    ///
+    /// The inputs are borrowed for `'g`, the life of the graph: they are the views of an
+    /// operator that borrows them that long, which is what makes their buffers outlive the
+    /// record (see `operators::record`).
+    pub(crate) fn begin<Op: Operator<T>, const N: usize>(
         &self,
-        inputs: &[&Raw<T>],
+        inputs: [&'g Raw<T>; N],
         output: &Raw<T>,
         fits: bool,
         exact: impl FnOnce() -> bool,
-    ) -> Option<Pending> {
+    ) -> Option<Pending<'g, T, Op, N>> {
+        const {
+            assert!(
+                N == Op::INPUTS,
+                "an operator records as many inputs as it declares"
+            )
+        };
         let tape = self.tape;
         let id = tape.id();
         // Always checked, as memory safety depends on them: a stale graph's records may
@@ -104,15 +118,18 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
             tape.fail(Status::OperatorNotRegistered);
             return None;
         };
+        let pending = |record| Pending {
+            slot,
+            record,
+            inputs,
+            _op: PhantomData,
+        };
         if !tape.is_recording() {
-            return Some(Pending { slot, record: None });
+            return Some(pending(None));
         }
         let size = tape.entry(slot).size as usize;
         match tape.alloc_record(size) {
-            Some(off) => Some(Pending {
-                slot,
-                record: Some(off),
-            }),
+            Some(off) => Some(pending(Some(off))),
             None => {
                 tape.fail(Status::OutOfMemory);
                 None
@@ -121,46 +138,55 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
     }
 
     /// Completes an operation whose output values are written: stores the record (if
-    /// recording), zeroes the output gradient and names the record as the output's
-    /// producer.
-    pub(crate) fn finish<Op: Operator<T>>(
+    /// recording) with the payload `saved` makes from the operation's views, zeroes the
+    /// output gradient, names the record as the output's producer and returns the output.
+    pub(crate) fn finish<'y, Op: Operator<T>, const N: usize>(
         &self,
-        pending: Pending,
-        inputs: &[&Raw<T>],
-        saved: Op::Saved,
-        output: &mut Raw<T>,
-    ) {
+        pending: Pending<'g, T, Op, N>,
+        output: &'g mut BufferView<'y, T, Output>,
+        saved: impl FnOnce(&Views<'_, T, N>) -> Op::Saved,
+    ) -> &'g BufferView<'y, T, Output> {
         let Some(off) = pending.record else {
-            output.record = NO_RECORD;
-            return;
+            output.raw.record = NO_RECORD;
+            return output;
         };
-        debug_assert_eq!(inputs.len(), Op::INPUTS);
+        // SAFETY: `begin` took the inputs as `&'g Raw<T>`: the raws of views the operator
+        // borrows (shared) for `'g`, the whole life of this graph (only a view lives that
+        // long); `output` is the output view, borrowed mutably for `'g`. That is the
+        // contract of `Views::new`.
+        let views = unsafe { Views::new(pending.inputs, &output.raw) };
+        let saved = saved(&views);
+        let out = &mut output.raw;
         let entry = self.tape.entry(pending.slot);
         let base = self.tape.at(off as usize);
-        // SAFETY: the record's `entry.size` bytes at `off` were just allocated for it; the
-        // header is 4 bytes, then one u32 per input, then the payload at `entry.payload`,
-        // aligned for `Op::Saved` (see `record_layout`).
+        // SAFETY: the record's `entry.size` bytes at `off` were just allocated for it by
+        // `begin` (inside the arena, not yet read by anything); the header is 4 bytes,
+        // then one u32 per input (`N == Op::INPUTS`, checked in `begin`), then the
+        // payload at `entry.payload`, aligned for `Op::Saved` (see `record_layout`).
         unsafe {
             base.write(pending.slot);
             base.add(1).write(0);
-            base.add(2).write(inputs.len() as u8);
+            base.add(2).write(N as u8);
             base.add(3).write(0);
             let producers = base.add(4).cast::<u32>();
-            for (i, raw) in inputs.iter().enumerate() {
+            for (i, raw) in pending.inputs.iter().enumerate() {
                 producers.add(i).write(self.producer(raw));
             }
             base.add(entry.payload as usize)
                 .cast::<Op::Saved>()
                 .write(saved);
         }
-        if !output.grad.is_null() {
-            for i in 0..output.len {
-                // SAFETY: an output's gradient has `len` elements.
-                unsafe { output.grad.add(i).write(T::ZERO) };
+        if !out.grad.is_null() {
+            for i in 0..out.len {
+                // SAFETY: a valid view's non-null gradient has `len` elements (`begin`
+                // refused invalid outputs), and nothing else refers to it now: the output
+                // view is borrowed mutably by this operation.
+                unsafe { out.grad.add(i).write(T::ZERO) };
             }
         }
-        output.epoch = self.epoch;
-        output.record = off;
+        out.epoch = self.epoch;
+        out.record = off;
+        output
     }
 
     /// Runs reverse-mode differentiation from `root`, a one-element output recorded in this
@@ -196,12 +222,24 @@ impl<'g, 'a, T: TapeScalar, const MAX_OPS: usize> Graph<'g, 'a, T, MAX_OPS> {
             return false;
         }
         for (i, &s) in seed.iter().enumerate() {
-            // SAFETY: the root's gradient has `len` elements.
+            // SAFETY: the root is a valid view with a non-null gradient (checked above),
+            // which has `len == seed.len()` elements; no slice of it is alive (the
+            // caller's `grad` needs the view mutably, and no backward rule runs yet).
             unsafe { r.grad.add(i).write(s) };
         }
-        // SAFETY (whole walk): the records in [off, start) were written by this graph and
-        // are contiguous; each starts with its header, its sizes come from the registry,
-        // and every pointer in their payloads refers to a buffer borrowed by this graph.
+        // SAFETY: this graph is current (checked above), so no rewind, reset or newer
+        // graph has reused its record space: the records in [off, start) are exactly the
+        // ones it wrote, contiguous, newest first. Each starts with its 4-byte header (slot
+        // of a registered operator, flags, number of inputs) and that many producer
+        // offsets; a record's size and payload offset come from its registry entry, so
+        // `o` steps from record to record and stays below `start`. A producer offset is
+        // `NO_RECORD` or, by `producer`, a record of this graph older than the one naming
+        // it, so `flags(p)` is the flags byte of a record in [off, start). Every record in
+        // the range was written by `finish::<Op>` with `entry.backward ==
+        // trampoline::<T, Op>`, and the views it was made from are still borrowed by this
+        // graph, which is the contract of `trampoline`; no reference into the records is
+        // alive while a rule runs (the rule's own payload reference excepted, which
+        // nothing writes).
         unsafe {
             let flags = |o: u32| tape.at(o as usize).add(1);
             *flags(off) |= NEEDED | GRAD_SET;

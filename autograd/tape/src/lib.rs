@@ -43,7 +43,7 @@
 //!
 //! # What the compiler guarantees
 //!
-//! The specification this crate implements (seed 004) leaves these duties to the caller;
+//! An arena tape in C or C++ leaves these duties to the caller (as a documented contract);
 //! here they are compile-time errors, by borrowing.
 //!
 //! A buffer must stay alive until `backward` has finished:
@@ -163,6 +163,8 @@
 //! See `docs/tape.md` for the memory layout and for sizing an arena.
 #![no_std]
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod arena;
 mod graph;

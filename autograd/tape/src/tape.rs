@@ -143,7 +143,8 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
         }
         self.low.set(low + n);
         self.note_peak();
-        // SAFETY: `low + n <= high <= top <= BYTES`, inside the arena.
+        // SAFETY: `low + n <= high <= top <= BYTES`: the offset is inside the arena's
+        // allocation (or one past its end for an empty allocation at the top).
         Some(unsafe { self.base.add(low) })
     }
 
@@ -165,11 +166,11 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
         self.base
     }
 
-    /// Pointer to arena byte `off`.
+    /// Pointer to arena byte `off` (callers pass offsets of records, inside the arena;
+    /// dereferencing it is theirs to justify).
     pub(crate) fn at(&self, off: usize) -> *mut u8 {
         debug_assert!(off < self.top);
-        // SAFETY: callers pass offsets of records inside the arena.
-        unsafe { self.base.add(off) }
+        self.base.wrapping_add(off)
     }
 
     pub(crate) fn epoch(&self) -> u64 {
@@ -195,7 +196,7 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
                     let (payload, size) = record_layout::<T, Op>();
                     slot.set(Some(OpEntry {
                         id,
-                        backward: crate::operators::trampoline::<T, Op>,
+                        backward: crate::operators::record::trampoline::<T, Op>,
                         size: size as u32,
                         payload: payload as u32,
                     }));
@@ -335,7 +336,10 @@ impl<'a, T: TapeScalar, const MAX_OPS: usize> Tape<'a, T, MAX_OPS> {
         }
         if !raw.grad.is_null() {
             for i in 0..len {
-                // SAFETY: `grad` has room for `len` elements (checked above).
+                // SAFETY: a non-null `grad` was just set to the caller's slice of exactly
+                // `len` elements (borrowed mutably for the view's life) or to a fresh arena
+                // allocation of `len × size_of::<T>()` bytes aligned to `ALIGN`; nothing
+                // else refers to it yet, and writing needs no prior initialisation.
                 unsafe { raw.grad.add(i).write(T::ZERO) };
             }
         }

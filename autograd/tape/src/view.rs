@@ -32,7 +32,13 @@ impl<T> Raw<T> {
         if self.values.is_null() || self.len == 0 {
             return &[];
         }
-        // SAFETY: `values` points to `len` elements of a buffer the view borrows.
+        // SAFETY: a `Raw` lives in the `BufferView` made from it by `Tape::make`, whose
+        // `values` points to at least `len` initialised elements of the caller's slice
+        // (`len` is 0 when it did not fit), aligned as any slice; the view borrows that
+        // slice for its life. Nothing writes the elements while the returned borrow of
+        // `self` lives: writes go through `BufferView::values_mut` (which needs the view
+        // mutably) or through an operator writing its output view, which it holds mutably
+        // and never reads through this method at the same time.
         unsafe { slice::from_raw_parts(self.values, self.len) }
     }
 }
@@ -139,7 +145,12 @@ impl<'t, T, R: HasGrad> BufferView<'t, T, R> {
         if self.raw.grad.is_null() || self.raw.len == 0 {
             return &mut [];
         }
-        // SAFETY: `grad` points to `len` elements owned by this view (arena or caller).
+        // SAFETY: a non-null `grad` points to `len` elements that belong to this view
+        // alone: an arena allocation of `len × size_of::<T>()` bytes aligned to `ALIGN`
+        // (at least the alignment of `T`), or the caller's gradient slice of `len`
+        // elements, borrowed mutably for the view's life. They were zeroed when the view
+        // was made (initialised). Holding the view mutably proves no graph uses it (graphs
+        // borrow their views until backward ends), so no other reference exists.
         unsafe { slice::from_raw_parts_mut(self.raw.grad, self.raw.len) }
     }
 
@@ -159,8 +170,9 @@ impl<'t, T, R: HasGrad> BufferView<'t, T, R> {
         if self.raw.values.is_null() || self.raw.len == 0 {
             return &mut [];
         }
-        // SAFETY: the view was made from `&mut [T]` of `len` elements (roles with gradients
-        // are never made from shared slices).
+        // SAFETY: roles with gradients are only made from `&mut [T]` slices of at least
+        // `len` initialised, aligned elements, borrowed mutably for the view's life; the
+        // view is held mutably here, so no graph and no other slice refers to them.
         unsafe { slice::from_raw_parts_mut(self.raw.values, self.raw.len) }
     }
 
@@ -170,13 +182,14 @@ impl<'t, T, R: HasGrad> BufferView<'t, T, R> {
         let values = if self.raw.values.is_null() || len == 0 {
             &mut [][..]
         } else {
-            // SAFETY: as in `values_mut`; values and gradient never overlap.
+            // SAFETY: as in `values_mut`; the gradient below is arena memory or another
+            // slice the caller lent mutably, so the two never overlap.
             unsafe { slice::from_raw_parts_mut(self.raw.values, len) }
         };
         let grad = if self.raw.grad.is_null() || len == 0 {
             &mut [][..]
         } else {
-            // SAFETY: as in `grad_mut`.
+            // SAFETY: as in `grad_mut`; disjoint from the values above.
             unsafe { slice::from_raw_parts_mut(self.raw.grad, len) }
         };
         (values, grad)

@@ -2,7 +2,8 @@
 //!
 //! Forward `y = a + b`; backward `ga = g`, `gb = g` (as the eager engine's `add`).
 
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Elementwise, Live};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role};
@@ -13,24 +14,19 @@ operator_type!(
     "add"
 );
 
-/// The record of [`add()`] and [`sub()`](super::sub()).
+/// The record of [`add()`] and [`sub()`](super::sub()): the gradients of `a` and `b`, and
+/// `y`'s gradient.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
-pub struct AddSaved<T> {
-    pub(crate) ga: *mut T,
-    pub(crate) gb: *mut T,
-    pub(crate) gy: *const T,
-    pub(crate) len: usize,
-}
+pub type AddSaved<T> = Buffers<T, 2, 0, Elementwise>;
 
 impl<T: TapeScalar> Operator<T> for Add<T> {
     const NAME: &'static str = "add";
     const INPUTS: usize = 2;
     type Saved = AddSaved<T>;
-    unsafe fn backward(s: &AddSaved<T>, acc: [Acc; 3]) {
-        let gy = unsafe { slice_of(s.gy, s.len) };
-        unsafe { emit(s.ga, s.len, acc[0], |i| gy[i]) };
-        unsafe { emit(s.gb, s.len, acc[1], |i| gy[i]) };
+    fn backward(s: &AddSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let gy = s.gy(live);
+        s.emit(live, 0, acc[0], |i| gy[i]);
+        s.emit(live, 1, acc[1], |i| gy[i]);
     }
 }
 
@@ -41,17 +37,5 @@ pub fn add<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     b: &'g BufferView<'b, T, RB>,
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
-    super::apply_pair::<_, _, _, Add<T>, M>(
-        g,
-        a,
-        b,
-        y,
-        |x, z| x + z,
-        |ar, br, yr| AddSaved {
-            ga: ar.grad,
-            gb: br.grad,
-            gy: yr.grad,
-            len: yr.len,
-        },
-    )
+    super::apply_pair::<_, _, _, Add<T>, 0, M>(g, a, b, y, |x, z| x + z, [])
 }

@@ -5,7 +5,8 @@
 //! (`scalar::log_softmax_row`), `y = −lp_t`; backward `p_c = exp(lp_c)`,
 //! `gz_c = (p_c − [c = t]) · g`.
 
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Live, Reduction, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::{row_max, TapeScalar};
 use crate::view::{BufferView, Output, Role, NO_RECORD};
@@ -17,14 +18,12 @@ operator_type!(
     "cross_entropy"
 );
 
-/// The record of [`cross_entropy()`].
+/// The record of [`cross_entropy()`]: `z`'s gradient and values, the gradient of the
+/// one-element `y`, and the target class, maximum and log-sum of the forward operation.
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct CrossEntropySaved<T> {
-    z: *const T,
-    gz: *mut T,
-    gy: *const T,
-    len: usize,
+    buffers: Buffers<T, 1, 1, Reduction>,
     target: usize,
     max: T,
     log_sum: T,
@@ -34,17 +33,15 @@ impl<T: TapeScalar> Operator<T> for CrossEntropy<T> {
     const NAME: &'static str = "cross_entropy";
     const INPUTS: usize = 1;
     type Saved = CrossEntropySaved<T>;
-    unsafe fn backward(s: &CrossEntropySaved<T>, acc: [Acc; 3]) {
-        let z = unsafe { slice_of(s.z, s.len) };
-        let g = unsafe { *s.gy };
-        unsafe {
-            emit(s.gz, s.len, acc[0], |c| {
-                let lp = ((z[c] - s.max) - s.log_sum).canon();
-                let p = lp.exp().canon();
-                let t = if c == s.target { T::ONE } else { T::ZERO };
-                ((p - t) * g).canon()
-            })
-        };
+    fn backward(s: &CrossEntropySaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let b = &s.buffers;
+        let ([z], g) = (b.values(live), b.gy(live)[0]);
+        b.emit(live, 0, acc[0], |c| {
+            let lp = ((z[c] - s.max) - s.log_sum).canon();
+            let p = lp.exp().canon();
+            let t = if c == s.target { T::ONE } else { T::ZERO };
+            ((p - t) * g).canon()
+        });
     }
 }
 
@@ -57,7 +54,7 @@ pub fn cross_entropy<'g, 'z, 'y, T: TapeScalar, R: Role, const M: usize>(
 ) -> &'g BufferView<'y, T, Output> {
     let (zr, n) = (&z.raw, z.raw.len);
     let fits = target < n && y.raw.len >= 1;
-    let Some(pending) = g.begin::<CrossEntropy<T>>(&[zr], &y.raw, fits, || y.raw.len == 1) else {
+    let Some(pending) = g.begin::<CrossEntropy<T>, 1>([zr], &y.raw, fits, || y.raw.len == 1) else {
         y.raw.record = NO_RECORD;
         return y;
     };
@@ -70,15 +67,10 @@ pub fn cross_entropy<'g, 'z, 'y, T: TapeScalar, R: Role, const M: usize>(
     let log_sum = T::narrow(s).ln();
     let lp = ((zv[target] - max) - log_sum).canon();
     y.values_mut()[0] = (-lp).canon();
-    let saved = CrossEntropySaved {
-        z: zr.values,
-        gz: zr.grad,
-        gy: y.raw.grad,
-        len: n,
+    g.finish(pending, y, |v| CrossEntropySaved {
+        buffers: v.keep([Source::Input], Reduction { len: n }),
         target,
         max,
         log_sum,
-    };
-    g.finish::<CrossEntropy<T>>(pending, &[zr], saved, &mut y.raw);
-    y
+    })
 }

@@ -4,8 +4,8 @@
 //! increasing, products rounded before adding: `scalar::dot`); backward, as the eager
 //! engine's 1-D `matmul`, `ga_i = 0 + g · b_i`, `gb_i = 0 + a_i · g`.
 
-use super::mul::PairSaved;
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Live, Reduction, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role, NO_RECORD};
@@ -16,15 +16,19 @@ operator_type!(
     "dot"
 );
 
+/// The record of [`dot()`] and [`mse()`](super::mse()): the gradients of `a` and `b`,
+/// their values, and the gradient of the one-element `y`.
+#[doc(hidden)]
+pub type PairSaved<T> = Buffers<T, 2, 2, Reduction>;
+
 impl<T: TapeScalar> Operator<T> for Dot<T> {
     const NAME: &'static str = "dot";
     const INPUTS: usize = 2;
     type Saved = PairSaved<T>;
-    unsafe fn backward(s: &PairSaved<T>, acc: [Acc; 3]) {
-        let (a, b) = unsafe { (slice_of(s.a, s.len), slice_of(s.b, s.len)) };
-        let g = unsafe { *s.gy };
-        unsafe { emit(s.ga, s.len, acc[0], |i| (T::ZERO + g * b[i]).canon()) };
-        unsafe { emit(s.gb, s.len, acc[1], |i| (T::ZERO + a[i] * g).canon()) };
+    fn backward(s: &PairSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let ([a, b], g) = (s.values(live), s.gy(live)[0]);
+        s.emit(live, 0, acc[0], |i| (T::ZERO + g * b[i]).canon());
+        s.emit(live, 1, acc[1], |i| (T::ZERO + a[i] * g).canon());
     }
 }
 
@@ -38,20 +42,12 @@ pub fn dot<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     let (ar, br, n) = (&a.raw, &b.raw, a.raw.len);
     let fits = br.len >= n && y.raw.len >= 1;
     let Some(pending) =
-        g.begin::<Dot<T>>(&[ar, br], &y.raw, fits, || br.len == n && y.raw.len == 1)
+        g.begin::<Dot<T>, 2>([ar, br], &y.raw, fits, || br.len == n && y.raw.len == 1)
     else {
         y.raw.record = NO_RECORD;
         return y;
     };
     y.values_mut()[0] = T::dot(ar.values(), &br.values()[..n]).canon();
-    let saved = PairSaved {
-        a: ar.values,
-        ga: ar.grad,
-        b: br.values,
-        gb: br.grad,
-        gy: y.raw.grad,
-        len: n,
-    };
-    g.finish::<Dot<T>>(pending, &[ar, br], saved, &mut y.raw);
-    y
+    let values = [Source::Input, Source::Input];
+    g.finish(pending, y, |v| v.keep(values, Reduction { len: n }))
 }

@@ -4,8 +4,9 @@
 //! `y_i = (W · x)_i + b_i` (the eager engine's `linear`: `matmul` then `add`); backward
 //! `gW_ij = 0 + g_i · x_j`, `gx_j = Σ_i W_ij · g_i`, `gb_i = g_i`.
 
-use super::matvec::{fits, MatVecSaved};
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::matvec::fits;
+use super::record::{Buffers, Gemv, Live, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, MatrixView, Output, Role, NO_RECORD};
@@ -16,22 +17,19 @@ operator_type!(
     "linear"
 );
 
-/// The record of [`linear()`].
+/// The record of [`linear()`]: the gradients of `W`, `x` and `b`, the values of `W` and
+/// `x`, and `y`'s gradient.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
-pub struct LinearSaved<T> {
-    mv: MatVecSaved<T>,
-    gb: *mut T,
-}
+pub type LinearSaved<T> = Buffers<T, 3, 2, Gemv>;
 
 impl<T: TapeScalar> Operator<T> for Linear<T> {
     const NAME: &'static str = "linear";
     const INPUTS: usize = 3;
     type Saved = LinearSaved<T>;
-    unsafe fn backward(s: &LinearSaved<T>, acc: [Acc; 3]) {
-        unsafe { s.mv.backward(acc[0], acc[1]) };
-        let gy = unsafe { slice_of(s.mv.gy, s.mv.rows) };
-        unsafe { emit(s.gb, s.mv.rows, acc[2], |i| gy[i]) };
+    fn backward(s: &LinearSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        super::matvec::backward(s, live, acc[0], acc[1]);
+        let gy = s.gy(live);
+        s.emit(live, 2, acc[2], |i| gy[i]);
     }
 }
 
@@ -46,7 +44,7 @@ pub fn linear<'g, 'w, 'x, 'b, 'y, T: TapeScalar, RW: Role, RX: Role, RB: Role, c
     let (wr, xr, br, rows, cols) = (&w.raw, &x.raw, &b.raw, w.rows(), w.cols());
     let (fits, exact) = fits(wr, rows, cols, xr, &y.raw);
     let inputs = [wr, xr, br];
-    let Some(pending) = g.begin::<Linear<T>>(&inputs, &y.raw, fits && br.len >= rows, || {
+    let Some(pending) = g.begin::<Linear<T>, 3>(inputs, &y.raw, fits && br.len >= rows, || {
         exact && br.len == rows
     }) else {
         y.raw.record = NO_RECORD;
@@ -58,18 +56,6 @@ pub fn linear<'g, 'w, 'x, 'b, 'y, T: TapeScalar, RW: Role, RX: Role, RB: Role, c
     for (i, v) in ys.iter_mut().enumerate() {
         *v = (v.canon() + bv[i]).canon();
     }
-    let saved = LinearSaved {
-        mv: MatVecSaved {
-            w: wr.values,
-            gw: wr.grad,
-            x: xr.values,
-            gx: xr.grad,
-            gy: y.raw.grad,
-            rows,
-            cols,
-        },
-        gb: br.grad,
-    };
-    g.finish::<Linear<T>>(pending, &inputs, saved, &mut y.raw);
-    y
+    let values = [Source::Input, Source::Input];
+    g.finish(pending, y, |v| v.keep(values, Gemv { rows, cols }))
 }

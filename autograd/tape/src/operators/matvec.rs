@@ -5,7 +5,8 @@
 //! backward, as the eager engine's `matmul`, `gW_ij = 0 + g_i · x_j` and
 //! `gx_j = Σ_i W_ij · g_i` (one accumulator from +0, row index increasing).
 
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Gemv, Live, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, MatrixView, Output, Raw, Role, NO_RECORD};
@@ -16,53 +17,39 @@ operator_type!(
     "matvec"
 );
 
-/// The record of [`matvec()`] and [`linear()`](super::linear()).
+/// The record of [`matvec()`]: the gradients and values of `W` and `x`, and `y`'s
+/// gradient.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
-pub struct MatVecSaved<T> {
-    pub(crate) w: *const T,
-    pub(crate) gw: *mut T,
-    pub(crate) x: *const T,
-    pub(crate) gx: *mut T,
-    pub(crate) gy: *const T,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-}
+pub type MatVecSaved<T> = Buffers<T, 2, 2, Gemv>;
 
-impl<T: TapeScalar> MatVecSaved<T> {
-    /// The backward rule of `y = W · x` (the bias of `linear` is handled by the caller).
-    pub(crate) unsafe fn backward(&self, acc_w: Acc, acc_x: Acc) {
-        let (rows, cols) = (self.rows, self.cols);
-        let (w, x, gy) = unsafe {
-            (
-                slice_of(self.w, rows * cols),
-                slice_of(self.x, cols),
-                slice_of(self.gy, rows),
-            )
-        };
-        unsafe {
-            emit(self.gw, rows * cols, acc_w, |k| {
-                (T::ZERO + gy[k / cols] * x[k % cols]).canon()
-            })
-        };
-        unsafe {
-            emit(self.gx, cols, acc_x, |j| {
-                let mut s = T::ZERO;
-                for i in 0..rows {
-                    s = s + w[i * cols + j] * gy[i];
-                }
-                s.canon()
-            })
-        };
-    }
+/// The backward rule of `y = W · x` for a record whose inputs 0 and 1 are `W` and `x`
+/// (`linear` adds its bias as input 2).
+pub(crate) fn backward<T: TapeScalar, const N: usize>(
+    s: &Buffers<T, N, 2, Gemv>,
+    live: &mut Live<'_>,
+    acc_w: Acc,
+    acc_x: Acc,
+) {
+    let Gemv { rows, cols } = *s.shape();
+    let ([w, x], gy) = (s.values(live), s.gy(live));
+    s.emit(live, 0, acc_w, |k| {
+        (T::ZERO + gy[k / cols] * x[k % cols]).canon()
+    });
+    s.emit(live, 1, acc_x, |j| {
+        let mut s = T::ZERO;
+        for i in 0..rows {
+            s = s + w[i * cols + j] * gy[i];
+        }
+        s.canon()
+    });
 }
 
 impl<T: TapeScalar> Operator<T> for MatVec<T> {
     const NAME: &'static str = "matvec";
     const INPUTS: usize = 2;
     type Saved = MatVecSaved<T>;
-    unsafe fn backward(s: &MatVecSaved<T>, acc: [Acc; 3]) {
-        unsafe { s.backward(acc[0], acc[1]) }
+    fn backward(s: &MatVecSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        backward(s, live, acc[0], acc[1]);
     }
 }
 
@@ -88,7 +75,7 @@ pub fn matvec<'g, 'w, 'x, 'y, T: TapeScalar, RW: Role, RX: Role, const M: usize>
 ) -> &'g BufferView<'y, T, Output> {
     let (wr, xr, rows, cols) = (&w.raw, &x.raw, w.rows(), w.cols());
     let (fits, exact) = fits(wr, rows, cols, xr, &y.raw);
-    let Some(pending) = g.begin::<MatVec<T>>(&[wr, xr], &y.raw, fits, || exact) else {
+    let Some(pending) = g.begin::<MatVec<T>, 2>([wr, xr], &y.raw, fits, || exact) else {
         y.raw.record = NO_RECORD;
         return y;
     };
@@ -102,15 +89,6 @@ pub fn matvec<'g, 'w, 'x, 'y, T: TapeScalar, RW: Role, RX: Role, const M: usize>
     for v in y.values_mut()[..rows].iter_mut() {
         *v = v.canon();
     }
-    let saved = MatVecSaved {
-        w: wr.values,
-        gw: wr.grad,
-        x: xr.values,
-        gx: xr.grad,
-        gy: y.raw.grad,
-        rows,
-        cols,
-    };
-    g.finish::<MatVec<T>>(pending, &[wr, xr], saved, &mut y.raw);
-    y
+    let values = [Source::Input, Source::Input];
+    g.finish(pending, y, |v| v.keep(values, Gemv { rows, cols }))
 }

@@ -8,11 +8,14 @@
 //!
 //! The arithmetic is that of `ScalarRefBackend` in exact mode (for `f32`); each module
 //! states its forward and backward formulas.
+//!
+//! A record keeps pointers to the caller's buffers; only the private module `record` turns them
+//! back into slices, so every other module here denies `unsafe` code.
+#![deny(unsafe_code)]
 
 use crate::arena::ALIGN;
 use crate::scalar::TapeScalar;
 use core::mem::{align_of, size_of};
-use core::slice;
 
 pub mod add;
 pub mod cross_entropy;
@@ -23,6 +26,7 @@ pub mod log;
 pub mod matvec;
 pub mod mse;
 pub mod mul;
+pub(crate) mod record;
 pub mod relu;
 pub mod scale;
 pub mod sigmoid;
@@ -49,8 +53,8 @@ pub use sum::{sum, Sum};
 pub use tanh::{tanh, Tanh};
 
 pub(crate) mod sealed {
-    /// Only this crate's operators can be registered (their records hold raw pointers
-    /// whose validity the tape guarantees).
+    /// Only this crate's operators can be registered (their records hold pointers to the
+    /// caller's buffers, which only `operators::record` reads).
     pub trait Sealed {}
 }
 
@@ -72,15 +76,18 @@ pub trait Operator<T: TapeScalar>: sealed::Sealed + 'static {
     /// Number of inputs its records track.
     #[doc(hidden)]
     const INPUTS: usize;
-    /// What a record keeps for the backward rule.
+    /// What a record keeps for the backward rule: constants, and the caller's buffers as a
+    /// `record::Buffers`, whose pointers only `operators::record` can read.
     #[doc(hidden)]
     type Saved: Copy;
-    /// The backward rule.
+    /// The backward rule: adds the record's contributions to its inputs' gradients, in
+    /// input order, input `k` with mode `acc[k]`.
     ///
-    /// # Safety
-    /// The pointers in `saved` must be valid as when the record was made.
+    /// It reads the record's buffers through `live`, which only the backward walk of the
+    /// graph that made the record can make (`record::trampoline`), so the rule is safe:
+    /// the memory-safety contract is that of `trampoline` and of `record::Views::new`.
     #[doc(hidden)]
-    unsafe fn backward(saved: &Self::Saved, acc: [Acc; 3]);
+    fn backward(saved: &Self::Saved, live: &mut record::Live<'_>, acc: [Acc; 3]);
 }
 
 /// The bytes one record of `Op` takes in the arena: a 4-byte header, one 4-byte producer
@@ -100,56 +107,10 @@ const fn round_up(n: usize, a: usize) -> usize {
     n.div_ceil(a) * a
 }
 
-/// The registry's entry point for `Op`'s backward rule.
-pub(crate) unsafe fn trampoline<T: TapeScalar, Op: Operator<T>>(payload: *const u8, acc: [Acc; 3]) {
-    // SAFETY: the tape stores an `Op::Saved` at this (aligned) payload address.
-    unsafe { Op::backward(&*payload.cast::<Op::Saved>(), acc) }
-}
-
-/// A slice over a recorded buffer (empty for a null pointer).
-///
-/// # Safety
-/// `p` must point to `len` elements that stay valid and unwritten for `'x`.
-pub(crate) unsafe fn slice_of<'x, T>(p: *const T, len: usize) -> &'x [T] {
-    if p.is_null() || len == 0 {
-        &[]
-    } else {
-        unsafe { slice::from_raw_parts(p, len) }
-    }
-}
-
-/// Adds `contribution(i)` for `i < len` into the gradient at `grad` (nothing if null): the
-/// first contribution of an output is stored, later ones are added with `canon(g + c)`.
-///
-/// # Safety
-/// `grad` must be null or point to `len` elements that nothing else accesses meanwhile.
-pub(crate) unsafe fn emit<T: TapeScalar>(
-    grad: *mut T,
-    len: usize,
-    acc: Acc,
-    mut contribution: impl FnMut(usize) -> T,
-) {
-    if grad.is_null() || len == 0 {
-        return;
-    }
-    let g = unsafe { slice::from_raw_parts_mut(grad, len) };
-    match acc {
-        Acc::Set => {
-            for (i, v) in g.iter_mut().enumerate() {
-                *v = contribution(i);
-            }
-        }
-        Acc::Add => {
-            for (i, v) in g.iter_mut().enumerate() {
-                *v = (*v + contribution(i)).canon();
-            }
-        }
-    }
-}
-
 /// The element-wise operators of one input: the formulas and what their record keeps.
 pub(crate) mod unary {
-    use super::{emit, slice_of, Acc, Operator};
+    use super::record::{Buffers, Elementwise, Live, Source};
+    use super::{Acc, Operator};
     use crate::graph::Graph;
     use crate::scalar::TapeScalar;
     use crate::view::{BufferView, Output, Role};
@@ -164,24 +125,19 @@ pub(crate) mod unary {
         fn backward(saved: T, g: T) -> T;
     }
 
-    /// The record of an element-wise operator.
-    #[derive(Clone, Copy)]
-    pub struct Saved<T> {
-        saved: *const T,
-        gx: *mut T,
-        gy: *const T,
-        len: usize,
-    }
+    /// The record of an element-wise operator: `x`'s gradient, the values the rule reads
+    /// (`x` or `y`), `y`'s gradient.
+    pub type Saved<T> = Buffers<T, 1, 1, Elementwise>;
 
     /// Backward rule shared by the element-wise operators.
-    pub(crate) unsafe fn backward<T: TapeScalar, Op: Rule<T>>(s: &Saved<T>, acc: [Acc; 3]) {
-        let saved = unsafe { slice_of(s.saved, s.len) };
-        let gy = unsafe { slice_of(s.gy, s.len) };
-        unsafe {
-            emit(s.gx, s.len, acc[0], |i| {
-                Op::backward(saved[i], gy[i]).canon()
-            })
-        };
+    pub(crate) fn backward<T: TapeScalar, Op: Rule<T>>(
+        s: &Saved<T>,
+        live: &mut Live<'_>,
+        acc: [Acc; 3],
+    ) {
+        let [saved] = s.values(live);
+        let gy = s.gy(live);
+        s.emit(live, 0, acc[0], |i| Op::backward(saved[i], gy[i]).canon());
     }
 
     /// Records `y = f(x)` element-wise.
@@ -196,7 +152,7 @@ pub(crate) mod unary {
         Op: Operator<T, Saved = Saved<T>> + Rule<T>,
     {
         let (xr, len) = (&x.raw, y.raw.len);
-        let Some(pending) = g.begin::<Op>(&[xr], &y.raw, xr.len >= len, || xr.len == len) else {
+        let Some(pending) = g.begin::<Op, 1>([xr], &y.raw, xr.len >= len, || xr.len == len) else {
             y.raw.record = crate::view::NO_RECORD;
             return y;
         };
@@ -205,41 +161,35 @@ pub(crate) mod unary {
         for (o, &v) in ys.iter_mut().zip(xs) {
             *o = Op::forward(v).canon();
         }
-        let saved = Saved {
-            saved: if Op::READS_INPUT {
-                xr.values
-            } else {
-                y.raw.values
-            },
-            gx: xr.grad,
-            gy: y.raw.grad,
-            len,
+        let source = if Op::READS_INPUT {
+            Source::Input
+        } else {
+            Source::Output
         };
-        g.finish::<Op>(pending, &[xr], saved, &mut y.raw);
-        y
+        g.finish(pending, y, |v| v.keep([source], Elementwise { len }))
     }
 }
 
 /// Records `y = f(a, b)` element-wise for two inputs of `y`'s length (add, sub, mul):
-/// validation, the forward loop and the record, with `saved` building the operator's
-/// record from the raw views of `a`, `b` and `y`.
-pub(crate) fn apply_pair<'g, 'a, 'b, 'y, T, RA, RB, Op, const M: usize>(
+/// validation, the forward loop and the record, which keeps the values of `a` and `b` as
+/// `values` says (both or neither).
+pub(crate) fn apply_pair<'g, 'a, 'b, 'y, T, RA, RB, Op, const V: usize, const M: usize>(
     g: &mut crate::graph::Graph<'g, '_, T, M>,
     a: &'g crate::view::BufferView<'a, T, RA>,
     b: &'g crate::view::BufferView<'b, T, RB>,
     y: &'g mut crate::view::BufferView<'y, T, crate::view::Output>,
     f: impl Fn(T, T) -> T,
-    saved: impl FnOnce(&crate::view::Raw<T>, &crate::view::Raw<T>, &crate::view::Raw<T>) -> Op::Saved,
+    values: [record::Source; V],
 ) -> &'g crate::view::BufferView<'y, T, crate::view::Output>
 where
     T: TapeScalar,
     RA: crate::view::Role,
     RB: crate::view::Role,
-    Op: Operator<T>,
+    Op: Operator<T, Saved = record::Buffers<T, 2, V, record::Elementwise>>,
 {
     let (ar, br, n) = (&a.raw, &b.raw, y.raw.len);
     let fits = ar.len >= n && br.len >= n;
-    let Some(pending) = g.begin::<Op>(&[ar, br], &y.raw, fits, || ar.len == n && br.len == n)
+    let Some(pending) = g.begin::<Op, 2>([ar, br], &y.raw, fits, || ar.len == n && br.len == n)
     else {
         y.raw.record = crate::view::NO_RECORD;
         return y;
@@ -248,9 +198,9 @@ where
     for (i, o) in y.values_mut().iter_mut().enumerate() {
         *o = f(av[i], bv[i]).canon();
     }
-    let saved = saved(ar, br, &y.raw);
-    g.finish::<Op>(pending, &[ar, br], saved, &mut y.raw);
-    y
+    g.finish(pending, y, |v| {
+        v.keep(values, record::Elementwise { len: n })
+    })
 }
 
 /// Declares an element-wise operator type with its rule.
@@ -265,8 +215,12 @@ macro_rules! unary_operator {
             const NAME: &'static str = $label;
             const INPUTS: usize = 1;
             type Saved = crate::operators::unary::Saved<T>;
-            unsafe fn backward(saved: &Self::Saved, acc: [crate::operators::Acc; 3]) {
-                unsafe { crate::operators::unary::backward::<T, Self>(saved, acc) }
+            fn backward(
+                saved: &Self::Saved,
+                live: &mut crate::operators::record::Live<'_>,
+                acc: [crate::operators::Acc; 3],
+            ) {
+                crate::operators::unary::backward::<T, Self>(saved, live, acc)
             }
         }
 

@@ -4,8 +4,9 @@
 //! `y = (Σ d_i · d_i in f64, rounded once) / n`; backward `h = g / n`,
 //! `ga_i = h · (2 · d_i)`, `gb_i = −(h · (2 · d_i))`.
 
-use super::mul::PairSaved;
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::dot::PairSaved;
+use super::record::{Live, Reduction, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role, NO_RECORD};
@@ -20,12 +21,12 @@ impl<T: TapeScalar> Operator<T> for Mse<T> {
     const NAME: &'static str = "mse";
     const INPUTS: usize = 2;
     type Saved = PairSaved<T>;
-    unsafe fn backward(s: &PairSaved<T>, acc: [Acc; 3]) {
-        let (a, b) = unsafe { (slice_of(s.a, s.len), slice_of(s.b, s.len)) };
-        let h = (unsafe { *s.gy } / T::from_usize(s.len)).canon();
+    fn backward(s: &PairSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let ([a, b], g) = (s.values(live), s.gy(live)[0]);
+        let h = (g / T::from_usize(s.shape().len)).canon();
         let c = |i: usize| (h * (T::TWO * (a[i] - b[i]).canon())).canon();
-        unsafe { emit(s.ga, s.len, acc[0], &c) };
-        unsafe { emit(s.gb, s.len, acc[1], |i| (-c(i)).canon()) };
+        s.emit(live, 0, acc[0], &c);
+        s.emit(live, 1, acc[1], |i| (-c(i)).canon());
     }
 }
 
@@ -39,7 +40,7 @@ pub fn mse<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     let (ar, br, n) = (&a.raw, &b.raw, a.raw.len);
     let fits = br.len >= n && y.raw.len >= 1;
     let Some(pending) =
-        g.begin::<Mse<T>>(&[ar, br], &y.raw, fits, || br.len == n && y.raw.len == 1)
+        g.begin::<Mse<T>, 2>([ar, br], &y.raw, fits, || br.len == n && y.raw.len == 1)
     else {
         y.raw.record = NO_RECORD;
         return y;
@@ -51,14 +52,6 @@ pub fn mse<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
         s = s + (d * d).canon().widen();
     }
     y.values_mut()[0] = (T::narrow(s).canon() / T::from_usize(n)).canon();
-    let saved = PairSaved {
-        a: ar.values,
-        ga: ar.grad,
-        b: br.values,
-        gb: br.grad,
-        gy: y.raw.grad,
-        len: n,
-    };
-    g.finish::<Mse<T>>(pending, &[ar, br], saved, &mut y.raw);
-    y
+    let values = [Source::Input, Source::Input];
+    g.finish(pending, y, |v| v.keep(values, Reduction { len: n }))
 }

@@ -2,7 +2,8 @@
 //!
 //! Forward `y = a · b`; backward `ga = g · b`, `gb = g · a` (as the eager engine's `mul`).
 
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Elementwise, Live, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role};
@@ -13,32 +14,18 @@ operator_type!(
     "mul"
 );
 
-/// The record of [`mul()`], [`dot()`](super::dot()) and [`mse()`](super::mse()).
+/// The record of [`mul()`]: the gradients of `a` and `b`, their values, and `y`'s gradient.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
-pub struct PairSaved<T> {
-    pub(crate) a: *const T,
-    pub(crate) ga: *mut T,
-    pub(crate) b: *const T,
-    pub(crate) gb: *mut T,
-    pub(crate) gy: *const T,
-    pub(crate) len: usize,
-}
+pub type MulSaved<T> = Buffers<T, 2, 2, Elementwise>;
 
 impl<T: TapeScalar> Operator<T> for Mul<T> {
     const NAME: &'static str = "mul";
     const INPUTS: usize = 2;
-    type Saved = PairSaved<T>;
-    unsafe fn backward(s: &PairSaved<T>, acc: [Acc; 3]) {
-        let (a, b, gy) = unsafe {
-            (
-                slice_of(s.a, s.len),
-                slice_of(s.b, s.len),
-                slice_of(s.gy, s.len),
-            )
-        };
-        unsafe { emit(s.ga, s.len, acc[0], |i| (gy[i] * b[i]).canon()) };
-        unsafe { emit(s.gb, s.len, acc[1], |i| (gy[i] * a[i]).canon()) };
+    type Saved = MulSaved<T>;
+    fn backward(s: &MulSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let ([a, b], gy) = (s.values(live), s.gy(live));
+        s.emit(live, 0, acc[0], |i| (gy[i] * b[i]).canon());
+        s.emit(live, 1, acc[1], |i| (gy[i] * a[i]).canon());
     }
 }
 
@@ -49,19 +36,6 @@ pub fn mul<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     b: &'g BufferView<'b, T, RB>,
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
-    super::apply_pair::<_, _, _, Mul<T>, M>(
-        g,
-        a,
-        b,
-        y,
-        |x, z| x * z,
-        |ar, br, yr| PairSaved {
-            a: ar.values,
-            ga: ar.grad,
-            b: br.values,
-            gb: br.grad,
-            gy: yr.grad,
-            len: yr.len,
-        },
-    )
+    let values = [Source::Input, Source::Input];
+    super::apply_pair::<_, _, _, Mul<T>, 2, M>(g, a, b, y, |x, z| x * z, values)
 }

@@ -2,7 +2,8 @@
 //!
 //! Forward `y = x · c`; backward `gx = g · c` (the eager engine's `mul_scalar`).
 
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Elementwise, Live};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role, NO_RECORD};
@@ -13,13 +14,11 @@ operator_type!(
     "scale"
 );
 
-/// The record of [`scale()`].
+/// The record of [`scale()`]: `x`'s gradient, `y`'s gradient and the constant.
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct ScaleSaved<T> {
-    gx: *mut T,
-    gy: *const T,
-    len: usize,
+    buffers: Buffers<T, 1, 0, Elementwise>,
     c: T,
 }
 
@@ -27,9 +26,10 @@ impl<T: TapeScalar> Operator<T> for Scale<T> {
     const NAME: &'static str = "scale";
     const INPUTS: usize = 1;
     type Saved = ScaleSaved<T>;
-    unsafe fn backward(s: &ScaleSaved<T>, acc: [Acc; 3]) {
-        let gy = unsafe { slice_of(s.gy, s.len) };
-        unsafe { emit(s.gx, s.len, acc[0], |i| (gy[i] * s.c).canon()) };
+    fn backward(s: &ScaleSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let (b, c) = (&s.buffers, s.c);
+        let gy = b.gy(live);
+        b.emit(live, 0, acc[0], |i| (gy[i] * c).canon());
     }
 }
 
@@ -41,7 +41,7 @@ pub fn scale<'g, 'x, 'y, T: TapeScalar, R: Role, const M: usize>(
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
     let (xr, n) = (&x.raw, y.raw.len);
-    let Some(pending) = g.begin::<Scale<T>>(&[xr], &y.raw, xr.len >= n, || xr.len == n) else {
+    let Some(pending) = g.begin::<Scale<T>, 1>([xr], &y.raw, xr.len >= n, || xr.len == n) else {
         y.raw.record = NO_RECORD;
         return y;
     };
@@ -49,12 +49,8 @@ pub fn scale<'g, 'x, 'y, T: TapeScalar, R: Role, const M: usize>(
     for (i, o) in y.values_mut().iter_mut().enumerate() {
         *o = (xv[i] * c).canon();
     }
-    let saved = ScaleSaved {
-        gx: xr.grad,
-        gy: y.raw.grad,
-        len: n,
+    g.finish(pending, y, |v| ScaleSaved {
+        buffers: v.keep([], Elementwise { len: n }),
         c,
-    };
-    g.finish::<Scale<T>>(pending, &[xr], saved, &mut y.raw);
-    y
+    })
 }

@@ -4,7 +4,8 @@
 //! `y_i = e_i / s` (`scalar::softmax_row`); backward `d = Σ y_i · g_i` (exact products,
 //! f64 sum, rounded once), `gx_i = y_i · (g_i − d)` (`scalar::softmax_row_backward`).
 
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::{Buffers, Elementwise, Live, Source};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role, NO_RECORD};
@@ -15,28 +16,22 @@ operator_type!(
     "softmax"
 );
 
-/// The record of [`softmax()`].
+/// The record of [`softmax()`]: `x`'s gradient, `y`'s values and `y`'s gradient.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
-pub struct SoftmaxSaved<T> {
-    y: *const T,
-    gx: *mut T,
-    gy: *const T,
-    len: usize,
-}
+pub type SoftmaxSaved<T> = Buffers<T, 1, 1, Elementwise>;
 
 impl<T: TapeScalar> Operator<T> for Softmax<T> {
     const NAME: &'static str = "softmax";
     const INPUTS: usize = 1;
     type Saved = SoftmaxSaved<T>;
-    unsafe fn backward(s: &SoftmaxSaved<T>, acc: [Acc; 3]) {
-        let (y, gy) = unsafe { (slice_of(s.y, s.len), slice_of(s.gy, s.len)) };
+    fn backward(s: &SoftmaxSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let ([y], gy) = (s.values(live), s.gy(live));
         let mut d = T::WIDE_ZERO;
         for (&yi, &gi) in y.iter().zip(gy) {
             d = d + yi.widen() * gi.widen();
         }
         let d = T::narrow(d);
-        unsafe { emit(s.gx, s.len, acc[0], |i| (y[i] * (gy[i] - d)).canon()) };
+        s.emit(live, 0, acc[0], |i| (y[i] * (gy[i] - d)).canon());
     }
 }
 
@@ -47,7 +42,7 @@ pub fn softmax<'g, 'x, 'y, T: TapeScalar, R: Role, const M: usize>(
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
     let (xr, n) = (&x.raw, y.raw.len);
-    let Some(pending) = g.begin::<Softmax<T>>(&[xr], &y.raw, xr.len >= n, || xr.len == n) else {
+    let Some(pending) = g.begin::<Softmax<T>, 1>([xr], &y.raw, xr.len >= n, || xr.len == n) else {
         y.raw.record = NO_RECORD;
         return y;
     };
@@ -56,12 +51,7 @@ pub fn softmax<'g, 'x, 'y, T: TapeScalar, R: Role, const M: usize>(
     for v in ys.iter_mut() {
         *v = v.canon();
     }
-    let saved = SoftmaxSaved {
-        y: y.raw.values,
-        gx: xr.grad,
-        gy: y.raw.grad,
-        len: n,
-    };
-    g.finish::<Softmax<T>>(pending, &[xr], saved, &mut y.raw);
-    y
+    g.finish(pending, y, |v| {
+        v.keep([Source::Output], Elementwise { len: n })
+    })
 }

@@ -3,7 +3,8 @@
 //! Forward `y = a − b`; backward `ga = g`, `gb = −g` (as the eager engine's `sub`).
 
 use super::add::AddSaved;
-use super::{emit, operator_type, slice_of, Acc, Operator};
+use super::record::Live;
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role};
@@ -18,10 +19,10 @@ impl<T: TapeScalar> Operator<T> for Sub<T> {
     const NAME: &'static str = "sub";
     const INPUTS: usize = 2;
     type Saved = AddSaved<T>;
-    unsafe fn backward(s: &AddSaved<T>, acc: [Acc; 3]) {
-        let gy = unsafe { slice_of(s.gy, s.len) };
-        unsafe { emit(s.ga, s.len, acc[0], |i| gy[i]) };
-        unsafe { emit(s.gb, s.len, acc[1], |i| (-gy[i]).canon()) };
+    fn backward(s: &AddSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let gy = s.gy(live);
+        s.emit(live, 0, acc[0], |i| gy[i]);
+        s.emit(live, 1, acc[1], |i| (-gy[i]).canon());
     }
 }
 
@@ -32,17 +33,5 @@ pub fn sub<'g, 'a, 'b, 'y, T: TapeScalar, RA: Role, RB: Role, const M: usize>(
     b: &'g BufferView<'b, T, RB>,
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
-    super::apply_pair::<_, _, _, Sub<T>, M>(
-        g,
-        a,
-        b,
-        y,
-        |x, z| x - z,
-        |ar, br, yr| AddSaved {
-            ga: ar.grad,
-            gb: br.grad,
-            gy: yr.grad,
-            len: yr.len,
-        },
-    )
+    super::apply_pair::<_, _, _, Sub<T>, 0, M>(g, a, b, y, |x, z| x - z, [])
 }

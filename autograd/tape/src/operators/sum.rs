@@ -3,7 +3,8 @@
 //! Forward `y = Σ x_i`, accumulated in f64 in increasing index order and rounded once
 //! (`scalar::sum_f64`); backward `gx_i = g`.
 
-use super::{emit, operator_type, Acc, Operator};
+use super::record::{Buffers, Live, Reduction};
+use super::{operator_type, Acc, Operator};
 use crate::graph::Graph;
 use crate::scalar::TapeScalar;
 use crate::view::{BufferView, Output, Role, NO_RECORD};
@@ -14,22 +15,17 @@ operator_type!(
     "sum"
 );
 
-/// The record of [`sum()`].
+/// The record of [`sum()`]: `x`'s gradient and the gradient of the one-element `y`.
 #[doc(hidden)]
-#[derive(Clone, Copy)]
-pub struct SumSaved<T> {
-    gx: *mut T,
-    gy: *const T,
-    len: usize,
-}
+pub type SumSaved<T> = Buffers<T, 1, 0, Reduction>;
 
 impl<T: TapeScalar> Operator<T> for Sum<T> {
     const NAME: &'static str = "sum";
     const INPUTS: usize = 1;
     type Saved = SumSaved<T>;
-    unsafe fn backward(s: &SumSaved<T>, acc: [Acc; 3]) {
-        let g = unsafe { *s.gy };
-        unsafe { emit(s.gx, s.len, acc[0], |_| g) };
+    fn backward(s: &SumSaved<T>, live: &mut Live<'_>, acc: [Acc; 3]) {
+        let g = s.gy(live)[0];
+        s.emit(live, 0, acc[0], |_| g);
     }
 }
 
@@ -40,16 +36,11 @@ pub fn sum<'g, 'x, 'y, T: TapeScalar, R: Role, const M: usize>(
     y: &'g mut BufferView<'y, T, Output>,
 ) -> &'g BufferView<'y, T, Output> {
     let (xr, n) = (&x.raw, x.raw.len);
-    let Some(pending) = g.begin::<Sum<T>>(&[xr], &y.raw, y.raw.len >= 1, || y.raw.len == 1) else {
+    let Some(pending) = g.begin::<Sum<T>, 1>([xr], &y.raw, y.raw.len >= 1, || y.raw.len == 1)
+    else {
         y.raw.record = NO_RECORD;
         return y;
     };
     y.values_mut()[0] = T::sum(xr.values()).canon();
-    let saved = SumSaved {
-        gx: xr.grad,
-        gy: y.raw.grad,
-        len: n,
-    };
-    g.finish::<Sum<T>>(pending, &[xr], saved, &mut y.raw);
-    y
+    g.finish(pending, y, |v| v.keep([], Reduction { len: n }))
 }
