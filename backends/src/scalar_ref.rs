@@ -11,7 +11,8 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
-use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
+use exactgrad_core::{check, Result};
 use exactgrad_core::{BinaryOp, Layout, UnaryOp};
 
 /// The scalar reference backend (exact mode): the definition of every kernel's bits.
@@ -104,43 +105,56 @@ pub struct RefKernels<M: ModeSpec>(PhantomData<M>);
 
 impl<M: ModeSpec> RefKernels<M> {
     /// Gathers `src` under `layout` into `out` (bits unchanged).
-    pub fn copy_strided(src: &[f32], layout: &Layout, out: &mut [f32]) {
-        assert_eq!(out.len(), layout.numel(), "copy_strided: output length");
+    pub fn copy_strided(src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+        check::copy_strided(src.len(), layout, out.len())?;
         let mut i = 0;
         layout.for_each_index(|s| {
             out[i] = src[s];
             i += 1;
         });
+        Ok(())
     }
 
     /// Element-wise unary operation.
-    pub fn unary(op: UnaryOp, x: &[f32], out: &mut [f32]) {
-        assert_eq!(x.len(), out.len(), "unary: lengths differ");
+    pub fn unary(op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+        check::unary(x.len(), out.len())?;
         for (o, &v) in out.iter_mut().zip(x) {
             *o = M::out(scalar::unary_in::<M>(op, v));
         }
+        Ok(())
     }
 
     /// Element-wise backward rule of a unary operation.
-    pub fn unary_backward(op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
-        assert!(x.len() == g.len() && y.len() == g.len() && out.len() == g.len());
+    pub fn unary_backward(
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
         for i in 0..g.len() {
             out[i] = M::out(scalar::unary_backward_in::<M>(op, x[i], y[i], g[i]));
         }
+        Ok(())
     }
 
     /// Element-wise binary operation on broadcast layouts.
-    pub fn binary(op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]) {
-        assert_eq!(out.len(), la.numel(), "binary: output length");
-        assert_eq!(
-            la.shape, lb.shape,
-            "binary: layouts not broadcast to one shape"
-        );
+    pub fn binary(
+        op: BinaryOp,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) -> Result<()> {
+        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
         let mut i = 0;
         walk([la, lb], |[ia, ib]| {
             out[i] = M::out(scalar::binary(op, a[ia], b[ib]));
             i += 1;
         });
+        Ok(())
     }
 
     /// Element-wise select on broadcast layouts.
@@ -153,19 +167,20 @@ impl<M: ModeSpec> RefKernels<M> {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
-        assert_eq!(out.len(), lc.numel(), "select: output length");
+    ) -> Result<()> {
+        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
         let mut i = 0;
         walk([lc, la, lb], |[ic, ia, ib]| {
             out[i] = if cond[ic] != 0.0 { a[ia] } else { b[ib] };
             i += 1;
         });
+        Ok(())
     }
 
     /// Sum over flagged dimensions (f64, increasing order, rounded once).
-    pub fn sum(x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+    pub fn sum(x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+        check::sum(x.len(), layout, reduce, out.len())?;
         let (kept, red) = split_reduce(layout, reduce);
-        assert_eq!(out.len(), kept.numel(), "sum: output length");
         let mut i = 0;
         kept.for_each_index(|base| {
             let mut acc = 0.0f64;
@@ -177,16 +192,28 @@ impl<M: ModeSpec> RefKernels<M> {
             out[i] = M::out(acc as f32);
             i += 1;
         });
+        Ok(())
     }
 
     /// Batched matrix product in the canonical order.
-    pub fn matmul(spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+    pub fn matmul(spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check(a.len(), b.len(), out.len())?;
         let MatmulSpec { batch, m, k, n, .. } = *spec;
-        assert_eq!(out.len(), batch * m * n, "matmul: output length");
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
         for bi in 0..batch {
-            let ao = spec.a_offset + bi * spec.a_strides[0];
-            let bo = spec.b_offset + bi * spec.b_strides[0];
             let c = &mut out[bi * m * n..(bi + 1) * m * n];
+            // With k = 0 no operand element is read (and the offsets need not be inside
+            // the buffers); every output is the empty sum +0.
+            let (ao, bo) = if k == 0 {
+                (a.len(), b.len())
+            } else {
+                (
+                    spec.a_offset + bi * spec.a_strides[0],
+                    spec.b_offset + bi * spec.b_strides[0],
+                )
+            };
             scalar::gemm_in::<M>(
                 m,
                 k,
@@ -204,14 +231,12 @@ impl<M: ModeSpec> RefKernels<M> {
                 *v = M::out(*v);
             }
         }
+        Ok(())
     }
 
     /// Softmax or log-softmax of each row.
-    pub fn softmax(x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
-        assert!(
-            x.len() == rows * cols && out.len() == rows * cols,
-            "softmax: lengths"
-        );
+    pub fn softmax(x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
+        check::softmax("softmax", x.len(), rows, cols, out.len())?;
         for r in 0..rows {
             let (xs, os) = (
                 &x[r * cols..(r + 1) * cols],
@@ -226,6 +251,7 @@ impl<M: ModeSpec> RefKernels<M> {
                 *v = M::out(*v);
             }
         }
+        Ok(())
     }
 
     /// Backward of [`Self::softmax`].
@@ -236,8 +262,8 @@ impl<M: ModeSpec> RefKernels<M> {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) {
-        assert!(y.len() == rows * cols && g.len() == rows * cols && out.len() == rows * cols);
+    ) -> Result<()> {
+        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
         for r in 0..rows {
             let s = r * cols..(r + 1) * cols;
             let os = &mut out[s.clone()];
@@ -250,6 +276,7 @@ impl<M: ModeSpec> RefKernels<M> {
                 *v = M::out(*v);
             }
         }
+        Ok(())
     }
 }
 
@@ -268,19 +295,19 @@ macro_rules! scalar_backend {
                 <$mode as ModeSpec>::MODE
             }
 
-            fn zeros(&self, len: usize) -> Vec<f32> {
-                vec![0.0; len]
+            fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+                try_zeroed_vec("zeros", len)
             }
 
-            fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
-                data
+            fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
+                Ok(data)
             }
 
-            fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+            fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
                 RefKernels::<$mode>::copy_strided(src, layout, out)
             }
 
-            fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+            fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
                 RefKernels::<$mode>::unary(op, x, out)
             }
 
@@ -291,7 +318,7 @@ macro_rules! scalar_backend {
                 y: &[f32],
                 g: &[f32],
                 out: &mut [f32],
-            ) {
+            ) -> Result<()> {
                 RefKernels::<$mode>::unary_backward(op, x, y, g, out)
             }
 
@@ -303,7 +330,7 @@ macro_rules! scalar_backend {
                 b: &[f32],
                 lb: &Layout,
                 out: &mut [f32],
-            ) {
+            ) -> Result<()> {
                 RefKernels::<$mode>::binary(op, a, la, b, lb, out)
             }
 
@@ -316,19 +343,19 @@ macro_rules! scalar_backend {
                 b: &[f32],
                 lb: &Layout,
                 out: &mut [f32],
-            ) {
+            ) -> Result<()> {
                 RefKernels::<$mode>::select(cond, lc, a, la, b, lb, out)
             }
 
-            fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+            fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
                 RefKernels::<$mode>::sum(x, layout, reduce, out)
             }
 
-            fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+            fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
                 RefKernels::<$mode>::matmul(spec, a, b, out)
             }
 
-            fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+            fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
                 RefKernels::<$mode>::softmax(x, rows, cols, log, out)
             }
 
@@ -340,7 +367,7 @@ macro_rules! scalar_backend {
                 cols: usize,
                 log: bool,
                 out: &mut [f32],
-            ) {
+            ) -> Result<()> {
                 RefKernels::<$mode>::softmax_backward(y, g, rows, cols, log, out)
             }
         }

@@ -14,6 +14,8 @@ extern crate alloc;
 
 #[cfg(feature = "alloc")]
 pub mod backend;
+#[cfg(feature = "alloc")]
+pub mod check;
 pub mod error;
 pub mod hash;
 pub mod mode;

@@ -63,7 +63,11 @@ impl Inputs {
                 let x = vals(0, *len);
                 let y = if *y_from_forward {
                     let mut y = vec![0.0; *len];
-                    reference.unary(*op, &x, &mut y);
+                    // A reference whose forward kernel fails is caught by the forward
+                    // cases; here its outputs become NaN inputs.
+                    if reference.unary(*op, &x, &mut y).is_err() {
+                        y.fill(f32::NAN);
+                    }
                     y
                 } else {
                     vals(1, *len)
@@ -181,7 +185,11 @@ impl Inputs {
                 let y = if *y_from_forward {
                     let x = vals(0, len);
                     let mut y = vec![0.0; len];
-                    reference.softmax(&x, *rows, *cols, *log, &mut y);
+                    // As for unary backward: a failing forward kernel is caught by the
+                    // forward cases.
+                    if reference.softmax(&x, *rows, *cols, *log, &mut y).is_err() {
+                        y.fill(f32::NAN);
+                    }
                     y
                 } else {
                     vals(0, len)
@@ -198,8 +206,13 @@ impl Inputs {
     }
 
     /// Runs the case's kernel on `backend` and returns its output (the output buffer is
-    /// pre-filled with [`UNWRITTEN`], so an element the kernel skips shows up).
-    pub fn run<B: Backend>(&self, call: &Call, backend: &B) -> Vec<f32> {
+    /// pre-filled with [`UNWRITTEN`], so an element the kernel skips shows up), or the
+    /// error the kernel returned.
+    pub fn run<B: Backend>(
+        &self,
+        call: &Call,
+        backend: &B,
+    ) -> Result<Vec<f32>, exactgrad_core::Error> {
         let mut out = vec![UNWRITTEN; self.out_len];
         let (bf, l) = (&self.bufs, &self.layouts);
         match call {
@@ -213,18 +226,22 @@ impl Inputs {
                 backend.select(&bf[0], &l[0], &bf[1], &l[1], &bf[2], &l[2], &mut out)
             }
             Call::Sum { reduce, .. } => backend.sum(&bf[0], &l[0], reduce, &mut out),
-            Call::Matmul { .. } => {
-                let spec = self.spec.as_ref().expect("matmul spec");
-                backend.matmul(spec, &bf[0], &bf[1], &mut out)
-            }
+            Call::Matmul { .. } => match self.spec.as_ref() {
+                Some(spec) => backend.matmul(spec, &bf[0], &bf[1], &mut out),
+                None => Err(exactgrad_core::Error::invalid(
+                    "matmul",
+                    "spec",
+                    "the case has no product spec",
+                )),
+            },
             Call::Softmax { rows, cols, log } => {
                 backend.softmax(&bf[0], *rows, *cols, *log, &mut out)
             }
             Call::SoftmaxBackward {
                 rows, cols, log, ..
             } => backend.softmax_backward(&bf[0], &bf[1], *rows, *cols, *log, &mut out),
-        }
-        out
+        }?;
+        Ok(out)
     }
 }
 
@@ -253,20 +270,34 @@ pub fn check_case_on<B: Backend, R: Backend>(
     case: &Case,
 ) -> Result<(), Box<Mismatch>> {
     let inputs = Inputs::new(case, reference);
-    let want = inputs.run(&case.call, reference);
+    let mismatch = |backend: String, index: usize, got, want, error: Option<String>| {
+        Box::new(Mismatch {
+            kernel: case.call.label(),
+            backend,
+            reference: reference.name(),
+            shape: inputs.shape().to_string(),
+            case: case.clone(),
+            index,
+            got,
+            want,
+            error,
+        })
+    };
+    let want = inputs
+        .run(&case.call, reference)
+        .map_err(|e| mismatch(reference.name(), 0, None, None, Some(e.to_string())))?;
     for b in backends {
-        let got = inputs.run(&case.call, b);
+        let got = inputs
+            .run(&case.call, b)
+            .map_err(|e| mismatch(b.name(), 0, None, want.first().copied(), Some(e.to_string())))?;
         if let Some(i) = first_difference(b.mode(), &got, &want) {
-            return Err(Box::new(Mismatch {
-                kernel: case.call.label(),
-                backend: b.name(),
-                reference: reference.name(),
-                shape: inputs.shape().to_string(),
-                case: case.clone(),
-                index: i,
-                got: got.get(i).copied(),
-                want: want.get(i).copied(),
-            }));
+            return Err(mismatch(
+                b.name(),
+                i,
+                got.get(i).copied(),
+                want.get(i).copied(),
+                None,
+            ));
         }
     }
     Ok(())

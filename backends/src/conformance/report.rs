@@ -26,6 +26,8 @@ pub struct Mismatch {
     pub got: Option<f32>,
     /// The reference's value there (`None` if its output is too short).
     pub want: Option<f32>,
+    /// The error a kernel returned instead of an output (on a valid case), if any.
+    pub error: Option<String>,
 }
 
 fn show(v: Option<f32>) -> String {
@@ -37,6 +39,13 @@ fn show(v: Option<f32>) -> String {
 
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(e) = &self.error {
+            return write!(
+                f,
+                "kernel {} on backend {} returned an error on a valid case (shape {}): {e}; case {:?}",
+                self.kernel, self.backend, self.shape, self.case
+            );
+        }
         write!(
             f,
             "kernel {} on backend {} differs from {}: shape {}; first difference at element {}: got {}, want {}; case {:?}",

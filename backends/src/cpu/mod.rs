@@ -26,11 +26,12 @@ use crate::scalar::ModeSpec;
 use crate::scalar_ref::walk;
 use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::vec;
+
 use alloc::vec::Vec;
 use core::fmt;
 use core::marker::PhantomData;
-use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
+use exactgrad_core::{check, Result};
 use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
 
 /// An instruction-set path of the CPU backends.
@@ -472,20 +473,22 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         M::MODE
     }
 
-    fn zeros(&self, len: usize) -> Vec<f32> {
-        vec![0.0; len]
+    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+        try_zeroed_vec("zeros", len)
     }
 
-    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
-        data
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
+        Ok(data)
     }
 
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
-        rows::copy_strided::<M>(self.isa, &self.ctx, src, layout, out)
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+        check::copy_strided(src.len(), layout, out.len())?;
+        rows::copy_strided::<M>(self.isa, &self.ctx, src, layout, out);
+        Ok(())
     }
 
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
-        assert_eq!(x.len(), out.len(), "unary: lengths differ");
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+        check::unary(x.len(), out.len())?;
         let isa = self.isa;
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
@@ -493,13 +496,18 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
             // invariant of `CpuBackend::isa`).
             unsafe { M::unary(isa, op, &x[s..s + o.len()], o) };
         });
+        Ok(())
     }
 
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
-        assert!(
-            x.len() == g.len() && y.len() == g.len() && out.len() == g.len(),
-            "unary_backward: lengths"
-        );
+    fn unary_backward(
+        &self,
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
         let isa = self.isa;
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
@@ -508,6 +516,7 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
             // invariant of `CpuBackend::isa`).
             unsafe { M::unary_backward(isa, op, &x[s..e], &y[s..e], &g[s..e], o) };
         });
+        Ok(())
     }
 
     fn binary(
@@ -518,14 +527,10 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
-        assert_eq!(out.len(), la.numel(), "binary: output length");
-        assert_eq!(
-            la.shape, lb.shape,
-            "binary: layouts not broadcast to one shape"
-        );
+    ) -> Result<()> {
+        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
         if out.is_empty() {
-            return;
+            return Ok(());
         }
         let (dims, [sa, sb]) = coalesce([la, lb]);
         let inner = *dims.last().unwrap();
@@ -541,7 +546,13 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
             strides: sb[..sb.len() - 1].to_vec(),
             offset: lb.offset,
         };
-        let mut rows = Vec::with_capacity(outer.numel());
+        let mut rows = Vec::new();
+        rows.try_reserve_exact(outer.numel())
+            .map_err(|_| exactgrad_core::Error::Alloc {
+                op: op.name(),
+                bytes: outer.numel().saturating_mul(16),
+                reason: "the allocator refused the row table",
+            })?;
         walk([&outer, &outer_b], |[ia, ib]| rows.push((ia, ib)));
         let rows_per_chunk = ELEMENTWISE_CHUNK.div_ceil(inner).max(1);
         self.ctx
@@ -553,6 +564,7 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
                     unsafe { binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow) };
                 }
             });
+        Ok(())
     }
 
     fn select(
@@ -564,28 +576,43 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
+        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`).
-        unsafe { rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out) }
+        // `CpuBackend::isa`); the check above keeps every layout inside its buffer.
+        unsafe { rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out) };
+        Ok(())
     }
 
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+        check::sum(x.len(), layout, reduce, out.len())?;
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`).
-        unsafe { rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out) }
+        // `CpuBackend::isa`); the check above keeps the layout inside `x`.
+        unsafe { rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out) };
+        Ok(())
     }
 
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check(a.len(), b.len(), out.len())?;
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`).
-        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) }
+        // `CpuBackend::isa`); the check above keeps every operand inside its buffer.
+        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) };
+        Ok(())
     }
 
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+    fn softmax(
+        &self,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) -> Result<()> {
+        check::softmax("softmax", x.len(), rows, cols, out.len())?;
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`).
-        unsafe { rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out) }
+        // `CpuBackend::isa`); the check above sizes both buffers `rows × cols`.
+        unsafe { rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out) };
+        Ok(())
     }
 
     fn softmax_backward(
@@ -596,10 +623,12 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
+        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`).
-        unsafe { rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out) }
+        // `CpuBackend::isa`); the check above sizes every buffer `rows × cols`.
+        unsafe { rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out) };
+        Ok(())
     }
 }
 
