@@ -4,8 +4,9 @@
 //! For each function (exp, log, tanh, sigmoid, erf, gelu_erf, gelu_tanh, gelu_erf_grad,
 //! gelu_tanh_grad) the scalar form is the `f32` instantiation of
 //! `transcendental::generic` with `Exact`; each vector form is the same generic code
-//! instantiated on a lane type (`F32x16`, `F32x8`, `F32x4`) inside a function compiled
-//! with that path's target features, exactly as the CPU backends instantiate it.
+//! instantiated on a path's lane type inside a function compiled with that path's target
+//! features, exactly as the CPU backends instantiate it (reached through the safe
+//! `exactgrad_backends::cpu::vector_forms::vector_form`, which checks the CPU first).
 //!
 //! The scalar form is evaluated by a plain loop over `f32` compiled with AVX-512 enabled
 //! when the CPU has it, which lets the compiler auto-vectorise it: that is a
@@ -22,10 +23,9 @@
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use exactgrad_backends::cpu::simd::{F32x16, F32x4, F32x8, SimdLane};
+    use exactgrad_backends::cpu::vector_forms::{vector_form, Transcendental};
     use exactgrad_backends::cpu::Isa;
-    use exactgrad_backends::lane::{Exact, Lane};
-
+    use exactgrad_backends::lane::Exact;
     use exactgrad_backends::transcendental::generic as g;
     use exactgrad_core::ComputeMode;
     use std::time::Instant;
@@ -33,45 +33,8 @@ mod x86 {
     /// Inputs per block.
     const BLOCK: usize = 1 << 16;
 
-    /// `f32::from_bits(j)` for the lane index `j`: added to a splatted base as integers,
-    /// it gives consecutive bit patterns in consecutive lanes.
-    const IOTA: [f32; 16] = {
-        let mut a = [0.0f32; 16];
-        let mut j = 0;
-        while j < 16 {
-            a[j] = f32::from_bits(j as u32);
-            j += 1;
-        }
-        a
-    };
-
-    /// A target-feature function writing `f(from_bits(x0 + i))` to `out[i]` with lane type
-    /// `$lane` (BLOCK is a multiple of every width). The generic function is called by name
-    /// inside the function so that it is inlined with the path's features, as in the
-    /// backends (passing it as a value would compile it without them).
-    macro_rules! vector_fn {
-        ($name:ident, $lane:ty, $feature:literal, $f:ident) => {
-            #[target_feature(enable = $feature)]
-            pub unsafe fn $name(x0: u32, out: &mut [f32; BLOCK]) {
-                type L = $lane;
-                // SAFETY: IOTA holds 16 >= WIDTH elements; the lane's target features are
-                // this function's, which `run` calls only after `Isa::is_supported`.
-                let iota = unsafe { L::load(IOTA.as_ptr()) }.to_bits();
-                let mut i = 0;
-                while i < BLOCK {
-                    let x =
-                        L::from_bits(L::bits_add(iota, L::bits_splat(x0.wrapping_add(i as u32))));
-                    // SAFETY: i + WIDTH <= BLOCK = out.len() (BLOCK is a multiple of
-                    // WIDTH); the lane's target features are this function's.
-                    unsafe { g::$f::<L, Exact>(x).store(out.as_mut_ptr().add(i)) };
-                    i += L::WIDTH;
-                }
-            }
-        };
-    }
-
     macro_rules! exhaustive {
-        ($test:ident, $f:ident) => {
+        ($test:ident, $f:ident, $which:expr) => {
             mod $f {
                 use super::*;
 
@@ -83,49 +46,34 @@ mod x86 {
                 }
 
                 /// The same scalar loop compiled with AVX-512 enabled (auto-vectorised).
+                ///
+                /// # Safety
+                /// The CPU must have AVX-512F.
                 #[target_feature(enable = "avx512f")]
                 pub unsafe fn scalar_wide(x0: u32, out: &mut [f32; BLOCK]) {
                     for (i, o) in out.iter_mut().enumerate() {
                         *o = g::$f::<f32, Exact>(f32::from_bits(x0.wrapping_add(i as u32)));
                     }
                 }
-
-                vector_fn!(avx512, F32x16, "avx512f", $f);
-                vector_fn!(avx2, F32x8, "avx2,fma", $f);
-                vector_fn!(v128, F32x4, "sse2", $f);
             }
 
             #[test]
             fn $test() {
-                run(
-                    stringify!($f),
-                    $f::scalar,
-                    $f::scalar_wide,
-                    [
-                        (Isa::Avx512, $f::avx512 as unsafe fn(u32, &mut [f32; BLOCK])),
-                        (Isa::Avx2, $f::avx2),
-                        (Isa::V128, $f::v128),
-                    ],
-                );
+                run(stringify!($f), $which, $f::scalar, $f::scalar_wide);
             }
         };
     }
 
-    type VectorFn = unsafe fn(u32, &mut [f32; BLOCK]);
+    type WideFn = unsafe fn(u32, &mut [f32; BLOCK]);
 
-    fn run(
-        name: &str,
-        scalar: fn(u32, &mut [f32; BLOCK]),
-        scalar_wide: VectorFn,
-        paths: [(Isa, VectorFn); 3],
-    ) {
+    fn run(name: &str, which: Transcendental, scalar: fn(u32, &mut [f32; BLOCK]), scalar_wide: WideFn) {
         if cfg!(debug_assertions) {
             println!("{name}: the exhaustive comparison needs --release (skipped in debug builds)");
             return;
         }
-        let paths: Vec<(Isa, VectorFn)> = paths
+        let paths: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::V128]
             .into_iter()
-            .filter(|(isa, _)| {
+            .filter(|isa| {
                 let ok = isa.is_supported(ComputeMode::Exact);
                 if !ok {
                     println!("{name}: skipped the {isa} path (not supported by this CPU)");
@@ -159,14 +107,12 @@ mod x86 {
                 scalar(x0, &mut want);
             }
             block += 1;
-            for &(isa, f) in &paths {
-                // SAFETY: the path's target features were confirmed above.
-                unsafe { f(x0, &mut got) };
-                if got[..] != want[..]
-                    || got
-                        .iter()
-                        .zip(want.iter())
-                        .any(|(a, b)| a.to_bits() != b.to_bits())
+            for &isa in &paths {
+                vector_form(isa, which, x0, &mut got[..]).expect("the path was checked above");
+                if got
+                    .iter()
+                    .zip(want.iter())
+                    .any(|(a, b)| a.to_bits() != b.to_bits())
                 {
                     for i in 0..BLOCK {
                         if got[i].to_bits() != want[i].to_bits() && failures.len() < 10 {
@@ -185,7 +131,7 @@ mod x86 {
                 break;
             }
         }
-        let names: Vec<&str> = paths.iter().map(|p| p.0.name()).collect();
+        let names: Vec<&str> = paths.iter().map(|p| p.name()).collect();
         println!(
             "{name}: 2^32 inputs on {names:?} in {:.1} s",
             t.elapsed().as_secs_f64()
@@ -193,19 +139,13 @@ mod x86 {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
-    exhaustive!(exp_vector_equals_scalar, exp);
-    exhaustive!(log_vector_equals_scalar, log);
-    exhaustive!(tanh_vector_equals_scalar, tanh);
-    exhaustive!(sigmoid_vector_equals_scalar, sigmoid);
-    exhaustive!(erf_vector_equals_scalar, erf);
-    exhaustive!(gelu_erf_vector_equals_scalar, gelu_erf);
-    exhaustive!(gelu_tanh_vector_equals_scalar, gelu_tanh);
-    exhaustive!(gelu_erf_grad_vector_equals_scalar, gelu_erf_grad);
-    exhaustive!(gelu_tanh_grad_vector_equals_scalar, gelu_tanh_grad);
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[test]
-fn vector_paths_need_x86_64() {
-    println!("skipped: this machine has no vector path (only the scalar one)");
+    exhaustive!(exp_vector_equals_scalar, exp, Transcendental::Exp);
+    exhaustive!(log_vector_equals_scalar, log, Transcendental::Log);
+    exhaustive!(tanh_vector_equals_scalar, tanh, Transcendental::Tanh);
+    exhaustive!(sigmoid_vector_equals_scalar, sigmoid, Transcendental::Sigmoid);
+    exhaustive!(erf_vector_equals_scalar, erf, Transcendental::Erf);
+    exhaustive!(gelu_erf_vector_equals_scalar, gelu_erf, Transcendental::GeluErf);
+    exhaustive!(gelu_tanh_vector_equals_scalar, gelu_tanh, Transcendental::GeluTanh);
+    exhaustive!(gelu_erf_grad_vector_equals_scalar, gelu_erf_grad, Transcendental::GeluErfGrad);
+    exhaustive!(gelu_tanh_grad_vector_equals_scalar, gelu_tanh_grad, Transcendental::GeluTanhGrad);
 }

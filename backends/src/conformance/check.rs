@@ -351,7 +351,10 @@ pub fn check_backends<B: Backend, R: Backend>(
     Ok(report)
 }
 
-/// Runs the whole suite (every kernel) on `backend` against `reference`.
+/// Runs the whole differential suite (every kernel) on `backend` against `reference`.
+/// [`check_invalid_arguments`](super::check_invalid_arguments) checks the refusal of
+/// invalid arguments; [`assert_conforms`] and
+/// [`conformance_tests!`](crate::conformance_tests) run both.
 pub fn check_backend<B: Backend, R: Backend>(
     backend: &B,
     reference: &R,
@@ -366,6 +369,9 @@ pub fn assert_conforms<B: Backend, R: Backend>(
     reference: &R,
     config: &Config,
 ) -> Report {
+    if let Err(m) = super::check_invalid_arguments(backend) {
+        panic!("{m}");
+    }
     match check_backend(backend, reference, config) {
         Ok(r) => r,
         Err(m) => panic!("{m}"),

@@ -28,7 +28,12 @@
 //! generation, [`check_case`], [`first_difference`]) are public so that a property-test
 //! driver can generate cases its own way.
 //!
-//! The kit's files: `cases.rs` generates the cases (kernels, operator lists, special
+//! Every backend must also refuse invalid arguments with an error
+//! ([`check_invalid_arguments`]: layouts past their buffers or overflowing `usize`,
+//! wrong lengths, mismatched shapes), so that no safe call can read or write out of
+//! bounds.
+//!
+//! The kit's files: `invalid.rs` holds the invalid-argument probes; `cases.rs` generates the cases (kernels, operator lists, special
 //! values, random shapes, views and operands, [`Config`]); `check.rs` builds each case's
 //! inputs, runs the kernel on the backend and the reference and compares the bits (from
 //! [`check_case`] to [`check_backend`]); `report.rs` holds [`Mismatch`] and [`Report`]
@@ -37,6 +42,7 @@
 
 mod cases;
 mod check;
+mod invalid;
 mod report;
 
 pub use cases::{
@@ -47,6 +53,7 @@ pub use check::{
     assert_conforms, check_backend, check_backends, check_case, check_case_on, check_kernel,
     check_kernel_on, first_difference, Inputs, UNWRITTEN,
 };
+pub use invalid::check_invalid_arguments;
 pub use report::{Mismatch, Report};
 
 /// Generates one `#[test]` per kernel that runs the conformance suite on a backend.
@@ -121,6 +128,12 @@ macro_rules! conformance_tests {
             #[test]
             fn softmax_backward() {
                 run(Kernel::SoftmaxBackward)
+            }
+            #[test]
+            fn invalid_arguments() {
+                if let Err(m) = $crate::conformance::check_invalid_arguments(&$backend) {
+                    panic!("{m}");
+                }
             }
         }
     };

@@ -18,8 +18,9 @@
 pub mod elementwise;
 mod gemm;
 mod rows;
-pub mod simd;
+pub(crate) mod simd;
 mod simd64;
+pub mod vector_forms;
 
 use crate::lane::{Exact, Fast};
 use crate::scalar::ModeSpec;
