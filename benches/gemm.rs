@@ -81,7 +81,7 @@ fn bench<B: Backend>(
             for _ in 0..iters {
                 let t = Instant::now();
                 let c = thread_cpu_seconds();
-                be.matmul(&spec, &a, &b, &mut out);
+                be.matmul(&spec, &a, &b, &mut out).unwrap();
                 let cpu = thread_cpu_seconds() - c;
                 calls.push((t.elapsed(), cpu));
             }

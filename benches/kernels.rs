@@ -113,6 +113,7 @@ fn run<B: Backend>(b: &B, k: K, bufs: &mut Bufs) {
         K::LogSoftmax => b.softmax(x, n / COLS, COLS, true, out),
         K::SoftmaxBackward => b.softmax_backward(y, g, n / COLS, COLS, false, out),
     }
+    .expect("a bench kernel's arguments are valid")
 }
 
 /// Splits `out` (and the inputs alongside) over `threads` scoped threads.

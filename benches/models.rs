@@ -84,6 +84,7 @@ fn bench(c: &mut Criterion, label: &str, mut f: impl FnMut()) -> String {
 
 fn leaf<B: Backend>(b: &B, shape: &[usize], rng: &mut Philox) -> Tensor<B> {
     Tensor::randn(b, shape.to_vec(), 0.0, 1.0, rng)
+        .unwrap()
         .requires_grad()
         .unwrap()
 }
@@ -101,7 +102,7 @@ fn conv<B: Backend>(c: &mut Criterion, b: &B, label: &str, x: [usize; 4], w: [us
         ..Conv2dOptions::default()
     };
     let y = x.conv2d(&w, Some(&bias), opts).unwrap();
-    let g = Tensor::randn(b, y.shape().clone(), 0.0, 1.0, &mut rng);
+    let g = Tensor::randn(b, y.shape().clone(), 0.0, 1.0, &mut rng).unwrap();
     bench(c, label, || {
         for t in [&x, &w, &bias] {
             t.clear_grad();
@@ -129,7 +130,7 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
         })
         .collect();
     let mask = Tensor::from_vec(b, keep, [ENC_BATCH, 1, 1, ENC_SEQ]).unwrap();
-    let g = Tensor::randn(b, shape.to_vec(), 0.0, 1.0, &mut rng);
+    let g = Tensor::randn(b, shape.to_vec(), 0.0, 1.0, &mut rng).unwrap();
     bench(c, label, || {
         for t in [&q, &k, &v] {
             t.clear_grad();

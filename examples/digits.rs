@@ -84,15 +84,19 @@ pub struct Report {
 }
 
 /// The MLP, initialised from `Philox::new(seed)`.
-pub fn model<B: Backend>(backend: &B, hidden: usize, seed: u64) -> Sequential<B> {
+pub fn model<B: Backend>(
+    backend: &B,
+    hidden: usize,
+    seed: u64,
+) -> exactgrad::nn::Result<Sequential<B>> {
     let mut rng = Philox::new(seed);
-    Sequential::new()
-        .push(Linear::new(backend, Digits::FEATURES, hidden, &mut rng))
+    Ok(Sequential::new()
+        .push(Linear::new(backend, Digits::FEATURES, hidden, &mut rng)?)
         .push(Relu)
-        .push(Linear::new(backend, hidden, Digits::CLASSES, &mut rng))
+        .push(Linear::new(backend, hidden, Digits::CLASSES, &mut rng)?))
 }
 
-fn hash_of<B: Backend>(tensors: &[Tensor<B>]) -> u64 {
+fn hash_of<B: Backend>(tensors: &[Tensor<B>]) -> exactgrad::Result<u64> {
     hash_tensors(&tensors.iter().collect::<Vec<_>>())
 }
 
@@ -103,7 +107,7 @@ pub fn train<B: Backend>(
     mut on_event: impl FnMut(&Event),
 ) -> exactgrad::nn::Result<Report> {
     let split = Digits::bundled().split()?;
-    let model = model(backend, config.hidden, config.seed);
+    let model = model(backend, config.hidden, config.seed)?;
     let params = model.parameters();
     let mut opt = Adam::new(params.clone(), AdamConfig::new(config.lr))?;
     // The shuffle stream is derived from the seed but distinct from the weights' stream.
@@ -122,7 +126,7 @@ pub fn train<B: Backend>(
             loss.backward(None, false)?;
             if first_step_hash.is_none() {
                 let grads: Vec<Tensor<B>> = params.iter().filter_map(Tensor::grad).collect();
-                let gradient_hash = hash_of(&grads);
+                let gradient_hash = hash_of(&grads)?;
                 first_step_hash = Some(gradient_hash);
                 on_event(&Event::FirstStep { gradient_hash });
             }
@@ -147,7 +151,7 @@ pub fn train<B: Backend>(
         test_accuracy: eval(&split.test)?,
         train_accuracy: eval(&split.train)?,
         first_step_hash: first_step_hash.unwrap_or(0),
-        parameter_hash: hash_of(&params),
+        parameter_hash: hash_of(&params)?,
         parameters: model.num_parameters(),
     })
 }

@@ -8,7 +8,7 @@
 use exactgrad::backends::conformance::{self, Config, Kernel, Mismatch};
 use exactgrad::backends::ScalarRefBackend;
 use exactgrad::core::backend::MatmulSpec;
-use exactgrad::core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+use exactgrad::core::{Backend, BinaryOp, ComputeMode, Layout, Result, UnaryOp};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,22 +50,22 @@ impl Backend for Counting {
     fn mode(&self) -> ComputeMode {
         ComputeMode::Exact
     }
-    fn zeros(&self, len: usize) -> Vec<f32> {
-        vec![0.0; len]
+    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+        ScalarRefBackend.zeros(len)
     }
-    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
-        data
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
+        Ok(data)
     }
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
         self.hit(Kernel::CopyStrided);
         ScalarRefBackend.copy_strided(src, layout, out)
     }
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
         self.hit(Kernel::Unary);
         self.saw(Kernel::Unary, op);
         ScalarRefBackend.unary(op, x, out)
     }
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) -> Result<()> {
         self.hit(Kernel::UnaryBackward);
         self.saw(Kernel::UnaryBackward, op);
         ScalarRefBackend.unary_backward(op, x, y, g, out)
@@ -78,7 +78,7 @@ impl Backend for Counting {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
         self.hit(Kernel::Binary);
         ScalarRefBackend.binary(op, a, la, b, lb, out)
     }
@@ -91,19 +91,19 @@ impl Backend for Counting {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
         self.hit(Kernel::Select);
         ScalarRefBackend.select(cond, lc, a, la, b, lb, out)
     }
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
         self.hit(Kernel::Sum);
         ScalarRefBackend.sum(x, layout, reduce, out)
     }
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
         self.hit(Kernel::Matmul);
         ScalarRefBackend.matmul(spec, a, b, out)
     }
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
         self.hit(Kernel::Softmax);
         ScalarRefBackend.softmax(x, rows, cols, log, out)
     }
@@ -115,7 +115,7 @@ impl Backend for Counting {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
         self.hit(Kernel::SoftmaxBackward);
         ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
     }
@@ -134,24 +134,25 @@ impl Backend for ExpOffByOneUlp {
     fn mode(&self) -> ComputeMode {
         ComputeMode::Exact
     }
-    fn zeros(&self, len: usize) -> Vec<f32> {
-        vec![0.0; len]
+    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+        ScalarRefBackend.zeros(len)
     }
-    fn storage_from_vec(&self, data: Vec<f32>) -> Vec<f32> {
-        data
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
+        Ok(data)
     }
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) {
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
         ScalarRefBackend.copy_strided(src, layout, out)
     }
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) {
-        ScalarRefBackend.unary(op, x, out);
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+        ScalarRefBackend.unary(op, x, out)?;
         if op == UnaryOp::Exp {
             for v in out.iter_mut().filter(|v| v.is_finite() && **v > 0.0) {
                 *v = f32::from_bits(v.to_bits() + 1);
             }
         }
+        Ok(())
     }
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) {
+    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) -> Result<()> {
         ScalarRefBackend.unary_backward(op, x, y, g, out)
     }
     fn binary(
@@ -162,7 +163,7 @@ impl Backend for ExpOffByOneUlp {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
         ScalarRefBackend.binary(op, a, la, b, lb, out)
     }
     fn select(
@@ -174,16 +175,16 @@ impl Backend for ExpOffByOneUlp {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
         ScalarRefBackend.select(cond, lc, a, la, b, lb, out)
     }
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) {
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
         ScalarRefBackend.sum(x, layout, reduce, out)
     }
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) {
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
         ScalarRefBackend.matmul(spec, a, b, out)
     }
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) {
+    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
         ScalarRefBackend.softmax(x, rows, cols, log, out)
     }
     fn softmax_backward(
@@ -194,7 +195,7 @@ impl Backend for ExpOffByOneUlp {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) {
+    ) -> Result<()> {
         ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
     }
 }

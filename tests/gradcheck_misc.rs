@@ -84,13 +84,13 @@ proptest! {
 /// Repeated indices add their gradients in f64 in position order, rounded once.
 #[test]
 fn embedding_accumulates_in_f64() {
-    let w = T::zeros(&B, [3, 1]).requires_grad().unwrap();
+    let w = T::zeros(&B, [3, 1]).unwrap().requires_grad().unwrap();
     let y = T::embedding(&w, &[1, 1, 1, 0], &[4], Some(0)).unwrap();
     assert_eq!(y.dims(), &[4, 1]);
     let g = T::from_vec(&B, vec![1.0, 1e-8, -1.0, 5.0], [4, 1]).unwrap();
     y.backward(Some(&g), false).unwrap();
     // f32 additions in order would give 0 for row 1; row 0 is the padding row.
-    assert_eq!(w.grad().unwrap().to_vec(), vec![0.0, 1e-8, 0.0]);
+    assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.0, 1e-8, 0.0]);
 }
 
 #[test]
@@ -107,12 +107,12 @@ fn split_and_chunk_are_views_with_pytorchs_sizes() {
     assert_eq!(sizes(x.chunk(3, 1).unwrap()), vec![3, 3, 1]);
     assert_eq!(sizes(x.chunk(6, 1).unwrap()), vec![2, 2, 2, 1]);
     assert_eq!(sizes(x.chunk(9, 1).unwrap()), vec![1; 7]);
-    let e = T::zeros(&B, [2, 0]);
+    let e = T::zeros(&B, [2, 0]).unwrap();
     assert_eq!(e.chunk(3, 1).unwrap().len(), 3);
     assert_eq!(e.split(0, 1).unwrap().len(), 1);
     assert_eq!(e.split(2, 1).unwrap().len(), 1);
     let pieces = x.split(2, 0).unwrap();
-    assert_eq!(pieces[1].to_vec(), x.narrow(0, 2, 2).unwrap().to_vec());
+    assert_eq!(pieces[1].to_vec().unwrap(), x.narrow(0, 2, 2).unwrap().to_vec().unwrap());
 }
 
 // ----- dropout ----------------------------------------------------------------------------
@@ -121,10 +121,10 @@ fn split_and_chunk_are_views_with_pytorchs_sizes() {
 fn dropout_statistics_and_reproducibility() {
     let n = 1 << 16;
     let x = T::from_vec(&B, values(n, 1, 0.5, 1.5), [n]).unwrap();
-    let xv = x.to_vec();
+    let xv = x.to_vec().unwrap();
     for p in [0.1f32, 0.5, 0.9] {
         let mut rng = Philox::new(42);
-        let y = x.dropout(p, true, &mut rng).unwrap().to_vec();
+        let y = x.dropout(p, true, &mut rng).unwrap().to_vec().unwrap();
         let scale = 1.0 / (1.0 - p);
         let kept: Vec<bool> = y.iter().map(|&v| v != 0.0).collect();
         for (i, (&yv, &k)) in y.iter().zip(&kept).enumerate() {
@@ -157,9 +157,9 @@ fn dropout_statistics_and_reproducibility() {
         );
         assert!((mx - my).abs() < 0.02 * mx, "p = {p}: mean {my} vs {mx}");
         // The same generator state gives the same mask; the next call another one.
-        let again = x.dropout(p, true, &mut Philox::new(42)).unwrap().to_vec();
+        let again = x.dropout(p, true, &mut Philox::new(42)).unwrap().to_vec().unwrap();
         assert_eq!(bits(&again), bits(&y));
-        let next = x.dropout(p, true, &mut rng).unwrap().to_vec();
+        let next = x.dropout(p, true, &mut rng).unwrap().to_vec().unwrap();
         assert_ne!(bits(&next), bits(&y));
         // Exactly one u64 was drawn per call.
         let mut expected = Philox::new(42);
@@ -173,9 +173,9 @@ fn dropout_statistics_and_reproducibility() {
     assert!(y.shares_storage(&x));
     assert_eq!(rng, Philox::new(5));
     // p = 0 keeps everything, p = 1 drops everything.
-    let y0 = x.dropout(0.0, true, &mut Philox::new(1)).unwrap().to_vec();
+    let y0 = x.dropout(0.0, true, &mut Philox::new(1)).unwrap().to_vec().unwrap();
     assert_eq!(bits(&y0), bits(&xv));
-    let y1 = x.dropout(1.0, true, &mut Philox::new(1)).unwrap().to_vec();
+    let y1 = x.dropout(1.0, true, &mut Philox::new(1)).unwrap().to_vec().unwrap();
     assert!(y1.iter().all(|&v| v == 0.0));
 }
 
@@ -185,12 +185,12 @@ fn dropout_statistics_and_reproducibility() {
 fn dropout_mask_is_independent_of_layout_backend_and_threads() {
     let x = uniform(&[37, 29], 3, -1.0, 1.0);
     let xt = x.t().unwrap();
-    let a = xt.dropout(0.4, true, &mut Philox::new(9)).unwrap().to_vec();
+    let a = xt.dropout(0.4, true, &mut Philox::new(9)).unwrap().to_vec().unwrap();
     let b = xt
-        .contiguous()
+        .contiguous().unwrap()
         .dropout(0.4, true, &mut Philox::new(9))
         .unwrap()
-        .to_vec();
+        .to_vec().unwrap();
     assert_eq!(bits(&a), bits(&b));
     for isa in Isa::ALL {
         if !isa.is_supported(ComputeMode::Exact) {
@@ -198,11 +198,11 @@ fn dropout_mask_is_independent_of_layout_backend_and_threads() {
         }
         for threads in [1, 3, 8] {
             let be = ExactBackend::with_isa(isa, threads).unwrap();
-            let xe = Tensor::from_vec(&be, x.to_vec(), [37, 29])
+            let xe = Tensor::from_vec(&be, x.to_vec().unwrap(), [37, 29])
                 .unwrap()
                 .t()
                 .unwrap();
-            let c = xe.dropout(0.4, true, &mut Philox::new(9)).unwrap().to_vec();
+            let c = xe.dropout(0.4, true, &mut Philox::new(9)).unwrap().to_vec().unwrap();
             assert_eq!(bits(&c), bits(&a), "exact/{isa}/{threads}t");
         }
     }
@@ -272,7 +272,7 @@ fn dropout_embedding_index_and_split_errors() {
         || x.index_select(2, &[0]),
         &[is, "2", "rank 2"],
     );
-    let s = T::scalar(&B, 1.0);
+    let s = T::scalar(&B, 1.0).unwrap();
     expect_err(
         "index_select 0-d",
         || s.index_select(0, &[0, 0]),

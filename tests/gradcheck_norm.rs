@@ -57,7 +57,7 @@ proptest! {
         check(&format!("batch_norm {shape:?} {view:?} training={training} w={weight} b={bias}"), &inputs, |v| {
             let (w, b) = wb(v, weight, bias);
             // Fresh running statistics per call: their update must not leak into y.
-            let (rm, rv) = (rm.copy_contiguous(), rv.copy_contiguous());
+            let (rm, rv) = (rm.copy_contiguous().unwrap(), rv.copy_contiguous().unwrap());
             apply_view(view, &v[0])?.batch_norm(BatchNormOptions {
                 running_mean: Some(&rm),
                 running_var: Some(&rv),
@@ -161,10 +161,10 @@ proptest! {
         let y = x.layer_norm(&[m], LayerNormOptions::default().affine(&w, &b)).unwrap();
         y.backward(Some(&T::from_slice(&B, &gv, [rows, m]).unwrap()), false).unwrap();
         let (ry, rdx, rdw, rdb) = layer_norm_reference(&xv, m, &wv, &bv, &gv, 1e-5);
-        prop_assert_eq!(bits(&y.to_vec()), bits(&ry));
-        prop_assert_eq!(bits(&x.grad().unwrap().to_vec()), bits(&rdx));
-        prop_assert_eq!(bits(&w.grad().unwrap().to_vec()), bits(&rdw));
-        prop_assert_eq!(bits(&b.grad().unwrap().to_vec()), bits(&rdb));
+        prop_assert_eq!(bits(&y.to_vec().unwrap()), bits(&ry));
+        prop_assert_eq!(bits(&x.grad().unwrap().to_vec().unwrap()), bits(&rdx));
+        prop_assert_eq!(bits(&w.grad().unwrap().to_vec().unwrap()), bits(&rdw));
+        prop_assert_eq!(bits(&b.grad().unwrap().to_vec().unwrap()), bits(&rdb));
     }
 }
 
@@ -185,7 +185,7 @@ fn layer_norm_is_accurate_for_large_offsets() {
             .unwrap()
             .layer_norm(&[m], LayerNormOptions::default())
             .unwrap()
-            .to_vec();
+            .to_vec().unwrap();
         for r in 0..3 {
             let row: Vec<f64> = xv[r * m..(r + 1) * m]
                 .iter()
@@ -215,10 +215,10 @@ fn one_value_per_group_is_exact() {
     let y = x
         .layer_norm(&[1], LayerNormOptions::default().affine(&w, &b))
         .unwrap();
-    assert_eq!(y.to_vec(), vec![b.to_vec()[0]; 4]);
+    assert_eq!(y.to_vec().unwrap(), vec![b.to_vec().unwrap()[0]; 4]);
     y.backward(Some(&uniform(&[4, 1], 4, -1.0, 1.0)), false)
         .unwrap();
-    assert!(x.grad().unwrap().to_vec().iter().all(|&g| g == 0.0));
+    assert!(x.grad().unwrap().to_vec().unwrap().iter().all(|&g| g == 0.0));
     let x = uniform(&[2, 4], 5, -3.0, 3.0);
     let b = uniform(&[4], 6, -1.0, 1.0);
     let y = x
@@ -227,7 +227,7 @@ fn one_value_per_group_is_exact() {
             GroupNormOptions::default().affine(&uniform(&[4], 7, 0.5, 1.5), &b),
         )
         .unwrap();
-    assert_eq!(y.to_vec(), [b.to_vec(), b.to_vec()].concat());
+    assert_eq!(y.to_vec().unwrap(), [b.to_vec().unwrap(), b.to_vec().unwrap()].concat());
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn batch_norm_running_statistics() {
     let x = spread(&[4, 3, 5], 11).requires_grad().unwrap();
     let rm = uniform(&[3], 12, -0.5, 0.5);
     let rv = uniform(&[3], 13, 0.5, 2.0);
-    let (rm0, rv0) = (rm.to_vec(), rv.to_vec());
+    let (rm0, rv0) = (rm.to_vec().unwrap(), rv.to_vec().unwrap());
     let (v0, v1) = (rm.version(), rv.version());
     let momentum = 0.25f32;
     let y = x
@@ -251,7 +251,7 @@ fn batch_norm_running_statistics() {
         rm.version() > v0 && rv.version() > v1,
         "in-place update bumps the version"
     );
-    let xv = x.to_vec();
+    let xv = x.to_vec().unwrap();
     for c in 0..3 {
         let vals: Vec<f64> = (0..4)
             .flat_map(|n| (0..5).map(move |s| (n, s)))
@@ -262,10 +262,10 @@ fn batch_norm_running_statistics() {
         let want_m = (1.0 - f64::from(momentum)) * f64::from(rm0[c]) + f64::from(momentum) * mu;
         let want_v =
             (1.0 - f64::from(momentum)) * f64::from(rv0[c]) + f64::from(momentum) * ss / 19.0;
-        assert!((f64::from(rm.to_vec()[c]) - want_m).abs() < 1e-6);
-        assert!((f64::from(rv.to_vec()[c]) - want_v).abs() < 1e-5 * want_v);
+        assert!((f64::from(rm.to_vec().unwrap()[c]) - want_m).abs() < 1e-6);
+        assert!((f64::from(rv.to_vec().unwrap()[c]) - want_v).abs() < 1e-5 * want_v);
         // The output is normalised with the biased variance.
-        let yv = y.to_vec();
+        let yv = y.to_vec().unwrap();
         let out: Vec<f64> = (0..4)
             .flat_map(|n| (0..5).map(move |s| (n, s)))
             .map(|(n, s)| f64::from(yv[(n * 3 + c) * 5 + s]))
@@ -277,7 +277,7 @@ fn batch_norm_running_statistics() {
     y.sum().unwrap().backward(None, false).unwrap();
     assert!(rm.grad().is_none() && rv.grad().is_none());
     // Evaluation normalises with the running statistics and leaves them alone.
-    let (m1, v1) = (rm.to_vec(), rv.to_vec());
+    let (m1, v1) = (rm.to_vec().unwrap(), rv.to_vec().unwrap());
     let ver = rm.version();
     let y = x
         .detach()
@@ -288,9 +288,9 @@ fn batch_norm_running_statistics() {
             ..BatchNormOptions::default()
         })
         .unwrap()
-        .to_vec();
+        .to_vec().unwrap();
     assert_eq!(rm.version(), ver);
-    assert_eq!((rm.to_vec(), rv.to_vec()), (m1.clone(), v1.clone()));
+    assert_eq!((rm.to_vec().unwrap(), rv.to_vec().unwrap()), (m1.clone(), v1.clone()));
     for (i, &yv) in y.iter().enumerate() {
         let c = (i / 5) % 3;
         let want = (xv[i] - m1[c]) * (1.0 / (v1[c] + 1e-5).sqrt());
@@ -318,7 +318,7 @@ fn empty_shapes() {
     let y = x.layer_norm(&[4], opts).unwrap();
     assert_eq!(y.dims(), &[0, 4]);
     y.sum().unwrap().backward(None, false).unwrap();
-    assert_eq!(w.grad().unwrap().to_vec(), vec![0.0; 4]);
+    assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.0; 4]);
     assert_eq!(
         t(&[0, 4, 2])
             .group_norm(2, GroupNormOptions::default())
@@ -326,12 +326,12 @@ fn empty_shapes() {
             .dims(),
         &[0, 4, 2]
     );
-    let (rm, rv) = (T::zeros(&B, [2]), T::ones(&B, [2]));
+    let (rm, rv) = (T::zeros(&B, [2]).unwrap(), T::ones(&B, [2]).unwrap());
     let y = t(&[0, 2])
         .batch_norm(BatchNormOptions::training().running_stats(&rm, &rv))
         .unwrap();
     assert_eq!(y.dims(), &[0, 2]);
-    assert_eq!((rm.to_vec(), rv.to_vec()), (vec![0.0; 2], vec![1.0; 2]));
+    assert_eq!((rm.to_vec().unwrap(), rv.to_vec().unwrap()), (vec![0.0; 2], vec![1.0; 2]));
 }
 
 /// PyTorch's `momentum=None`: the factor of batch `n` is `1/n` rounded from f64, so the
@@ -339,8 +339,8 @@ fn empty_shapes() {
 #[test]
 fn batch_norm_cumulative_average() {
     let batches: Vec<T> = (0..3).map(|i| spread(&[4, 2, 3], 20 + i)).collect();
-    let (rm, rv) = (T::zeros(&B, [2]), T::ones(&B, [2]));
-    let (em, ev) = (T::zeros(&B, [2]), T::ones(&B, [2]));
+    let (rm, rv) = (T::zeros(&B, [2]).unwrap(), T::ones(&B, [2]).unwrap());
+    let (em, ev) = (T::zeros(&B, [2]).unwrap(), T::ones(&B, [2]).unwrap());
     for (i, x) in batches.iter().enumerate() {
         let n = i as u64 + 1;
         let cumulative = Momentum::CumulativeAverage {
@@ -357,15 +357,15 @@ fn batch_norm_cumulative_average() {
             .running_stats(&em, &ev)
             .momentum(Momentum::Exponential(factor));
         x.batch_norm(opts).unwrap();
-        assert_eq!(bits(&rm.to_vec()), bits(&em.to_vec()));
-        assert_eq!(bits(&rv.to_vec()), bits(&ev.to_vec()));
+        assert_eq!(bits(&rm.to_vec().unwrap()), bits(&em.to_vec().unwrap()));
+        assert_eq!(bits(&rv.to_vec().unwrap()), bits(&ev.to_vec().unwrap()));
     }
     // After three batches: the average of the three batch means (f64 reference).
     for c in 0..2 {
         let want = batches
             .iter()
             .map(|x| {
-                let v = x.to_vec();
+                let v = x.to_vec().unwrap();
                 (0..4)
                     .flat_map(|n| (0..3).map(move |s| (n, s)))
                     .map(|(n, s)| f64::from(v[(n * 2 + c) * 3 + s]))
@@ -375,12 +375,12 @@ fn batch_norm_cumulative_average() {
             .sum::<f64>()
             / 3.0;
         assert!(
-            (f64::from(rm.to_vec()[c]) - want).abs() < 1e-6,
+            (f64::from(rm.to_vec().unwrap()[c]) - want).abs() < 1e-6,
             "channel {c}"
         );
     }
     // The first batch replaces the initial statistics whatever they were.
-    let (a, b) = (T::full(&B, [2], 7.0), T::full(&B, [2], 9.0));
+    let (a, b) = (T::full(&B, [2], 7.0).unwrap(), T::full(&B, [2], 9.0).unwrap());
     let first = Momentum::CumulativeAverage {
         num_batches_tracked: 1,
     };
@@ -391,7 +391,7 @@ fn batch_norm_cumulative_average() {
                 .momentum(first),
         )
         .unwrap();
-    let (c, d) = (T::zeros(&B, [2]), T::ones(&B, [2]));
+    let (c, d) = (T::zeros(&B, [2]).unwrap(), T::ones(&B, [2]).unwrap());
     batches[0]
         .batch_norm(
             BatchNormOptions::training()
@@ -399,8 +399,8 @@ fn batch_norm_cumulative_average() {
                 .momentum(first),
         )
         .unwrap();
-    assert_eq!(bits(&a.to_vec()), bits(&c.to_vec()));
-    assert_eq!(bits(&b.to_vec()), bits(&d.to_vec()));
+    assert_eq!(bits(&a.to_vec().unwrap()), bits(&c.to_vec().unwrap()));
+    assert_eq!(bits(&b.to_vec().unwrap()), bits(&d.to_vec().unwrap()));
 }
 
 /// The builders set the same fields as the struct literal.
@@ -520,7 +520,7 @@ fn normalisation_errors() {
         },
         &[bn, "more than 1 value", "[1, 3, 1]"],
     );
-    let rg = c3.copy_contiguous().requires_grad().unwrap();
+    let rg = c3.copy_contiguous().unwrap().requires_grad().unwrap();
     expect_err(
         "bn stats with grad",
         || {

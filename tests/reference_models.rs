@@ -82,7 +82,7 @@ fn compare<B: Backend>(
     );
     let (shape, logits) = file.floats("output/logits").unwrap();
     assert_eq!(step.logits.dims(), shape);
-    let e = scaled_error(&step.logits.to_vec(), logits);
+    let e = scaled_error(&step.logits.to_vec().unwrap(), logits);
     assert!(e <= 1e-4, "{label}/{model}: logits scaled error {e:.2e}");
 
     let mut largest = 0.0f64;
@@ -106,7 +106,7 @@ fn compare<B: Backend>(
                 .map(|(_, &x)| x)
                 .collect()
         };
-        let e = scaled_error(&keep(&g.to_vec()), &keep(torch));
+        let e = scaled_error(&keep(&g.to_vec().unwrap()), &keep(torch));
         assert!(
             e <= 1e-4,
             "{label}/{model}: gradient of {name}: scaled error {e:.2e} > 1e-4"
@@ -124,7 +124,7 @@ fn compare<B: Backend>(
         }
     }
     for (name, range) in zero_in_theory {
-        let g = step.get(name).unwrap().to_vec();
+        let g = step.get(name).unwrap().to_vec().unwrap();
         let m = g[range.clone()]
             .iter()
             .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
@@ -137,7 +137,7 @@ fn compare<B: Backend>(
     }
     for (name, t) in buffers {
         let (_, torch) = file.floats(&format!("after/{name}")).unwrap();
-        let e = scaled_error(&t.to_vec(), torch);
+        let e = scaled_error(&t.to_vec().unwrap(), torch);
         assert!(
             e <= 1e-5,
             "{label}/{model}: buffer {name} after the step: scaled error {e:.2e}"
@@ -218,7 +218,7 @@ fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
         .sum()
         .unwrap();
     loss.backward(None, false).unwrap();
-    let e_out = scaled_error(&out.to_vec(), file.floats("output/out").unwrap().1);
+    let e_out = scaled_error(&out.to_vec().unwrap(), file.floats("output/out").unwrap().1);
     assert!(
         e_out <= 1e-4,
         "{label}/mha: output scaled error {e_out:.2e}"
@@ -232,7 +232,7 @@ fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
         largest = torch
             .iter()
             .fold(largest, |m, &v| m.max(f64::from(v).abs()));
-        let mut ours = t.grad().unwrap().to_vec();
+        let mut ours = t.grad().unwrap().to_vec().unwrap();
         let mut theirs = torch.to_vec();
         if name == "in_proj_bias" {
             // The key bias (zero in theory) is checked below.
@@ -246,7 +246,7 @@ fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
         );
         worst = worst.max(err);
     }
-    let kb = mha.in_proj_bias().unwrap().grad().unwrap().to_vec()[e..2 * e]
+    let kb = mha.in_proj_bias().unwrap().grad().unwrap().to_vec().unwrap()[e..2 * e]
         .iter()
         .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
     assert!(
@@ -318,8 +318,8 @@ fn hashes<B: Backend>(b: &B) -> [u64; 2] {
     let conv = ConvNetCase::from_file(b, &cf).unwrap();
     let enc = EncoderCase::from_file(b, &ef).unwrap();
     [
-        conv.forward_backward().unwrap().hash(),
-        enc.forward_backward().unwrap().hash(),
+        conv.forward_backward().unwrap().hash().unwrap(),
+        enc.forward_backward().unwrap().hash().unwrap(),
     ]
 }
 

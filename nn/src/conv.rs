@@ -244,10 +244,10 @@ mod tests {
         // fan_in = C_in / groups · KH · KW = 12.
         let bound = (1.0 / 12f64.sqrt()) as f32;
         for t in conv.parameters() {
-            assert!(t.to_vec().iter().all(|v| v.abs() <= bound));
-            assert!(t.to_vec().iter().any(|v| v.abs() > bound / 2.0));
+            assert!(t.to_vec().unwrap().iter().all(|v| v.abs() <= bound));
+            assert!(t.to_vec().unwrap().iter().any(|v| v.abs() > bound / 2.0));
         }
-        let x = Tensor::ones(&b, [2, 4, 5, 5]);
+        let x = Tensor::ones(&b, [2, 4, 5, 5]).unwrap();
         assert_eq!(conv.forward(&x).unwrap().dims(), [2, 6, 5, 8]);
         let plain =
             Conv2d::with_options(&b, 4, 6, [3, 3], Conv2dOptions::default(), false, &mut rng)
@@ -261,11 +261,11 @@ mod tests {
         let b = ScalarRefBackend;
         let a = Conv2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
         let c = Conv2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
-        assert_eq!(a.weight().to_vec(), c.weight().to_vec());
+        assert_eq!(a.weight().to_vec().unwrap(), c.weight().to_vec().unwrap());
         let d = Conv2d::from_tensors(a.weight(), a.bias(), Conv2dOptions::default()).unwrap();
         assert!(!d.weight().shares_storage(a.weight()));
         assert!(d.weight().is_requires_grad());
-        assert_eq!(d.weight().to_vec(), a.weight().to_vec());
+        assert_eq!(d.weight().to_vec().unwrap(), a.weight().to_vec().unwrap());
     }
 
     #[test]
@@ -290,13 +290,13 @@ mod tests {
             ..Conv2dOptions::default()
         };
         assert!(Conv2d::with_options(&b, 3, 4, [3, 3], s0, true, &mut rng).is_err());
-        let w = Tensor::zeros(&b, [4, 3, 3]);
+        let w = Tensor::zeros(&b, [4, 3, 3]).unwrap();
         assert!(Conv2d::from_tensors(&w, None, Conv2dOptions::default()).is_err());
-        let w = Tensor::zeros(&b, [4, 3, 3, 3]);
-        let bias = Tensor::zeros(&b, [5]);
+        let w = Tensor::zeros(&b, [4, 3, 3, 3]).unwrap();
+        let bias = Tensor::zeros(&b, [5]).unwrap();
         assert!(Conv2d::from_tensors(&w, Some(&bias), Conv2dOptions::default()).is_err());
         // A wrong channel count in the input is the operator's error.
         let conv = Conv2d::new(&b, 3, 4, [3, 3], &mut rng).unwrap();
-        assert!(conv.forward(&Tensor::zeros(&b, [1, 2, 5, 5])).is_err());
+        assert!(conv.forward(&Tensor::zeros(&b, [1, 2, 5, 5]).unwrap()).is_err());
     }
 }

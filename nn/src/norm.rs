@@ -362,7 +362,7 @@ mod tests {
     #[test]
     fn batch_norm_names_buffers_and_running_statistics() {
         let b = ScalarRefBackend;
-        let mut bn = BatchNorm2d::new(&b, 3);
+        let mut bn = BatchNorm2d::new(&b, 3).unwrap();
         let names: Vec<String> = bn.named_parameters().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["weight", "bias"]);
         let buffers: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();
@@ -373,16 +373,16 @@ mod tests {
             .all(|(_, t)| !t.is_requires_grad()));
 
         let mut rng = Philox::new(5);
-        let x = Tensor::randn(&b, [4, 3, 2, 5], 1.0, 2.0, &mut rng);
+        let x = Tensor::randn(&b, [4, 3, 2, 5], 1.0, 2.0, &mut rng).unwrap();
         let y = bn.forward(&x).unwrap();
         assert_eq!(bn.num_batches_tracked(), 1);
-        let (mean, var) = stats(&x.to_vec(), 4, 3, 10);
+        let (mean, var) = stats(&x.to_vec().unwrap(), 4, 3, 10);
         let rm: Vec<f32> = mean.iter().map(|m| 0.1 * m).collect();
         let rv: Vec<f32> = var.iter().map(|v| 0.9 + 0.1 * v).collect();
-        close(&bn.running_mean().unwrap().to_vec(), &rm, 1e-5);
-        close(&bn.running_var().unwrap().to_vec(), &rv, 1e-4);
+        close(&bn.running_mean().unwrap().to_vec().unwrap(), &rm, 1e-5);
+        close(&bn.running_var().unwrap().to_vec().unwrap(), &rv, 1e-4);
         // Training output: zero mean per channel.
-        let (ym, _) = stats(&y.to_vec(), 4, 3, 10);
+        let (ym, _) = stats(&y.to_vec().unwrap(), 4, 3, 10);
         close(&ym, &[0.0; 3], 1e-5);
 
         // Evaluation normalises with the running statistics and leaves them alone.
@@ -391,7 +391,7 @@ mod tests {
         let y = bn.forward(&x).unwrap();
         assert_eq!(bn.num_batches_tracked(), 1);
         let want: Vec<f32> = x
-            .to_vec()
+            .to_vec().unwrap()
             .iter()
             .enumerate()
             .map(|(i, v)| {
@@ -399,8 +399,8 @@ mod tests {
                 (v - rm[ch]) / (rv[ch] + 1e-5).sqrt()
             })
             .collect();
-        close(&y.to_vec(), &want, 1e-4);
-        close(&bn.running_mean().unwrap().to_vec(), &rm, 1e-5);
+        close(&y.to_vec().unwrap(), &want, 1e-4);
+        close(&bn.running_mean().unwrap().to_vec().unwrap(), &rm, 1e-5);
     }
 
     #[test]
@@ -410,16 +410,16 @@ mod tests {
             momentum: None,
             ..BatchNormConfig::default()
         };
-        let bn = BatchNorm2d::with_config(&b, 2, config);
+        let bn = BatchNorm2d::with_config(&b, 2, config).unwrap();
         let mut rng = Philox::new(8);
-        let x1 = Tensor::randn(&b, [3, 2, 2, 2], 0.5, 1.0, &mut rng);
-        let x2 = Tensor::randn(&b, [3, 2, 2, 2], -1.0, 3.0, &mut rng);
+        let x1 = Tensor::randn(&b, [3, 2, 2, 2], 0.5, 1.0, &mut rng).unwrap();
+        let x2 = Tensor::randn(&b, [3, 2, 2, 2], -1.0, 3.0, &mut rng).unwrap();
         bn.forward(&x1).unwrap();
         bn.forward(&x2).unwrap();
-        let (m1, _) = stats(&x1.to_vec(), 3, 2, 4);
-        let (m2, _) = stats(&x2.to_vec(), 3, 2, 4);
+        let (m1, _) = stats(&x1.to_vec().unwrap(), 3, 2, 4);
+        let (m2, _) = stats(&x2.to_vec().unwrap(), 3, 2, 4);
         let want: Vec<f32> = m1.iter().zip(&m2).map(|(a, b)| (a + b) / 2.0).collect();
-        close(&bn.running_mean().unwrap().to_vec(), &want, 1e-5);
+        close(&bn.running_mean().unwrap().to_vec().unwrap(), &want, 1e-5);
     }
 
     #[test]
@@ -430,12 +430,12 @@ mod tests {
             track_running_stats: false,
             ..BatchNormConfig::default()
         };
-        let mut bn = BatchNorm2d::with_config(&b, 2, config);
+        let mut bn = BatchNorm2d::with_config(&b, 2, config).unwrap();
         assert!(bn.named_parameters().is_empty() && bn.named_buffers().is_empty());
         bn.set_training(false);
         // Without running statistics, batch statistics are used in evaluation too.
-        let x = Tensor::randn(&b, [3, 2, 2, 2], 0.5, 1.0, &mut Philox::new(2));
-        let (ym, _) = stats(&bn.forward(&x).unwrap().to_vec(), 3, 2, 4);
+        let x = Tensor::randn(&b, [3, 2, 2, 2], 0.5, 1.0, &mut Philox::new(2)).unwrap();
+        let (ym, _) = stats(&bn.forward(&x).unwrap().to_vec().unwrap(), 3, 2, 4);
         close(&ym, &[0.0; 2], 1e-5);
         assert_eq!(bn.num_batches_tracked(), 0);
     }
@@ -443,10 +443,10 @@ mod tests {
     #[test]
     fn batch_norm_rejects_bad_inputs() {
         let b = ScalarRefBackend;
-        let bn = BatchNorm2d::new(&b, 3);
-        let err = bn.forward(&Tensor::zeros(&b, [2, 3, 4])).unwrap_err();
+        let bn = BatchNorm2d::new(&b, 3).unwrap();
+        let err = bn.forward(&Tensor::zeros(&b, [2, 3, 4]).unwrap()).unwrap_err();
         assert!(err.to_string().contains("4-D"), "{err}");
-        let err = bn.forward(&Tensor::zeros(&b, [2, 4, 2, 2])).unwrap_err();
+        let err = bn.forward(&Tensor::zeros(&b, [2, 4, 2, 2]).unwrap()).unwrap_err();
         assert!(err.to_string().contains("expected 3 channels"), "{err}");
     }
 
@@ -456,9 +456,9 @@ mod tests {
         let ln = LayerNorm::new(&b, &[2, 3]).unwrap();
         let names: Vec<String> = ln.named_parameters().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["weight", "bias"]);
-        assert_eq!(ln.weight().unwrap().to_vec(), [1.0; 6]);
-        let x = Tensor::randn(&b, [4, 2, 3], 2.0, 3.0, &mut Philox::new(1));
-        let y = ln.forward(&x).unwrap().to_vec();
+        assert_eq!(ln.weight().unwrap().to_vec().unwrap(), [1.0; 6]);
+        let x = Tensor::randn(&b, [4, 2, 3], 2.0, 3.0, &mut Philox::new(1)).unwrap();
+        let y = ln.forward(&x).unwrap().to_vec().unwrap();
         for row in y.chunks(6) {
             let m: f32 = row.iter().sum::<f32>() / 6.0;
             let v: f32 = row.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / 6.0;
@@ -470,6 +470,6 @@ mod tests {
         assert_eq!(no_bias.named_parameters().len(), 1);
         assert!(LayerNorm::new(&b, &[]).is_err());
         assert!(LayerNorm::new(&b, &[0]).is_err());
-        assert!(ln.forward(&Tensor::zeros(&b, [4, 3, 2])).is_err());
+        assert!(ln.forward(&Tensor::zeros(&b, [4, 3, 2]).unwrap()).is_err());
     }
 }

@@ -260,7 +260,7 @@ fn loader_builds_batches() {
     let batches: Vec<_> = loader.epoch(0).collect::<Result<_, _>>().unwrap();
     assert_eq!(batches.len(), 2);
     assert_eq!(batches[0].inputs.dims(), [4, 2]);
-    assert_eq!(batches[1].inputs.to_vec(), vec![8.0, 9.0, 10.0, 11.0]);
+    assert_eq!(batches[1].inputs.to_vec().unwrap(), vec![8.0, 9.0, 10.0, 11.0]);
     assert_eq!(batches[1].targets, vec![0, 2]);
 
     let shuffled = DataLoader::new(&b, &data, 6).unwrap().shuffle(3);
@@ -270,7 +270,7 @@ fn loader_builds_batches() {
         .iter()
         .flat_map(|&i| [2.0 * i as f32, 2.0 * i as f32 + 1.0])
         .collect();
-    assert_eq!(one.inputs.to_vec(), want);
+    assert_eq!(one.inputs.to_vec().unwrap(), want);
 
     assert!(ClassificationData::new(vec![0.0; 5], vec![0, 1], 2, 3).is_err());
     assert!(ClassificationData::new(vec![0.0; 4], vec![0, 3], 2, 3).is_err());

@@ -23,11 +23,11 @@ fn names<M: Module<B>>(m: &M) -> Vec<String> {
 fn parameter_names_follow_state_dict() {
     let mut rng = Philox::new(1);
     let inner = Sequential::new()
-        .push(Linear::new(&BE, 3, 4, &mut rng))
+        .push(Linear::new(&BE, 3, 4, &mut rng).unwrap())
         .push(Tanh)
-        .push(Linear::without_bias(&BE, 4, 2, &mut rng));
+        .push(Linear::without_bias(&BE, 4, 2, &mut rng).unwrap());
     let model = Sequential::new()
-        .push(Linear::new(&BE, 5, 3, &mut rng))
+        .push(Linear::new(&BE, 5, 3, &mut rng).unwrap())
         .push(inner)
         .push(Relu);
     assert_eq!(
@@ -41,19 +41,19 @@ fn parameter_names_follow_state_dict() {
         dbg.contains("(0): Linear(in_features=5, out_features=3, bias=true)"),
         "{dbg}"
     );
-    let x = Tensor::ones(&BE, [2, 5]);
+    let x = Tensor::ones(&BE, [2, 5]).unwrap();
     assert_eq!(model.forward(&x).unwrap().dims(), [2, 2]);
     // Shapes are checked by the operators and reported as nn errors.
-    let err = model.forward(&Tensor::ones(&BE, [2, 4])).unwrap_err();
+    let err = model.forward(&Tensor::ones(&BE, [2, 4]).unwrap()).unwrap_err();
     assert!(matches!(err, Error::Autograd(_)), "{err}");
     assert!(err.to_string().contains("linear"), "{err}");
 }
 
 #[test]
 fn linear_init_is_pytorch_bounded_and_seeded() {
-    let l = Linear::new(&BE, 16, 5, &mut Philox::new(42));
+    let l = Linear::new(&BE, 16, 5, &mut Philox::new(42)).unwrap();
     let bound = 0.25f32;
-    let (w, b) = (l.weight().to_vec(), l.bias().unwrap().to_vec());
+    let (w, b) = (l.weight().to_vec().unwrap(), l.bias().unwrap().to_vec().unwrap());
     assert!(w.iter().chain(&b).all(|v| v.abs() <= bound));
     assert!(w.iter().any(|v| v.abs() > 0.2), "spread over the bound");
     // Weight first, then bias, each row-major from the same stream.
@@ -63,9 +63,9 @@ fn linear_init_is_pytorch_bounded_and_seeded() {
         .collect();
     assert_eq!([w.clone(), b].concat(), want);
     assert_eq!(
-        Linear::new(&BE, 16, 5, &mut Philox::new(42))
+        Linear::new(&BE, 16, 5, &mut Philox::new(42)).unwrap()
             .weight()
-            .to_vec(),
+            .to_vec().unwrap(),
         w
     );
     assert!(l.weight().is_requires_grad() && l.weight().is_leaf());
@@ -79,9 +79,9 @@ fn linear_init_is_pytorch_bounded_and_seeded() {
 
 #[test]
 fn linear_from_tensors_validates() {
-    let w = Tensor::ones(&BE, [3, 2]);
-    assert!(Linear::from_tensors(&Tensor::ones(&BE, [3]), None).is_err());
-    let err = Linear::from_tensors(&w, Some(&Tensor::ones(&BE, [2]))).unwrap_err();
+    let w = Tensor::ones(&BE, [3, 2]).unwrap();
+    assert!(Linear::from_tensors(&Tensor::ones(&BE, [3]).unwrap(), None).is_err());
+    let err = Linear::from_tensors(&w, Some(&Tensor::ones(&BE, [2]).unwrap())).unwrap_err();
     assert!(err.to_string().contains("bias"), "{err}");
     let l = Linear::from_tensors(&w, None).unwrap();
     assert!(l.bias().is_none());
@@ -93,7 +93,7 @@ fn linear_from_tensors_validates() {
 fn activations_match_tensor_ops() {
     let x = Tensor::from_vec(&BE, vec![-2.0, -0.5, 0.0, 0.5, 1.0, 3.0], [2, 3]).unwrap();
     let same = |m: &dyn Module<B>, want: Tensor<B>| {
-        assert_eq!(m.forward(&x).unwrap().to_vec(), want.to_vec())
+        assert_eq!(m.forward(&x).unwrap().to_vec().unwrap(), want.to_vec().unwrap())
     };
     same(&Relu, x.relu().unwrap());
     same(&Tanh, x.tanh().unwrap());
@@ -106,7 +106,7 @@ fn activations_match_tensor_ops() {
         x.gelu(GeluApproximation::Tanh).unwrap(),
     );
     same(&LeakyRelu::default(), x.leaky_relu(0.01).unwrap());
-    let x3 = Tensor::ones(&BE, [2, 3, 4]);
+    let x3 = Tensor::ones(&BE, [2, 3, 4]).unwrap();
     assert_eq!(Module::<B>::forward(&Flatten, &x3).unwrap().dims(), [2, 12]);
     assert!(names(&Relu).is_empty());
 }
@@ -114,10 +114,10 @@ fn activations_match_tensor_ops() {
 #[test]
 fn optimizer_updates_the_module_in_place() {
     let mut rng = Philox::new(3);
-    let model = Sequential::new().push(Linear::new(&BE, 4, 2, &mut rng));
+    let model = Sequential::new().push(Linear::new(&BE, 4, 2, &mut rng).unwrap());
     let mut opt = Sgd::new(model.parameters(), SgdConfig::new(0.5)).unwrap();
-    let x = Tensor::rand_uniform(&BE, [3, 4], -1.0, 1.0, &mut rng);
-    let before = model.parameters()[0].to_vec();
+    let x = Tensor::rand_uniform(&BE, [3, 4], -1.0, 1.0, &mut rng).unwrap();
+    let before = model.parameters()[0].to_vec().unwrap();
     model
         .forward(&x)
         .unwrap()
@@ -125,14 +125,14 @@ fn optimizer_updates_the_module_in_place() {
         .unwrap()
         .backward(None, false)
         .unwrap();
-    let g = model.parameters()[0].grad().unwrap().to_vec();
+    let g = model.parameters()[0].grad().unwrap().to_vec().unwrap();
     opt.step().unwrap();
-    let after = model.parameters()[0].to_vec();
+    let after = model.parameters()[0].to_vec().unwrap();
     for ((a, b), g) in after.iter().zip(&before).zip(&g) {
         assert_eq!(*a, b + (-0.5f32) * g);
     }
     // The module's own tensor saw the update.
-    let first = model.get(0).unwrap().named_parameters()[0].1.to_vec();
+    let first = model.get(0).unwrap().named_parameters()[0].1.to_vec().unwrap();
     assert_eq!(first, after);
     // Outside no_grad, parameters still refuse unrecorded in-place changes.
     assert!(model.parameters()[0].fill_(0.0).is_err());
@@ -142,19 +142,19 @@ fn optimizer_updates_the_module_in_place() {
 
 #[test]
 fn parameters_without_gradient_are_skipped() {
-    let p = Tensor::ones(&BE, [2]).requires_grad().unwrap();
-    let q = Tensor::ones(&BE, [2]).requires_grad().unwrap();
+    let p = Tensor::ones(&BE, [2]).unwrap().requires_grad().unwrap();
+    let q = Tensor::ones(&BE, [2]).unwrap().requires_grad().unwrap();
     let mut adam = Adam::new(vec![p.clone(), q.clone()], AdamConfig::new(0.1)).unwrap();
-    p.set_grad(Some(Tensor::full(&BE, [2], 1.0))).unwrap();
+    p.set_grad(Some(Tensor::full(&BE, [2], 1.0).unwrap())).unwrap();
     adam.step().unwrap();
     adam.step().unwrap();
     assert_eq!((adam.step_count(0), adam.step_count(1)), (2, 0));
-    assert_eq!(q.to_vec(), [1.0, 1.0]);
-    assert!(p.to_vec()[0] < 1.0);
+    assert_eq!(q.to_vec().unwrap(), [1.0, 1.0]);
+    assert!(p.to_vec().unwrap()[0] < 1.0);
     assert!(adam.moments(1).is_none());
     // zero_grad keeps a zero gradient, which still counts as a step (as in PyTorch).
-    adam.zero_grad();
-    assert_eq!(p.grad().unwrap().to_vec(), [0.0, 0.0]);
+    adam.zero_grad().unwrap();
+    assert_eq!(p.grad().unwrap().to_vec().unwrap(), [0.0, 0.0]);
     adam.step().unwrap();
     assert_eq!(adam.step_count(0), 3);
     adam.clear_grad();
@@ -163,7 +163,7 @@ fn parameters_without_gradient_are_skipped() {
 
 #[test]
 fn sgd_momentum_buffer_starts_as_the_gradient() {
-    let p = Tensor::zeros(&BE, [3]).requires_grad().unwrap();
+    let p = Tensor::zeros(&BE, [3]).unwrap().requires_grad().unwrap();
     let cfg = SgdConfig {
         momentum: 0.9,
         dampening: 0.5,
@@ -176,15 +176,15 @@ fn sgd_momentum_buffer_starts_as_the_gradient() {
     .unwrap();
     sgd.step().unwrap();
     // First step: no dampening on the initial buffer.
-    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec(), [1.0, 2.0, 4.0]);
-    assert_eq!(p.to_vec(), [-1.0, -2.0, -4.0]);
+    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec().unwrap(), [1.0, 2.0, 4.0]);
+    assert_eq!(p.to_vec().unwrap(), [-1.0, -2.0, -4.0]);
     sgd.step().unwrap();
-    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec(), [1.4, 2.8, 5.6]);
+    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec().unwrap(), [1.4, 2.8, 5.6]);
 }
 
 #[test]
 fn hyper_parameters_are_validated() {
-    let p = || vec![Tensor::ones(&BE, [1]).requires_grad().unwrap()];
+    let p = || vec![Tensor::ones(&BE, [1]).unwrap().requires_grad().unwrap()];
     let msg = |r: Result<(), Error>| r.unwrap_err().to_string();
     let sgd = |c: SgdConfig| Sgd::new(p(), c).map(|_| ());
     assert!(msg(sgd(SgdConfig::new(-1.0))).contains("lr"));
@@ -218,9 +218,9 @@ fn hyper_parameters_are_validated() {
     };
     assert!(AdamW::new(p(), wd).is_err());
     // Parameters must be leaves that require grad.
-    let plain = Tensor::ones(&BE, [1]);
+    let plain = Tensor::ones(&BE, [1]).unwrap();
     assert!(Sgd::new(vec![plain], SgdConfig::default()).is_err());
-    let leaf = Tensor::ones(&BE, [1]).requires_grad().unwrap();
+    let leaf = Tensor::ones(&BE, [1]).unwrap().requires_grad().unwrap();
     let derived = leaf.mul_scalar(2.0).unwrap();
     let err = Adam::new(vec![derived], AdamConfig::default()).unwrap_err();
     assert!(err.to_string().contains("parameter 0"), "{err}");
@@ -240,24 +240,24 @@ fn hyper_parameters_are_validated() {
 
 #[test]
 fn clipping_scales_all_gradients_jointly() {
-    let p = Tensor::zeros(&BE, [2]).requires_grad().unwrap();
-    let q = Tensor::zeros(&BE, [1]).requires_grad().unwrap();
-    let none = Tensor::zeros(&BE, [1]).requires_grad().unwrap();
+    let p = Tensor::zeros(&BE, [2]).unwrap().requires_grad().unwrap();
+    let q = Tensor::zeros(&BE, [1]).unwrap().requires_grad().unwrap();
+    let none = Tensor::zeros(&BE, [1]).unwrap().requires_grad().unwrap();
     p.set_grad(Some(Tensor::from_vec(&BE, vec![3.0, 0.0], [2]).unwrap()))
         .unwrap();
     q.set_grad(Some(Tensor::from_vec(&BE, vec![4.0], [1]).unwrap()))
         .unwrap();
     let params = [p.clone(), none, q.clone()];
-    assert_eq!(grad_norm(&params), 5.0);
+    assert_eq!(grad_norm(&params).unwrap(), 5.0);
     assert_eq!(clip_grad_norm(&params, 10.0).unwrap(), 5.0);
-    assert_eq!(p.grad().unwrap().to_vec(), [3.0, 0.0]);
+    assert_eq!(p.grad().unwrap().to_vec().unwrap(), [3.0, 0.0]);
     assert_eq!(clip_grad_norm(&params, 1.0).unwrap(), 5.0);
     let coef = 1.0f32 / (5.0 + 1e-6);
-    assert_eq!(p.grad().unwrap().to_vec(), [3.0 * coef, 0.0]);
-    assert_eq!(q.grad().unwrap().to_vec(), [4.0 * coef]);
+    assert_eq!(p.grad().unwrap().to_vec().unwrap(), [3.0 * coef, 0.0]);
+    assert_eq!(q.grad().unwrap().to_vec().unwrap(), [4.0 * coef]);
     assert!(clip_grad_norm(&params, -1.0).is_err());
     clip_grad_value(&params, 0.5).unwrap();
-    assert!(p.grad().unwrap().to_vec().iter().all(|v| v.abs() <= 0.5));
+    assert!(p.grad().unwrap().to_vec().unwrap().iter().all(|v| v.abs() <= 0.5));
     assert!(clip_grad_value(&params, f64::NAN).is_err());
 }
 
@@ -272,5 +272,5 @@ fn argmax_and_accuracy() {
     assert_eq!(argmax_rows(&logits).unwrap(), [1, 1, 0]);
     assert_eq!(accuracy(&logits, &[1, 0, 0]).unwrap(), 2.0 / 3.0);
     assert!(accuracy(&logits, &[1]).is_err());
-    assert!(argmax_rows(&Tensor::ones(&BE, [3])).is_err());
+    assert!(argmax_rows(&Tensor::ones(&BE, [3]).unwrap()).is_err());
 }

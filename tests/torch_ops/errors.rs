@@ -376,7 +376,7 @@ fn errors_invalid_labels() {
         ce(&[0, 1, 2], bad_smoothing),
         &["cross_entropy", "label_smoothing"],
     );
-    let scalar = T::scalar(&ScalarRefBackend, 1.0);
+    let scalar = T::scalar(&ScalarRefBackend, 1.0).unwrap();
     expect_err(
         "scalar logits",
         no_panic("cross_entropy", || scalar.cross_entropy(&[0], d)),

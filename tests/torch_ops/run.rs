@@ -35,7 +35,7 @@ pub(crate) fn apply_view(t: &T, name: &str, a: &[isize]) -> Result<T, String> {
         "squeeze" => t.squeeze(arg(0)?),
         "unsqueeze" => t.unsqueeze(arg(0)?),
         "flatten" => t.flatten(arg(0)?, arg(1)?),
-        "contiguous" => Ok(t.contiguous()),
+        "contiguous" => t.contiguous(),
         _ => return Err(format!("unknown view `{name}`")),
     };
     r.map_err(|e| format!("view {name}{a:?}: {e}"))
@@ -62,7 +62,7 @@ pub(crate) fn compare(what: &str, ours: &T, want: &Array, scaled: bool) -> Resul
             want.shape
         ));
     }
-    let got = ours.to_vec();
+    let got = ours.to_vec().map_err(|e| e.to_string())?;
     let tensor_scale = want
         .data
         .iter()

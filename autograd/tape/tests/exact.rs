@@ -28,7 +28,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 fn grad(t: &Tensor<ScalarRefBackend>) -> Vec<u32> {
-    bits(&t.grad().expect("eager gradient").to_vec())
+    bits(&t.grad().expect("eager gradient").to_vec().unwrap())
 }
 
 fn random(rng: &mut Philox, n: usize, lo: f32, hi: f32) -> Vec<f32> {
@@ -65,7 +65,7 @@ macro_rules! compare {
             false,
         )
         .unwrap();
-        assert_eq!(bits($y.values()), bits(&ey.to_vec()), "{}: values", $name);
+        assert_eq!(bits($y.values()), bits(&ey.to_vec().unwrap()), "{}: values", $name);
         assert_eq!(bits($a.grad()), grad(&$ea), "{}: gradient", $name);
     }};
 }
@@ -90,7 +90,7 @@ macro_rules! compare2 {
         let ($ea, $eb) = (leaf(&xv), leaf(&zv));
         let ey = $eager_op;
         ey.backward(Some(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap()), false).unwrap();
-        assert_eq!(bits($y.values()), bits(&ey.to_vec()), "{}: values", $name);
+        assert_eq!(bits($y.values()), bits(&ey.to_vec().unwrap()), "{}: values", $name);
         assert_eq!(bits($a.grad()), grad(&$ea), "{}: gradient of the first input", $name);
         assert_eq!(bits($b.grad()), grad(&$eb), "{}: gradient of the second input", $name);
     }};
@@ -269,7 +269,7 @@ fn matvec_and_linear_match_the_eager_engine() {
                 .unwrap();
             assert_eq!(
                 bits(y.values()),
-                bits(&ey.to_vec()),
+                bits(&ey.to_vec().unwrap()),
                 "values (bias {with_bias})"
             );
             assert_eq!(

@@ -10,7 +10,7 @@ type T = Tensor<ScalarRefBackend>;
 
 fn close(a: &T, b: &T, tol: f32) {
     assert_eq!(a.dims(), b.dims());
-    for (i, (x, y)) in a.to_vec().iter().zip(b.to_vec()).enumerate() {
+    for (i, (x, y)) in a.to_vec().unwrap().iter().zip(b.to_vec().unwrap()).enumerate() {
         assert!((x - y).abs() <= tol, "element {i}: {x} vs {y}");
     }
 }
@@ -31,7 +31,7 @@ fn randn(shape: &[usize], seed: u64) -> T {
         0.0,
         1.0,
         &mut Philox::new(seed),
-    )
+    ).unwrap()
 }
 
 #[test]
@@ -48,22 +48,22 @@ fn multihead_attention_names_and_init() {
         ]
     );
     let xavier = (6.0f64 / 32.0).sqrt() as f32;
-    let w = m.in_proj_weight().to_vec();
+    let w = m.in_proj_weight().to_vec().unwrap();
     assert_eq!(m.in_proj_weight().dims(), [24, 8]);
     assert!(w.iter().all(|v| v.abs() <= xavier) && w.iter().any(|v| v.abs() > 0.5 * xavier));
-    assert!(m.in_proj_bias().unwrap().to_vec().iter().all(|&v| v == 0.0));
+    assert!(m.in_proj_bias().unwrap().to_vec().unwrap().iter().all(|&v| v == 0.0));
     assert!(m
         .out_proj()
         .bias()
         .unwrap()
-        .to_vec()
+        .to_vec().unwrap()
         .iter()
         .all(|&v| v == 0.0));
     let bound = (1.0 / 8f64.sqrt()) as f32;
     assert!(m
         .out_proj()
         .weight()
-        .to_vec()
+        .to_vec().unwrap()
         .iter()
         .all(|v| v.abs() <= bound));
     assert!(m
@@ -85,7 +85,7 @@ fn sequence_first_batch_first_and_unbatched_agree() {
     let y = bf.forward(&x).unwrap();
     assert_eq!(y.dims(), [3, 5, 8]);
     let ys = sf.forward(&x.transpose(0, 1).unwrap()).unwrap();
-    close(&ys.transpose(0, 1).unwrap().contiguous(), &y, 0.0);
+    close(&ys.transpose(0, 1).unwrap().contiguous().unwrap(), &y, 0.0);
     let x0 = x.narrow(0, 1, 1).unwrap().squeeze(0).unwrap();
     let y0 = bf.forward(&x0).unwrap();
     close(&y0, &y.narrow(0, 1, 1).unwrap().squeeze(0).unwrap(), 0.0);
@@ -132,7 +132,7 @@ fn masks_combine_as_in_pytorch() {
     );
     // The conventions differ: the same tensor read as Allow excludes the other keys.
     let flipped = run(Some(AttentionMask::Allow(&kpm)), None);
-    assert_ne!(flipped.to_vec(), a.to_vec());
+    assert_ne!(flipped.to_vec().unwrap(), a.to_vec().unwrap());
     close(
         &flipped,
         &run(Some(AttentionMask::Block(&kpm_allow)), None),
@@ -143,7 +143,7 @@ fn masks_combine_as_in_pytorch() {
     let bias_attn = randn(&[3, 4], 6);
     let summed: Vec<f32> = (0..2)
         .flat_map(|n| {
-            let (k, at) = (bias_kpm.to_vec(), bias_attn.to_vec());
+            let (k, at) = (bias_kpm.to_vec().unwrap(), bias_attn.to_vec().unwrap());
             (0..2).flat_map(move |_| {
                 let (k, at) = (k.clone(), at.clone());
                 (0..3).flat_map(move |i| {
@@ -176,7 +176,7 @@ fn masks_combine_as_in_pytorch() {
     );
     let combined: Vec<f32> = (0..2)
         .flat_map(|n| {
-            let (pad, causal) = (pad.clone(), causal.to_vec());
+            let (pad, causal) = (pad.clone(), causal.to_vec().unwrap());
             (0..2 * 3).flat_map(move |hi| {
                 let (pad, causal) = (pad.clone(), causal.clone());
                 (0..4).map(move |j| {
@@ -193,12 +193,12 @@ fn masks_combine_as_in_pytorch() {
         0.0,
     );
     // Wrong shapes are errors naming the mask.
-    let bad = Tensor::zeros(&b, [2, 5]);
+    let bad = Tensor::zeros(&b, [2, 5]).unwrap();
     let err = m
         .forward_attention(&q, &kv, &kv, Some(AttentionMask::Block(&bad)), None)
         .unwrap_err();
     assert!(err.to_string().contains("key_padding_mask"), "{err}");
-    let bad = Tensor::zeros(&b, [3, 3, 4]);
+    let bad = Tensor::zeros(&b, [3, 3, 4]).unwrap();
     let err = m
         .forward_attention(&q, &kv, &kv, None, Some(AttentionMask::Block(&bad)))
         .unwrap_err();
@@ -232,7 +232,7 @@ fn attention_dropout_is_seeded_and_off_in_evaluation() {
     let b = half.forward(&x).unwrap();
     close(&a, &b, 0.0);
     let c = half.forward(&x).unwrap();
-    assert_ne!(a.to_vec(), c.to_vec());
+    assert_ne!(a.to_vec().unwrap(), c.to_vec().unwrap());
     let mut half = half;
     half.set_training(false);
     close(
@@ -282,19 +282,19 @@ fn encoder_layer_names_norms_and_dropout() {
     let x = randn(&[2, 5, 8], 3);
     let y_post = post.forward(&x).unwrap();
     // Post-norm ends with a layer norm: rows have zero mean.
-    for row in y_post.to_vec().chunks(8) {
+    for row in y_post.to_vec().unwrap().chunks(8) {
         assert!(row.iter().sum::<f32>().abs() < 1e-4);
     }
     let pre = layer(true, 0.0);
     let y_pre = pre.forward(&x).unwrap();
-    assert_ne!(y_pre.to_vec(), y_post.to_vec());
+    assert_ne!(y_pre.to_vec().unwrap(), y_post.to_vec().unwrap());
     // Same weights (same seed) with dropout: seeded in training, identity in evaluation.
     let mut drop = layer(true, 0.3);
     drop.set_dropout_seed(1);
     let a = drop.forward(&x).unwrap();
     drop.set_dropout_seed(1);
     close(&drop.forward(&x).unwrap(), &a, 0.0);
-    assert_ne!(a.to_vec(), y_pre.to_vec());
+    assert_ne!(a.to_vec().unwrap(), y_pre.to_vec().unwrap());
     drop.set_training(false);
     close(&drop.forward(&x).unwrap(), &y_pre, 0.0);
     // Gradients reach every parameter.
