@@ -18,7 +18,7 @@
 //! let x = Tensor::from_vec(&b, vec![0.5, 1.0], [1, 2])?;
 //! let loss = x.matmul(&w)?.relu()?.sum()?;
 //! loss.backward(None, false)?;
-//! assert_eq!(w.grad().unwrap().to_vec(), vec![0.5, 0.0, 1.0, 0.0]);
+//! assert_eq!(w.grad().unwrap().to_vec()?, vec![0.5, 0.0, 1.0, 0.0]);
 //! # Ok(())
 //! # }
 //! ```

@@ -65,7 +65,14 @@ impl Backend for Counting {
         self.saw(Kernel::Unary, op);
         ScalarRefBackend.unary(op, x, out)
     }
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) -> Result<()> {
+    fn unary_backward(
+        &self,
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         self.hit(Kernel::UnaryBackward);
         self.saw(Kernel::UnaryBackward, op);
         ScalarRefBackend.unary_backward(op, x, y, g, out)
@@ -103,7 +110,14 @@ impl Backend for Counting {
         self.hit(Kernel::Matmul);
         ScalarRefBackend.matmul(spec, a, b, out)
     }
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
+    fn softmax(
+        &self,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) -> Result<()> {
         self.hit(Kernel::Softmax);
         ScalarRefBackend.softmax(x, rows, cols, log, out)
     }
@@ -152,7 +166,14 @@ impl Backend for ExpOffByOneUlp {
         }
         Ok(())
     }
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) -> Result<()> {
+    fn unary_backward(
+        &self,
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         ScalarRefBackend.unary_backward(op, x, y, g, out)
     }
     fn binary(
@@ -184,7 +205,14 @@ impl Backend for ExpOffByOneUlp {
     fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
         ScalarRefBackend.matmul(spec, a, b, out)
     }
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
+    fn softmax(
+        &self,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) -> Result<()> {
         ScalarRefBackend.softmax(x, rows, cols, log, out)
     }
     fn softmax_backward(

@@ -74,7 +74,8 @@ impl<B: Backend> Cases<'_, B> {
         for t in all {
             let fast = self.b.mode() == ComputeMode::Fast;
             let v: Vec<f32> = t
-                .to_vec().unwrap()
+                .to_vec()
+                .unwrap()
                 .into_iter()
                 .map(|x| if fast && x.is_nan() { f32::NAN } else { x })
                 .collect();

@@ -136,7 +136,10 @@ fn empty_shapes() {
     let y = t(&[1, 2, 4])
         .scaled_dot_product_attention(&t(&[1, 0, 4]), &t(&[1, 0, 3]), AttentionOptions::default())
         .unwrap();
-    assert_eq!((y.dims(), y.to_vec().unwrap()), (&[1usize, 2, 3][..], vec![0.0; 6]));
+    assert_eq!(
+        (y.dims(), y.to_vec().unwrap()),
+        (&[1usize, 2, 3][..], vec![0.0; 6])
+    );
     let (q, k, v) = (t(&[1, 0, 4]), t(&[1, 3, 4]), t(&[1, 3, 3]));
     let y = q
         .scaled_dot_product_attention(&k, &v, AttentionOptions::causal())
@@ -169,7 +172,8 @@ fn allow_and_block_are_complements() {
     let run = |m: AttentionMask<'_, ScalarRefBackend>| {
         q.scaled_dot_product_attention(&k, &v, AttentionOptions::masked(m))
             .unwrap()
-            .to_vec().unwrap()
+            .to_vec()
+            .unwrap()
     };
     let a = run(AttentionMask::Allow(&allow));
     assert_eq!(bits(&a), bits(&run(AttentionMask::Block(&block))));

@@ -379,7 +379,10 @@ fn max_pool2d_ties_and_nan() {
         false,
     )
     .unwrap();
-    assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![1.0, 0.0, 0.0, 110.0, 0.0]);
+    assert_eq!(
+        x.grad().unwrap().to_vec().unwrap(),
+        vec![1.0, 0.0, 0.0, 110.0, 0.0]
+    );
     // A dilated window that lies entirely in the padding: −∞ and no gradient.
     let x = T::from_vec(&B, vec![1.0, 2.0], [1, 1, 2, 1])
         .unwrap()
@@ -393,7 +396,8 @@ fn max_pool2d_ties_and_nan() {
     };
     let y = x.max_pool2d(opts).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![f32::NEG_INFINITY; 2]);
-    y.backward(Some(&T::ones(&B, [1, 1, 2, 1]).unwrap()), false).unwrap();
+    y.backward(Some(&T::ones(&B, [1, 1, 2, 1]).unwrap()), false)
+        .unwrap();
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.0]);
 }
 
@@ -764,7 +768,10 @@ fn pool_and_pad_errors() {
         tensor(&[0, 2, 5, 5], 6).max_pool2d(m).unwrap().dims(),
         [0, 2, 1, 1]
     );
-    assert_eq!(y.pad(&[], 1.0).unwrap().to_vec().unwrap(), y.to_vec().unwrap());
+    assert_eq!(
+        y.pad(&[], 1.0).unwrap().to_vec().unwrap(),
+        y.to_vec().unwrap()
+    );
     assert_eq!(x.adaptive_avg_pool2d([0, 2]).unwrap().dims(), [1, 2, 0, 2]);
     let e = tensor(&[0, 3, 5, 5], 7)
         .conv2d(&tensor(&[4, 3, 3, 3], 8), None, Conv2dOptions::default())

@@ -112,7 +112,10 @@ fn split_and_chunk_are_views_with_pytorchs_sizes() {
     assert_eq!(e.split(0, 1).unwrap().len(), 1);
     assert_eq!(e.split(2, 1).unwrap().len(), 1);
     let pieces = x.split(2, 0).unwrap();
-    assert_eq!(pieces[1].to_vec().unwrap(), x.narrow(0, 2, 2).unwrap().to_vec().unwrap());
+    assert_eq!(
+        pieces[1].to_vec().unwrap(),
+        x.narrow(0, 2, 2).unwrap().to_vec().unwrap()
+    );
 }
 
 // ----- dropout ----------------------------------------------------------------------------
@@ -157,7 +160,11 @@ fn dropout_statistics_and_reproducibility() {
         );
         assert!((mx - my).abs() < 0.02 * mx, "p = {p}: mean {my} vs {mx}");
         // The same generator state gives the same mask; the next call another one.
-        let again = x.dropout(p, true, &mut Philox::new(42)).unwrap().to_vec().unwrap();
+        let again = x
+            .dropout(p, true, &mut Philox::new(42))
+            .unwrap()
+            .to_vec()
+            .unwrap();
         assert_eq!(bits(&again), bits(&y));
         let next = x.dropout(p, true, &mut rng).unwrap().to_vec().unwrap();
         assert_ne!(bits(&next), bits(&y));
@@ -173,9 +180,17 @@ fn dropout_statistics_and_reproducibility() {
     assert!(y.shares_storage(&x));
     assert_eq!(rng, Philox::new(5));
     // p = 0 keeps everything, p = 1 drops everything.
-    let y0 = x.dropout(0.0, true, &mut Philox::new(1)).unwrap().to_vec().unwrap();
+    let y0 = x
+        .dropout(0.0, true, &mut Philox::new(1))
+        .unwrap()
+        .to_vec()
+        .unwrap();
     assert_eq!(bits(&y0), bits(&xv));
-    let y1 = x.dropout(1.0, true, &mut Philox::new(1)).unwrap().to_vec().unwrap();
+    let y1 = x
+        .dropout(1.0, true, &mut Philox::new(1))
+        .unwrap()
+        .to_vec()
+        .unwrap();
     assert!(y1.iter().all(|&v| v == 0.0));
 }
 
@@ -185,12 +200,18 @@ fn dropout_statistics_and_reproducibility() {
 fn dropout_mask_is_independent_of_layout_backend_and_threads() {
     let x = uniform(&[37, 29], 3, -1.0, 1.0);
     let xt = x.t().unwrap();
-    let a = xt.dropout(0.4, true, &mut Philox::new(9)).unwrap().to_vec().unwrap();
-    let b = xt
-        .contiguous().unwrap()
+    let a = xt
         .dropout(0.4, true, &mut Philox::new(9))
         .unwrap()
-        .to_vec().unwrap();
+        .to_vec()
+        .unwrap();
+    let b = xt
+        .contiguous()
+        .unwrap()
+        .dropout(0.4, true, &mut Philox::new(9))
+        .unwrap()
+        .to_vec()
+        .unwrap();
     assert_eq!(bits(&a), bits(&b));
     for isa in Isa::ALL {
         if !isa.is_supported(ComputeMode::Exact) {
@@ -202,7 +223,11 @@ fn dropout_mask_is_independent_of_layout_backend_and_threads() {
                 .unwrap()
                 .t()
                 .unwrap();
-            let c = xe.dropout(0.4, true, &mut Philox::new(9)).unwrap().to_vec().unwrap();
+            let c = xe
+                .dropout(0.4, true, &mut Philox::new(9))
+                .unwrap()
+                .to_vec()
+                .unwrap();
             assert_eq!(bits(&c), bits(&a), "exact/{isa}/{threads}t");
         }
     }

@@ -185,7 +185,8 @@ fn layer_norm_is_accurate_for_large_offsets() {
             .unwrap()
             .layer_norm(&[m], LayerNormOptions::default())
             .unwrap()
-            .to_vec().unwrap();
+            .to_vec()
+            .unwrap();
         for r in 0..3 {
             let row: Vec<f64> = xv[r * m..(r + 1) * m]
                 .iter()
@@ -218,7 +219,13 @@ fn one_value_per_group_is_exact() {
     assert_eq!(y.to_vec().unwrap(), vec![b.to_vec().unwrap()[0]; 4]);
     y.backward(Some(&uniform(&[4, 1], 4, -1.0, 1.0)), false)
         .unwrap();
-    assert!(x.grad().unwrap().to_vec().unwrap().iter().all(|&g| g == 0.0));
+    assert!(x
+        .grad()
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|&g| g == 0.0));
     let x = uniform(&[2, 4], 5, -3.0, 3.0);
     let b = uniform(&[4], 6, -1.0, 1.0);
     let y = x
@@ -227,7 +234,10 @@ fn one_value_per_group_is_exact() {
             GroupNormOptions::default().affine(&uniform(&[4], 7, 0.5, 1.5), &b),
         )
         .unwrap();
-    assert_eq!(y.to_vec().unwrap(), [b.to_vec().unwrap(), b.to_vec().unwrap()].concat());
+    assert_eq!(
+        y.to_vec().unwrap(),
+        [b.to_vec().unwrap(), b.to_vec().unwrap()].concat()
+    );
 }
 
 #[test]
@@ -288,9 +298,13 @@ fn batch_norm_running_statistics() {
             ..BatchNormOptions::default()
         })
         .unwrap()
-        .to_vec().unwrap();
+        .to_vec()
+        .unwrap();
     assert_eq!(rm.version(), ver);
-    assert_eq!((rm.to_vec().unwrap(), rv.to_vec().unwrap()), (m1.clone(), v1.clone()));
+    assert_eq!(
+        (rm.to_vec().unwrap(), rv.to_vec().unwrap()),
+        (m1.clone(), v1.clone())
+    );
     for (i, &yv) in y.iter().enumerate() {
         let c = (i / 5) % 3;
         let want = (xv[i] - m1[c]) * (1.0 / (v1[c] + 1e-5).sqrt());
@@ -331,7 +345,10 @@ fn empty_shapes() {
         .batch_norm(BatchNormOptions::training().running_stats(&rm, &rv))
         .unwrap();
     assert_eq!(y.dims(), &[0, 2]);
-    assert_eq!((rm.to_vec().unwrap(), rv.to_vec().unwrap()), (vec![0.0; 2], vec![1.0; 2]));
+    assert_eq!(
+        (rm.to_vec().unwrap(), rv.to_vec().unwrap()),
+        (vec![0.0; 2], vec![1.0; 2])
+    );
 }
 
 /// PyTorch's `momentum=None`: the factor of batch `n` is `1/n` rounded from f64, so the
@@ -380,7 +397,10 @@ fn batch_norm_cumulative_average() {
         );
     }
     // The first batch replaces the initial statistics whatever they were.
-    let (a, b) = (T::full(&B, [2], 7.0).unwrap(), T::full(&B, [2], 9.0).unwrap());
+    let (a, b) = (
+        T::full(&B, [2], 7.0).unwrap(),
+        T::full(&B, [2], 9.0).unwrap(),
+    );
     let first = Momentum::CumulativeAverage {
         num_batches_tracked: 1,
     };

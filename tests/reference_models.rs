@@ -246,7 +246,13 @@ fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
         );
         worst = worst.max(err);
     }
-    let kb = mha.in_proj_bias().unwrap().grad().unwrap().to_vec().unwrap()[e..2 * e]
+    let kb = mha
+        .in_proj_bias()
+        .unwrap()
+        .grad()
+        .unwrap()
+        .to_vec()
+        .unwrap()[e..2 * e]
         .iter()
         .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
     assert!(

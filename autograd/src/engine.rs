@@ -326,3 +326,81 @@ pub(crate) fn backward<B: Backend>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+
+    fn leaf(v: &[f32]) -> Tensor<ScalarRefBackend> {
+        Tensor::from_slice(&ScalarRefBackend, v, [v.len()])
+            .unwrap()
+            .requires_grad()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_leaf_held_by_another_pass_refuses_the_backward_before_any_work() {
+        let w = leaf(&[1.0, 2.0]);
+        let other = leaf(&[3.0]);
+        // Another pass (on another thread, in a real program) holds `w`.
+        let held = LeafClaim::new(vec![w.clone()]).unwrap();
+        let loss = w.mul_scalar(2.0).unwrap().sum().unwrap();
+        let loss2 = other.mul(&w.sum().unwrap()).unwrap().sum().unwrap();
+        for l in [&loss, &loss2] {
+            let e = l.backward(None, true).unwrap_err();
+            assert!(
+                matches!(e, Error::ConcurrentBackward { ref shape } if shape == &[2]),
+                "{e}"
+            );
+        }
+        // Nothing was accumulated, not even into the leaf nobody held.
+        assert!(w.grad().is_none() && other.grad().is_none());
+        // The records were not released: the same call succeeds once the claim ends.
+        drop(held);
+        loss.backward(None, true).unwrap();
+        assert_eq!(w.grad().unwrap().to_vec().unwrap(), [2.0, 2.0]);
+        loss2.backward(None, false).unwrap();
+        assert_eq!(other.grad().unwrap().to_vec().unwrap(), [3.0]);
+        assert_eq!(w.grad().unwrap().to_vec().unwrap(), [5.0, 5.0]);
+    }
+
+    #[test]
+    fn a_failed_claim_releases_what_it_took() {
+        let (a, b) = (leaf(&[1.0]), leaf(&[2.0]));
+        let held = LeafClaim::new(vec![b.clone()]).unwrap();
+        assert!(LeafClaim::new(vec![a.clone(), b.clone()]).is_err());
+        // `a` was claimed first and released when the second claim failed.
+        let again = LeafClaim::new(vec![a.clone()]).unwrap();
+        drop((held, again));
+        // A leaf listed twice in one pass is claimed once.
+        assert!(LeafClaim::new(vec![a.clone(), a]).is_ok());
+    }
+
+    #[test]
+    fn backward_passes_from_several_threads_succeed_or_are_refused_never_mixed() {
+        // Each pass adds exactly 1.0 to every element (sums of small integers are exact
+        // in any order), so the final gradient counts the passes that succeeded.
+        let w = leaf(&[0.5; 64]);
+        let ok = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let loss = w.sum().unwrap();
+                        match loss.backward(None, false) {
+                            Ok(()) => {
+                                ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Err(Error::ConcurrentBackward { .. }) => {}
+                            Err(e) => panic!("unexpected error {e}"),
+                        }
+                    }
+                });
+            }
+        });
+        let n = ok.into_inner() as f32;
+        assert!(n >= 1.0);
+        assert!(w.grad().unwrap().to_vec().unwrap().iter().all(|&g| g == n));
+    }
+}

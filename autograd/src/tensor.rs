@@ -257,7 +257,9 @@ impl<B: Backend> Tensor<B> {
         high: f32,
         rng: &mut Philox,
     ) -> Result<Self> {
-        Self::generate(backend, "rand_uniform", shape.into(), || rng.uniform(low, high))
+        Self::generate(backend, "rand_uniform", shape.into(), || {
+            rng.uniform(low, high)
+        })
     }
 
     /// A tensor of standard-normal samples times `std` plus `mean`, drawn from `rng`.
@@ -481,7 +483,13 @@ impl<B: Backend> Tensor<B> {
                 t.write()?.as_mut().fill(0.0);
                 t.bump_version();
             }
-            None => *g = Some(Tensor::zeros_of(&self.inner.backend, "zero_grad", self.shape().clone())?),
+            None => {
+                *g = Some(Tensor::zeros_of(
+                    &self.inner.backend,
+                    "zero_grad",
+                    self.shape().clone(),
+                )?)
+            }
         }
         Ok(())
     }

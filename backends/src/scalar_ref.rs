@@ -347,15 +347,34 @@ macro_rules! scalar_backend {
                 RefKernels::<$mode>::select(cond, lc, a, la, b, lb, out)
             }
 
-            fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+            fn sum(
+                &self,
+                x: &[f32],
+                layout: &Layout,
+                reduce: &[bool],
+                out: &mut [f32],
+            ) -> Result<()> {
                 RefKernels::<$mode>::sum(x, layout, reduce, out)
             }
 
-            fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+            fn matmul(
+                &self,
+                spec: &MatmulSpec,
+                a: &[f32],
+                b: &[f32],
+                out: &mut [f32],
+            ) -> Result<()> {
                 RefKernels::<$mode>::matmul(spec, a, b, out)
             }
 
-            fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
+            fn softmax(
+                &self,
+                x: &[f32],
+                rows: usize,
+                cols: usize,
+                log: bool,
+                out: &mut [f32],
+            ) -> Result<()> {
                 RefKernels::<$mode>::softmax(x, rows, cols, log, out)
             }
 

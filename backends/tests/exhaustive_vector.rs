@@ -66,7 +66,12 @@ mod x86 {
 
     type WideFn = unsafe fn(u32, &mut [f32; BLOCK]);
 
-    fn run(name: &str, which: Transcendental, scalar: fn(u32, &mut [f32; BLOCK]), scalar_wide: WideFn) {
+    fn run(
+        name: &str,
+        which: Transcendental,
+        scalar: fn(u32, &mut [f32; BLOCK]),
+        scalar_wide: WideFn,
+    ) {
         if cfg!(debug_assertions) {
             println!("{name}: the exhaustive comparison needs --release (skipped in debug builds)");
             return;
@@ -142,10 +147,30 @@ mod x86 {
     exhaustive!(exp_vector_equals_scalar, exp, Transcendental::Exp);
     exhaustive!(log_vector_equals_scalar, log, Transcendental::Log);
     exhaustive!(tanh_vector_equals_scalar, tanh, Transcendental::Tanh);
-    exhaustive!(sigmoid_vector_equals_scalar, sigmoid, Transcendental::Sigmoid);
+    exhaustive!(
+        sigmoid_vector_equals_scalar,
+        sigmoid,
+        Transcendental::Sigmoid
+    );
     exhaustive!(erf_vector_equals_scalar, erf, Transcendental::Erf);
-    exhaustive!(gelu_erf_vector_equals_scalar, gelu_erf, Transcendental::GeluErf);
-    exhaustive!(gelu_tanh_vector_equals_scalar, gelu_tanh, Transcendental::GeluTanh);
-    exhaustive!(gelu_erf_grad_vector_equals_scalar, gelu_erf_grad, Transcendental::GeluErfGrad);
-    exhaustive!(gelu_tanh_grad_vector_equals_scalar, gelu_tanh_grad, Transcendental::GeluTanhGrad);
+    exhaustive!(
+        gelu_erf_vector_equals_scalar,
+        gelu_erf,
+        Transcendental::GeluErf
+    );
+    exhaustive!(
+        gelu_tanh_vector_equals_scalar,
+        gelu_tanh,
+        Transcendental::GeluTanh
+    );
+    exhaustive!(
+        gelu_erf_grad_vector_equals_scalar,
+        gelu_erf_grad,
+        Transcendental::GeluErfGrad
+    );
+    exhaustive!(
+        gelu_tanh_grad_vector_equals_scalar,
+        gelu_tanh_grad,
+        Transcendental::GeluTanhGrad
+    );
 }

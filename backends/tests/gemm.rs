@@ -200,7 +200,9 @@ fn check(case: &Case) {
         );
     }
 
-    FastScalarRefBackend.matmul(&spec, &a, &b, &mut want).unwrap();
+    FastScalarRefBackend
+        .matmul(&spec, &a, &b, &mut want)
+        .unwrap();
     for be in &bs.fast {
         let mut got = vec![f32::from_bits(0xdead_beef); len];
         be.matmul(&spec, &a, &b, &mut got).unwrap();

@@ -91,7 +91,12 @@ impl MatmulSpec {
     pub fn check(&self, a_len: usize, b_len: usize, out_len: usize) -> Result<()> {
         let op = "matmul";
         let mn = checked_mul(op, "n", self.m, self.n)?;
-        check_len(op, "out", out_len, checked_mul(op, "batch", self.batch, mn)?)?;
+        check_len(
+            op,
+            "out",
+            out_len,
+            checked_mul(op, "batch", self.batch, mn)?,
+        )?;
         let extent = |dims: [usize; 3], offset: usize, strides: [usize; 3]| -> Option<usize> {
             if dims.contains(&0) {
                 return Some(0);
@@ -103,8 +108,20 @@ impl MatmulSpec {
             last.checked_add(1)
         };
         for (arg, dims, offset, strides, len) in [
-            ("a", [self.batch, self.m, self.k], self.a_offset, self.a_strides, a_len),
-            ("b", [self.batch, self.k, self.n], self.b_offset, self.b_strides, b_len),
+            (
+                "a",
+                [self.batch, self.m, self.k],
+                self.a_offset,
+                self.a_strides,
+                a_len,
+            ),
+            (
+                "b",
+                [self.batch, self.k, self.n],
+                self.b_offset,
+                self.b_strides,
+                b_len,
+            ),
         ] {
             match extent(dims, offset, strides) {
                 Some(e) if e <= len => {}
@@ -162,11 +179,26 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
 
     /// The backward rule of `op`: `out[i] = g[i] · op'(…)`, given the forward input `x`
     /// and output `y` (both contiguous, same length as `g`).
-    fn unary_backward(&self, op: UnaryOp, x: &[f32], y: &[f32], g: &[f32], out: &mut [f32]) -> Result<()>;
+    fn unary_backward(
+        &self,
+        op: UnaryOp,
+        x: &[f32],
+        y: &[f32],
+        g: &[f32],
+        out: &mut [f32],
+    ) -> Result<()>;
 
     /// `out = op(a, b)` where `la` and `lb` are layouts already broadcast to the output
     /// shape (stride 0 along broadcast dimensions); `out` is contiguous.
-    fn binary(&self, op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout, out: &mut [f32]) -> Result<()>;
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        la: &Layout,
+        b: &[f32],
+        lb: &Layout,
+        out: &mut [f32],
+    ) -> Result<()>;
 
     /// `out = cond != 0 ? a : b` with all three layouts broadcast to the output shape.
     #[allow(clippy::too_many_arguments)]
@@ -193,7 +225,14 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
     fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()>;
 
     /// Softmax (or log-softmax when `log`) of each row of a contiguous `rows × cols` `x`.
-    fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()>;
+    fn softmax(
+        &self,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) -> Result<()>;
 
     /// The backward rule of [`Backend::softmax`] given its output `y` and the incoming
     /// gradient `g` (both contiguous `rows × cols`).

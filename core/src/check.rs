@@ -33,7 +33,14 @@ pub fn unary_backward(x: usize, y: usize, g: usize, out: usize) -> Result<()> {
 /// [`Backend::binary`](crate::Backend::binary) (and any kernel over layouts broadcast to
 /// one shape): both layouts of one shape, each inside its buffer, `out` holding the
 /// shape's elements.
-pub fn binary(op: &'static str, a: usize, la: &Layout, b: usize, lb: &Layout, out: usize) -> Result<()> {
+pub fn binary(
+    op: &'static str,
+    a: usize,
+    la: &Layout,
+    b: usize,
+    lb: &Layout,
+    out: usize,
+) -> Result<()> {
     if la.shape != lb.shape {
         return Err(Error::mismatch(
             op,
@@ -137,7 +144,14 @@ mod tests {
             strides: alloc::vec![usize::MAX / 2 + 1, 1],
             offset: 0,
         };
-        assert!(copy_strided(usize::MAX, &huge, 4).is_err());
+        assert!(copy_strided(1000, &huge, 4).is_err());
+        // (3 − 1) · stride overflows usize: refused whatever the buffer's length.
+        let wrapping = Layout {
+            shape: Shape::from([3, 2]),
+            strides: alloc::vec![usize::MAX / 2 + 1, 1],
+            offset: 0,
+        };
+        assert!(copy_strided(usize::MAX, &wrapping, 6).is_err());
         let bad_rank = Layout {
             shape: Shape::from([2, 2]),
             strides: alloc::vec![1],

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 pub struct TensorFile {
     floats: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
     ints: BTreeMap<String, (Vec<usize>, Vec<i64>)>,
+    /// The element type of every tensor as stored in the file.
+    dtypes: BTreeMap<String, Dtype>,
     metadata: BTreeMap<String, String>,
 }
 
@@ -42,6 +44,7 @@ impl TensorFile {
         for (name, view) in st.tensors() {
             let shape = view.shape().to_vec();
             let data = view.data();
+            out.dtypes.insert(name.clone(), view.dtype());
             match view.dtype() {
                 Dtype::F32 => {
                     let v = data
@@ -128,51 +131,173 @@ impl TensorFile {
         let (shape, values) = self.floats(name)?;
         Ok(Tensor::from_slice(backend, values, shape)?)
     }
+
+    /// The element type of tensor `name` as stored in the file (`F32`, `I64`, …).
+    pub fn dtype(&self, name: &str) -> Option<String> {
+        self.dtypes.get(name).map(|d| format!("{d:?}"))
+    }
+}
+
+/// How [`load_state_dict_with`] treats entries that do not match the module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Refuse the file when an entry of the module is missing or the file holds an
+    /// entry under the prefix that the module does not have (PyTorch's `strict=True`,
+    /// the default). Without it, both are only reported in the [`LoadReport`].
+    pub strict: bool,
+    /// Accept NaN and ±∞ in the loaded values. By default a non-finite value is an error
+    /// naming the entry (a checkpoint of a diverged run is refused, not trained on).
+    pub allow_non_finite: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            strict: true,
+            allow_non_finite: false,
+        }
+    }
+}
+
+/// What [`load_state_dict_with`] did not load (both lists are empty after a strict load).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Entries of the module that the file lacks (their values are unchanged).
+    pub missing: Vec<String>,
+    /// Entries of the file, under the prefix, that the module does not have.
+    pub unexpected: Vec<String>,
+}
+
+/// Why a file cannot be loaded into a module: every problem, each named.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateDictMismatch {
+    /// Entries of the module missing from the file (strict loading).
+    pub missing: Vec<String>,
+    /// Entries of the file the module does not have (strict loading).
+    pub unexpected: Vec<String>,
+    /// Entries whose shape differs: name, shape in the file, shape in the module.
+    pub wrong_shape: Vec<(String, Vec<usize>, Vec<usize>)>,
+    /// Entries of an element type that is not a floating-point tensor: name and type.
+    pub wrong_dtype: Vec<(String, String)>,
+    /// Entries holding NaN or ±∞ (unless allowed): name and index of the first one.
+    pub non_finite: Vec<(String, usize)>,
+}
+
+impl StateDictMismatch {
+    fn is_empty(&self) -> bool {
+        self.missing.is_empty()
+            && self.unexpected.is_empty()
+            && self.wrong_shape.is_empty()
+            && self.wrong_dtype.is_empty()
+            && self.non_finite.is_empty()
+    }
+}
+
+impl std::fmt::Display for StateDictMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if !self.missing.is_empty() {
+            parts.push(format!("missing entries {:?}", self.missing));
+        }
+        if !self.unexpected.is_empty() {
+            parts.push(format!("unexpected entries {:?}", self.unexpected));
+        }
+        for (n, file, module) in &self.wrong_shape {
+            parts.push(format!(
+                "entry `{n}` has shape {file:?}, the module's has shape {module:?}"
+            ));
+        }
+        for (n, d) in &self.wrong_dtype {
+            parts.push(format!(
+                "entry `{n}` has element type {d}, not a floating-point type"
+            ));
+        }
+        for (n, i) in &self.non_finite {
+            parts.push(format!(
+                "entry `{n}` holds a non-finite value at element {i}"
+            ));
+        }
+        f.write_str(&parts.join("; "))
+    }
 }
 
 /// Copies the values of every parameter and buffer of `module` from the float tensor
-/// named `prefix` + its `state_dict` name (PyTorch's `load_state_dict(strict=True)`
-/// for the module's entries; other tensors in the file are ignored).
+/// named `prefix` + its `state_dict` name, strictly ([`load_state_dict_with`] with the
+/// default [`LoadOptions`]): PyTorch's `load_state_dict(strict=True)` over the entries
+/// under `prefix` (tensors outside the prefix are other parts of the file and ignored).
 ///
-/// Fails, before changing anything, when an entry is missing or has another shape.
+/// Fails, before changing anything, when an entry is missing, the file has an entry
+/// under the prefix that the module lacks, an entry has another shape or a
+/// non-floating-point element type, or holds NaN or ±∞; the error names every one.
 pub fn load_state_dict<B: Backend, M: Module<B> + ?Sized>(
     module: &M,
     file: &TensorFile,
     prefix: &str,
 ) -> Result<()> {
+    load_state_dict_with(module, file, prefix, LoadOptions::default()).map(|_| ())
+}
+
+/// [`load_state_dict`] with explicit [`LoadOptions`]; returns what was not loaded.
+///
+/// Every problem is collected before anything changes; when any is fatal (a missing or
+/// unexpected entry in strict mode, a wrong shape or element type, a non-finite value
+/// that is not allowed) the module is left untouched and the error lists them all.
+pub fn load_state_dict_with<B: Backend, M: Module<B> + ?Sized>(
+    module: &M,
+    file: &TensorFile,
+    prefix: &str,
+    options: LoadOptions,
+) -> Result<LoadReport> {
     let mut entries = module.named_parameters();
     entries.extend(module.named_buffers());
+    let mut problems = StateDictMismatch::default();
+    let mut report = LoadReport::default();
     let mut values = Vec::with_capacity(entries.len());
     for (name, t) in &entries {
         let key = format!("{prefix}{name}");
-        let (shape, v) = file.floats(&key).map_err(|_| {
-            Error::invalid(
-                "load_state_dict",
-                "state_dict",
-                format!("no entry `{key}` for `{name}` of shape {:?}", t.dims()),
-            )
-        })?;
-        if shape != t.dims() {
-            return Err(Error::invalid(
-                "load_state_dict",
-                "state_dict",
-                format!(
-                    "entry `{key}` has shape {shape:?}, `{name}` has shape {:?}",
-                    t.dims()
-                ),
-            ));
+        match file.floats(&key) {
+            Ok((shape, v)) => {
+                if shape != t.dims() {
+                    problems
+                        .wrong_shape
+                        .push((key, shape.to_vec(), t.dims().to_vec()));
+                } else if let (false, Some(i)) = (
+                    options.allow_non_finite,
+                    v.iter().position(|x| !x.is_finite()),
+                ) {
+                    problems.non_finite.push((key, i));
+                } else {
+                    values.push((t, v));
+                }
+            }
+            Err(_) => match file.dtype(&key) {
+                Some(d) => problems.wrong_dtype.push((key, d)),
+                None => report.missing.push(key),
+            },
         }
-        values.push(v);
     }
-    let backend = match entries.first() {
-        Some((_, t)) => t.backend().clone(),
-        None => return Ok(()),
-    };
+    let known: std::collections::BTreeSet<String> = entries
+        .iter()
+        .map(|(n, _)| format!("{prefix}{n}"))
+        .collect();
+    report.unexpected = file
+        .names()
+        .into_iter()
+        .filter(|n| n.starts_with(prefix) && !known.contains(*n))
+        .map(str::to_string)
+        .collect();
+    if options.strict {
+        problems.missing = std::mem::take(&mut report.missing);
+        problems.unexpected = std::mem::take(&mut report.unexpected);
+    }
+    if !problems.is_empty() {
+        return Err(Error::StateDict(Box::new(problems)));
+    }
     let _guard = no_grad();
-    for ((_, t), v) in entries.iter().zip(values) {
-        t.copy_(&Tensor::from_slice(&backend, v, t.dims())?)?;
+    for (t, v) in values {
+        t.copy_(&Tensor::from_slice(t.backend(), v, t.dims())?)?;
     }
-    Ok(())
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -224,7 +349,10 @@ mod tests {
         assert_eq!(f.metadata_usize("answer").unwrap(), 42);
         assert!(f.metadata_usize("missing").is_err());
         assert!(f.ints("a").is_err());
-        assert_eq!(f.tensor(&ScalarRefBackend, "b").unwrap().to_vec().unwrap(), [5.0]);
+        assert_eq!(
+            f.tensor(&ScalarRefBackend, "b").unwrap().to_vec().unwrap(),
+            [5.0]
+        );
         assert!(TensorFile::from_bytes(&bytes[..bytes.len() - 3]).is_err());
         assert!(TensorFile::from_bytes(b"not a file").is_err());
     }
@@ -248,7 +376,10 @@ mod tests {
         let missing =
             TensorFile::from_bytes(&file(&[("weight", vec![1, 2], vec![7., 8.])])).unwrap();
         let err = load_state_dict(&lin, &missing, "").unwrap_err();
-        assert!(err.to_string().contains("no entry `bias`"), "{err}");
+        assert!(
+            err.to_string().contains("missing entries [\"bias\"]"),
+            "{err}"
+        );
         assert_eq!(lin.weight().to_vec().unwrap(), before);
         let wrong = TensorFile::from_bytes(&file(&[
             ("weight", vec![2, 1], vec![7., 8.]),
@@ -257,5 +388,125 @@ mod tests {
         .unwrap();
         let err = load_state_dict(&lin, &wrong, "").unwrap_err();
         assert!(err.to_string().contains("has shape [2, 1]"), "{err}");
+    }
+
+    /// A safetensors file with one I64 tensor `name` of shape `shape`.
+    fn int_file(
+        name: &str,
+        shape: Vec<usize>,
+        values: &[i64],
+        extra: &[(&str, Vec<usize>, Vec<f32>)],
+    ) -> Vec<u8> {
+        let ints: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let floats: Vec<(String, Vec<usize>, Vec<u8>)> = extra
+            .iter()
+            .map(|(n, s, v)| {
+                (
+                    n.to_string(),
+                    s.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
+            .collect();
+        let mut views = vec![(
+            name.to_string(),
+            TensorView::new(Dtype::I64, shape, &ints).unwrap(),
+        )];
+        for (n, s, b) in &floats {
+            views.push((
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            ));
+        }
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    #[test]
+    fn strict_loading_refuses_unexpected_entries_and_non_strict_reports_them() {
+        let b = ScalarRefBackend;
+        let lin = Linear::new(&b, 2, 1, &mut Philox::new(1)).unwrap();
+        let before = lin.weight().to_vec().unwrap();
+        let f = TensorFile::from_bytes(&file(&[
+            ("m.weight", vec![1, 2], vec![7., 8.]),
+            ("m.bias", vec![1], vec![9.]),
+            ("m.extra", vec![1], vec![1.]),
+            ("other.x", vec![1], vec![1.]),
+        ]))
+        .unwrap();
+        let err = load_state_dict(&lin, &f, "m.").unwrap_err().to_string();
+        assert!(err.contains("unexpected entries [\"m.extra\"]"), "{err}");
+        assert!(
+            !err.contains("other.x"),
+            "entries outside the prefix are not the module's: {err}"
+        );
+        assert_eq!(
+            lin.weight().to_vec().unwrap(),
+            before,
+            "nothing changes on error"
+        );
+        let opts = LoadOptions {
+            strict: false,
+            ..LoadOptions::default()
+        };
+        let report = load_state_dict_with(&lin, &f, "m.", opts).unwrap();
+        assert_eq!(report.unexpected, ["m.extra"]);
+        assert!(report.missing.is_empty());
+        assert_eq!(lin.weight().to_vec().unwrap(), [7., 8.]);
+        // Non-strict: a missing entry is reported and the others load.
+        let partial =
+            TensorFile::from_bytes(&file(&[("weight", vec![1, 2], vec![1., 2.])])).unwrap();
+        let report = load_state_dict_with(&lin, &partial, "", opts).unwrap();
+        assert_eq!(report.missing, ["bias"]);
+        assert_eq!(lin.weight().to_vec().unwrap(), [1., 2.]);
+        assert_eq!(lin.bias().unwrap().to_vec().unwrap(), [9.]);
+    }
+
+    #[test]
+    fn an_integer_entry_is_a_wrong_element_type_not_a_missing_one() {
+        let b = ScalarRefBackend;
+        let lin = Linear::new(&b, 2, 1, &mut Philox::new(1)).unwrap();
+        let f = TensorFile::from_bytes(&int_file(
+            "weight",
+            vec![1, 2],
+            &[7, 8],
+            &[("bias", vec![1], vec![9.])],
+        ))
+        .unwrap();
+        let err = load_state_dict(&lin, &f, "").unwrap_err().to_string();
+        assert!(err.contains("entry `weight` has element type I64"), "{err}");
+        assert!(!err.contains("missing"), "{err}");
+        // Also in non-strict mode: a wrong type is never silently skipped.
+        let opts = LoadOptions {
+            strict: false,
+            ..LoadOptions::default()
+        };
+        assert!(load_state_dict_with(&lin, &f, "", opts).is_err());
+    }
+
+    #[test]
+    fn non_finite_values_are_refused_unless_allowed() {
+        let b = ScalarRefBackend;
+        let lin = Linear::new(&b, 2, 1, &mut Philox::new(1)).unwrap();
+        let f = TensorFile::from_bytes(&file(&[
+            ("weight", vec![1, 2], vec![7., f32::NAN]),
+            ("bias", vec![1], vec![f32::INFINITY]),
+        ]))
+        .unwrap();
+        let err = load_state_dict(&lin, &f, "").unwrap_err().to_string();
+        assert!(
+            err.contains("entry `weight` holds a non-finite value at element 1"),
+            "{err}"
+        );
+        assert!(
+            err.contains("entry `bias` holds a non-finite value at element 0"),
+            "{err}"
+        );
+        let opts = LoadOptions {
+            allow_non_finite: true,
+            ..LoadOptions::default()
+        };
+        load_state_dict_with(&lin, &f, "", opts).unwrap();
+        assert!(lin.weight().to_vec().unwrap()[1].is_nan());
+        assert_eq!(lin.bias().unwrap().to_vec().unwrap(), [f32::INFINITY]);
     }
 }

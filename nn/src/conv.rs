@@ -90,7 +90,12 @@ impl<B: Backend> Conv2d<B> {
             rng,
         )?;
         let bias = if bias {
-            Some(init::uniform_parameter(backend, [out_channels], bound, rng)?)
+            Some(init::uniform_parameter(
+                backend,
+                [out_channels],
+                bound,
+                rng,
+            )?)
         } else {
             None
         };
@@ -297,6 +302,8 @@ mod tests {
         assert!(Conv2d::from_tensors(&w, Some(&bias), Conv2dOptions::default()).is_err());
         // A wrong channel count in the input is the operator's error.
         let conv = Conv2d::new(&b, 3, 4, [3, 3], &mut rng).unwrap();
-        assert!(conv.forward(&Tensor::zeros(&b, [1, 2, 5, 5]).unwrap()).is_err());
+        assert!(conv
+            .forward(&Tensor::zeros(&b, [1, 2, 5, 5]).unwrap())
+            .is_err());
     }
 }

@@ -26,6 +26,10 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A checkpoint does not fit a module: the missing, unexpected, wrong-shape,
+    /// wrong-type and non-finite entries, by name.
+    #[error("load_state_dict: {0}")]
+    StateDict(Box<crate::checkpoint::StateDictMismatch>),
     /// Reading a file failed.
     #[error("reading {}: {source}", path.display())]
     Io {

@@ -28,14 +28,14 @@
 //! let b = ScalarRefBackend;
 //! let mut rng = Philox::new(7);
 //! let model = Sequential::new()
-//!     .push(Linear::new(&b, 4, 8, &mut rng))
+//!     .push(Linear::new(&b, 4, 8, &mut rng)?)
 //!     .push(Relu)
-//!     .push(Linear::new(&b, 8, 3, &mut rng));
+//!     .push(Linear::new(&b, 8, 3, &mut rng)?);
 //! let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
 //!
 //! let mut opt = Sgd::new(model.parameters(), SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
-//! let x = Tensor::rand_uniform(&b, [5, 4], 0.0, 1.0, &mut rng);
+//! let x = Tensor::rand_uniform(&b, [5, 4], 0.0, 1.0, &mut rng)?;
 //! let y = model.forward(&x)?.relu()?.mean()?;
 //! opt.clear_grad();
 //! y.backward(None, false)?;

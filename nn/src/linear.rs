@@ -50,7 +50,12 @@ impl<B: Backend> Linear<B> {
         let bound = init::default_uniform_bound(in_features);
         let weight = init::uniform_parameter(backend, [out_features, in_features], bound, rng)?;
         let bias = if bias {
-            Some(init::uniform_parameter(backend, [out_features], bound, rng)?)
+            Some(init::uniform_parameter(
+                backend,
+                [out_features],
+                bound,
+                rng,
+            )?)
         } else {
             None
         };

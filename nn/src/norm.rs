@@ -391,7 +391,8 @@ mod tests {
         let y = bn.forward(&x).unwrap();
         assert_eq!(bn.num_batches_tracked(), 1);
         let want: Vec<f32> = x
-            .to_vec().unwrap()
+            .to_vec()
+            .unwrap()
             .iter()
             .enumerate()
             .map(|(i, v)| {
@@ -444,9 +445,13 @@ mod tests {
     fn batch_norm_rejects_bad_inputs() {
         let b = ScalarRefBackend;
         let bn = BatchNorm2d::new(&b, 3).unwrap();
-        let err = bn.forward(&Tensor::zeros(&b, [2, 3, 4]).unwrap()).unwrap_err();
+        let err = bn
+            .forward(&Tensor::zeros(&b, [2, 3, 4]).unwrap())
+            .unwrap_err();
         assert!(err.to_string().contains("4-D"), "{err}");
-        let err = bn.forward(&Tensor::zeros(&b, [2, 4, 2, 2]).unwrap()).unwrap_err();
+        let err = bn
+            .forward(&Tensor::zeros(&b, [2, 4, 2, 2]).unwrap())
+            .unwrap_err();
         assert!(err.to_string().contains("expected 3 channels"), "{err}");
     }
 

@@ -260,7 +260,10 @@ fn loader_builds_batches() {
     let batches: Vec<_> = loader.epoch(0).collect::<Result<_, _>>().unwrap();
     assert_eq!(batches.len(), 2);
     assert_eq!(batches[0].inputs.dims(), [4, 2]);
-    assert_eq!(batches[1].inputs.to_vec().unwrap(), vec![8.0, 9.0, 10.0, 11.0]);
+    assert_eq!(
+        batches[1].inputs.to_vec().unwrap(),
+        vec![8.0, 9.0, 10.0, 11.0]
+    );
     assert_eq!(batches[1].targets, vec![0, 2]);
 
     let shuffled = DataLoader::new(&b, &data, 6).unwrap().shuffle(3);

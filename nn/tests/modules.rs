@@ -44,7 +44,9 @@ fn parameter_names_follow_state_dict() {
     let x = Tensor::ones(&BE, [2, 5]).unwrap();
     assert_eq!(model.forward(&x).unwrap().dims(), [2, 2]);
     // Shapes are checked by the operators and reported as nn errors.
-    let err = model.forward(&Tensor::ones(&BE, [2, 4]).unwrap()).unwrap_err();
+    let err = model
+        .forward(&Tensor::ones(&BE, [2, 4]).unwrap())
+        .unwrap_err();
     assert!(matches!(err, Error::Autograd(_)), "{err}");
     assert!(err.to_string().contains("linear"), "{err}");
 }
@@ -53,7 +55,10 @@ fn parameter_names_follow_state_dict() {
 fn linear_init_is_pytorch_bounded_and_seeded() {
     let l = Linear::new(&BE, 16, 5, &mut Philox::new(42)).unwrap();
     let bound = 0.25f32;
-    let (w, b) = (l.weight().to_vec().unwrap(), l.bias().unwrap().to_vec().unwrap());
+    let (w, b) = (
+        l.weight().to_vec().unwrap(),
+        l.bias().unwrap().to_vec().unwrap(),
+    );
     assert!(w.iter().chain(&b).all(|v| v.abs() <= bound));
     assert!(w.iter().any(|v| v.abs() > 0.2), "spread over the bound");
     // Weight first, then bias, each row-major from the same stream.
@@ -63,9 +68,11 @@ fn linear_init_is_pytorch_bounded_and_seeded() {
         .collect();
     assert_eq!([w.clone(), b].concat(), want);
     assert_eq!(
-        Linear::new(&BE, 16, 5, &mut Philox::new(42)).unwrap()
+        Linear::new(&BE, 16, 5, &mut Philox::new(42))
+            .unwrap()
             .weight()
-            .to_vec().unwrap(),
+            .to_vec()
+            .unwrap(),
         w
     );
     assert!(l.weight().is_requires_grad() && l.weight().is_leaf());
@@ -93,7 +100,10 @@ fn linear_from_tensors_validates() {
 fn activations_match_tensor_ops() {
     let x = Tensor::from_vec(&BE, vec![-2.0, -0.5, 0.0, 0.5, 1.0, 3.0], [2, 3]).unwrap();
     let same = |m: &dyn Module<B>, want: Tensor<B>| {
-        assert_eq!(m.forward(&x).unwrap().to_vec().unwrap(), want.to_vec().unwrap())
+        assert_eq!(
+            m.forward(&x).unwrap().to_vec().unwrap(),
+            want.to_vec().unwrap()
+        )
     };
     same(&Relu, x.relu().unwrap());
     same(&Tanh, x.tanh().unwrap());
@@ -132,7 +142,10 @@ fn optimizer_updates_the_module_in_place() {
         assert_eq!(*a, b + (-0.5f32) * g);
     }
     // The module's own tensor saw the update.
-    let first = model.get(0).unwrap().named_parameters()[0].1.to_vec().unwrap();
+    let first = model.get(0).unwrap().named_parameters()[0]
+        .1
+        .to_vec()
+        .unwrap();
     assert_eq!(first, after);
     // Outside no_grad, parameters still refuse unrecorded in-place changes.
     assert!(model.parameters()[0].fill_(0.0).is_err());
@@ -145,7 +158,8 @@ fn parameters_without_gradient_are_skipped() {
     let p = Tensor::ones(&BE, [2]).unwrap().requires_grad().unwrap();
     let q = Tensor::ones(&BE, [2]).unwrap().requires_grad().unwrap();
     let mut adam = Adam::new(vec![p.clone(), q.clone()], AdamConfig::new(0.1)).unwrap();
-    p.set_grad(Some(Tensor::full(&BE, [2], 1.0).unwrap())).unwrap();
+    p.set_grad(Some(Tensor::full(&BE, [2], 1.0).unwrap()))
+        .unwrap();
     adam.step().unwrap();
     adam.step().unwrap();
     assert_eq!((adam.step_count(0), adam.step_count(1)), (2, 0));
@@ -176,10 +190,16 @@ fn sgd_momentum_buffer_starts_as_the_gradient() {
     .unwrap();
     sgd.step().unwrap();
     // First step: no dampening on the initial buffer.
-    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec().unwrap(), [1.0, 2.0, 4.0]);
+    assert_eq!(
+        sgd.momentum_buffer(0).unwrap().to_vec().unwrap(),
+        [1.0, 2.0, 4.0]
+    );
     assert_eq!(p.to_vec().unwrap(), [-1.0, -2.0, -4.0]);
     sgd.step().unwrap();
-    assert_eq!(sgd.momentum_buffer(0).unwrap().to_vec().unwrap(), [1.4, 2.8, 5.6]);
+    assert_eq!(
+        sgd.momentum_buffer(0).unwrap().to_vec().unwrap(),
+        [1.4, 2.8, 5.6]
+    );
 }
 
 #[test]
@@ -257,7 +277,13 @@ fn clipping_scales_all_gradients_jointly() {
     assert_eq!(q.grad().unwrap().to_vec().unwrap(), [4.0 * coef]);
     assert!(clip_grad_norm(&params, -1.0).is_err());
     clip_grad_value(&params, 0.5).unwrap();
-    assert!(p.grad().unwrap().to_vec().unwrap().iter().all(|v| v.abs() <= 0.5));
+    assert!(p
+        .grad()
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|v| v.abs() <= 0.5));
     assert!(clip_grad_value(&params, f64::NAN).is_err());
 }
 

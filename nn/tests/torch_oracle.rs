@@ -213,7 +213,8 @@ fn clipping_matches_torch() {
         let params: Vec<Tensor<B>> = (0..2)
             .map(|i| {
                 let before = o.tensor(&format!("{case}/g{i}/before"));
-                let p = Tensor::zeros(&b, before.shape().clone()).unwrap()
+                let p = Tensor::zeros(&b, before.shape().clone())
+                    .unwrap()
                     .requires_grad()
                     .unwrap();
                 p.set_grad(Some(before)).unwrap();

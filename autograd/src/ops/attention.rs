@@ -46,7 +46,7 @@ use std::fmt;
 /// ```compile_fail
 /// # use exactgrad_autograd::{AttentionMask, Tensor};
 /// # use exactgrad_backends::ScalarRefBackend;
-/// # let m = Tensor::ones(&ScalarRefBackend, [2, 2]);
+/// # let m = Tensor::ones(&ScalarRefBackend, [2, 2])?;
 /// let mask = AttentionMask::Bool(&m);
 /// ```
 pub enum AttentionMask<'a, B: Backend> {
@@ -113,10 +113,10 @@ impl<'a, B: Backend> AttentionMask<'a, B> {
 /// let allow = Tensor::from_vec(&b, vec![1.0, 0.0, 1.0, 1.0], [2, 2])?;
 /// let opts = AttentionOptions::masked(AttentionMask::Allow(&allow));
 /// let o = q.scaled_dot_product_attention(&q, &v, opts)?;
-/// assert_eq!(o.to_vec()[..2], [1.0, 2.0]);
+/// assert_eq!(o.to_vec()?[..2], [1.0, 2.0]);
 /// // The same restriction as PyTorch's causal attention.
 /// let causal = q.scaled_dot_product_attention(&q, &v, AttentionOptions::causal())?;
-/// assert_eq!(causal.to_vec(), o.to_vec());
+/// assert_eq!(causal.to_vec()?, o.to_vec()?);
 /// # Ok(())
 /// # }
 /// ```

@@ -128,14 +128,22 @@ pub(super) fn padded_and_effective(
         .checked_mul(2)
         .and_then(|p| p.checked_add(input))
         .ok_or_else(|| {
-            Error::overflow(op, "padding", format!("input size {input} + 2 × padding {pad} overflows usize"))
+            Error::overflow(
+                op,
+                "padding",
+                format!("input size {input} + 2 × padding {pad} overflows usize"),
+            )
         })?;
     let eff = kernel
         .saturating_sub(1)
         .checked_mul(dil)
         .and_then(|e| e.checked_add(1))
         .ok_or_else(|| {
-            Error::overflow(op, "dilation", format!("dilation {dil} × (kernel size {kernel} − 1) + 1 overflows usize"))
+            Error::overflow(
+                op,
+                "dilation",
+                format!("dilation {dil} × (kernel size {kernel} − 1) + 1 overflows usize"),
+            )
         })?;
     Ok((padded, eff))
 }
@@ -151,7 +159,11 @@ fn conv_out_size(
     dil: usize,
 ) -> Result<(Option<usize>, usize, usize)> {
     let (padded, eff) = padded_and_effective(op, input, kernel, pad, dil)?;
-    Ok(((padded >= eff).then(|| (padded - eff) / stride + 1), padded, eff))
+    Ok((
+        (padded >= eff).then(|| (padded - eff) / stride + 1),
+        padded,
+        eff,
+    ))
 }
 
 /// Checks the arguments of a 2-D convolution on 4-D `x` and `w` (`op` and `orig` name
@@ -441,7 +453,14 @@ fn conv2d_core<B: Backend>(
         };
         y = super::new_tensor(be, op, shape, |sum| {
             let (yd, bd) = (y.read()?, b.read()?);
-            Ok(be.binary(BinaryOp::Add, yd.as_ref(), y.layout(), bd.as_ref(), &bl, sum)?)
+            Ok(be.binary(
+                BinaryOp::Add,
+                yd.as_ref(),
+                y.layout(),
+                bd.as_ref(),
+                &bl,
+                sum,
+            )?)
         })?;
     }
     let need_x = x.is_requires_grad();

@@ -56,7 +56,11 @@ fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
         }
         let c = t.copy_contiguous()?;
         let (o, s) = as_batched(c.layout()).ok_or_else(|| {
-            Error::invalid("matmul", "operand", "a contiguous copy did not collapse its batch dimensions")
+            Error::invalid(
+                "matmul",
+                "operand",
+                "a contiguous copy did not collapse its batch dimensions",
+            )
         })?;
         Ok((c, o, s))
     };

@@ -23,11 +23,12 @@ use exactgrad_core::{Backend, BinaryOp, Philox};
 fn dropout_mask(key: u64, n: usize, p: f32, scale: f32) -> Result<Vec<f32>> {
     let k = [key as u32, (key >> 32) as u32];
     let mut mask = super::try_vec("dropout", 0, |_| 0.0f32)?;
-    mask.try_reserve_exact(n).map_err(|_| exactgrad_core::Error::Alloc {
-        op: "dropout",
-        bytes: n.saturating_mul(4),
-        reason: "the allocator refused the request",
-    })?;
+    mask.try_reserve_exact(n)
+        .map_err(|_| exactgrad_core::Error::Alloc {
+            op: "dropout",
+            bytes: n.saturating_mul(4),
+            reason: "the allocator refused the request",
+        })?;
     let mut block = 0u64;
     while mask.len() < n {
         let words = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], k);
@@ -302,11 +303,12 @@ impl<B: Backend> Tensor<B> {
         }
         let pieces = size.div_ceil(split_size).max(1);
         let mut out = super::try_vec(op, 0, |_| self.clone())?;
-        out.try_reserve_exact(pieces).map_err(|_| exactgrad_core::Error::Alloc {
-            op,
-            bytes: pieces.saturating_mul(std::mem::size_of::<Tensor<B>>()),
-            reason: "the allocator refused the list of pieces",
-        })?;
+        out.try_reserve_exact(pieces)
+            .map_err(|_| exactgrad_core::Error::Alloc {
+                op,
+                bytes: pieces.saturating_mul(std::mem::size_of::<Tensor<B>>()),
+                reason: "the allocator refused the list of pieces",
+            })?;
         for k in 0..pieces {
             let start = k * split_size;
             out.push(self.narrow(d as isize, start, split_size.min(size - start))?);
@@ -340,11 +342,12 @@ impl<B: Backend> Tensor<B> {
         }
         let mut start = 0;
         let mut out = super::try_vec(op, 0, |_| self.clone())?;
-        out.try_reserve_exact(sizes.len()).map_err(|_| exactgrad_core::Error::Alloc {
-            op,
-            bytes: sizes.len().saturating_mul(std::mem::size_of::<Tensor<B>>()),
-            reason: "the allocator refused the list of pieces",
-        })?;
+        out.try_reserve_exact(sizes.len())
+            .map_err(|_| exactgrad_core::Error::Alloc {
+                op,
+                bytes: sizes.len().saturating_mul(std::mem::size_of::<Tensor<B>>()),
+                reason: "the allocator refused the list of pieces",
+            })?;
         for &s in sizes {
             out.push(self.narrow(d as isize, start, s)?);
             start += s;

@@ -115,11 +115,12 @@ pub(crate) fn new_zeroed<B: Backend>(
 /// [`exactgrad_core::Error::Alloc`] instead of an abort).
 pub(crate) fn try_vec<T>(op: &'static str, n: usize, f: impl FnMut(usize) -> T) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| exactgrad_core::Error::Alloc {
-        op,
-        bytes: n.saturating_mul(std::mem::size_of::<T>()),
-        reason: "the allocator refused the request",
-    })?;
+    v.try_reserve_exact(n)
+        .map_err(|_| exactgrad_core::Error::Alloc {
+            op,
+            bytes: n.saturating_mul(std::mem::size_of::<T>()),
+            reason: "the allocator refused the request",
+        })?;
     v.extend((0..n).map(f));
     Ok(v)
 }

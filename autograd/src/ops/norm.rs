@@ -101,8 +101,8 @@ impl Momentum {
 /// # fn main() -> exactgrad_autograd::Result<()> {
 /// let b = ScalarRefBackend;
 /// let x = Tensor::from_vec(&b, vec![1.0, 2.0, 3.0, 5.0], [2, 2])?;
-/// let (mean, var) = (Tensor::zeros(&b, [2]), Tensor::ones(&b, [2]));
-/// let (w, bias) = (Tensor::ones(&b, [2]), Tensor::zeros(&b, [2]));
+/// let (mean, var) = (Tensor::zeros(&b, [2])?, Tensor::ones(&b, [2])?);
+/// let (w, bias) = (Tensor::ones(&b, [2])?, Tensor::zeros(&b, [2])?);
 /// let opts = BatchNormOptions::training()
 ///     .running_stats(&mean, &var)
 ///     .affine(&w, &bias)
@@ -110,8 +110,8 @@ impl Momentum {
 /// let y = x.batch_norm(opts)?;
 /// assert_eq!(y.dims(), [2, 2]);
 /// // The first batch's statistics (factor 1/1), the variance unbiased.
-/// assert_eq!(mean.to_vec(), [2.0, 3.5]);
-/// assert_eq!(var.to_vec(), [2.0, 4.5]);
+/// assert_eq!(mean.to_vec()?, [2.0, 3.5]);
+/// assert_eq!(var.to_vec()?, [2.0, 4.5]);
 /// # Ok(())
 /// # }
 /// ```
@@ -123,8 +123,8 @@ impl Momentum {
 /// # use exactgrad_autograd::Tensor;
 /// # use exactgrad_backends::ScalarRefBackend;
 /// # let b = ScalarRefBackend;
-/// # let x = Tensor::zeros(&b, [2, 2]);
-/// # let (mean, var) = (Tensor::zeros(&b, [2]), Tensor::ones(&b, [2]));
+/// # let x = Tensor::zeros(&b, [2, 2])?;
+/// # let (mean, var) = (Tensor::zeros(&b, [2])?, Tensor::ones(&b, [2])?);
 /// let y = x.batch_norm(Some(&var), Some(&mean), None, None, true, 0.1, 1e-5);
 /// ```
 pub struct BatchNormOptions<'a, B: Backend> {

@@ -40,7 +40,11 @@ pub(super) fn pad_forward<B: Backend>(
     let out_shape = Shape::from(out_dims);
     // The output's element count is checked (and its memory obtained) before the
     // input's elements are read; every index below is then inside the output.
-    let xs = if x.numel() > 0 { x.to_vec()? } else { Vec::new() };
+    let xs = if x.numel() > 0 {
+        x.to_vec()?
+    } else {
+        Vec::new()
+    };
     super::new_tensor(x.backend(), op, out_shape.clone(), |buf| {
         buf.fill(value);
         if xs.is_empty() {

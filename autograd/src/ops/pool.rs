@@ -138,9 +138,20 @@ fn pool_out_size(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: boo
 /// positions `o·s + i·d − p` fall inside `[0, size)`: the loop bounds of a window, so that
 /// the work is bounded by the input and not by the kernel size.
 fn taps_inside(o: usize, s: usize, d: usize, p: usize, k: usize, size: usize) -> (usize, usize) {
-    let (o, s, d, p, k, size) = (o as u128, s as u128, d as u128, p as u128, k as u128, size as u128);
+    let (o, s, d, p, k, size) = (
+        o as u128,
+        s as u128,
+        d as u128,
+        p as u128,
+        k as u128,
+        size as u128,
+    );
     let start = o * s; // < 2^67: o < out ≤ padded / s + 1
-    let lo = if start >= p { 0 } else { (p - start).div_ceil(d) };
+    let lo = if start >= p {
+        0
+    } else {
+        (p - start).div_ceil(d)
+    };
     let hi = if p + size > start {
         ((p + size - 1 - start) / d + 1).min(k)
     } else {
@@ -263,7 +274,11 @@ fn avg_window(o: usize, size: usize, k: usize, s: usize, p: usize) -> (usize, us
     let start = o * s - p;
     let end = (start + k).min(size + p);
     let span = (end - start).max(0) as u128;
-    (start.clamp(0, size) as usize, end.clamp(0, size) as usize, span)
+    (
+        start.clamp(0, size) as usize,
+        end.clamp(0, size) as usize,
+        span,
+    )
 }
 
 /// The windows of an average pooling: per output row and column the clipped range
@@ -299,7 +314,10 @@ impl AvgPlan {
 /// `ceil((i+1)·size/out)`.
 fn adaptive_window(i: usize, size: usize, out: usize) -> (usize, usize) {
     let (i, size, out) = (i as u128, size as u128, out as u128);
-    ((i * size / out) as usize, ((i + 1) * size).div_ceil(out) as usize)
+    (
+        (i * size / out) as usize,
+        ((i + 1) * size).div_ceil(out) as usize,
+    )
 }
 
 /// Wraps a 4-D pooling result back to 3-D when the input was unbatched.

@@ -76,7 +76,11 @@ impl<B: Backend> Tensor<B> {
                 ));
             } else {
                 known = known.checked_mul(d as usize).ok_or_else(|| {
-                    Error::overflow(op, "shape", format!("the product of the sizes in {shape:?} overflows"))
+                    Error::overflow(
+                        op,
+                        "shape",
+                        format!("the product of the sizes in {shape:?} overflows"),
+                    )
                 })?;
             }
         }
@@ -294,7 +298,11 @@ impl<B: Backend> Tensor<B> {
         )?;
         let in_shape = self.shape().clone();
         let mut region = Layout::contiguous(in_shape.clone());
-        region.offset = if len == 0 { 0 } else { s.saturating_mul(region.strides[d]) };
+        region.offset = if len == 0 {
+            0
+        } else {
+            s.saturating_mul(region.strides[d])
+        };
         region.strides[d] = region.strides[d].saturating_mul(step);
         let mut rshape = in_shape.to_vec();
         rshape[d] = len;
@@ -411,9 +419,13 @@ impl<B: Backend> Tensor<B> {
                     format!("sizes must match except in dimension {d}"),
                 ));
             }
-            total = t.dims()[d]
-                .checked_add(total)
-                .ok_or_else(|| Error::overflow(op, "tensors", format!("the sizes along dimension {d} add up past usize")))?;
+            total = t.dims()[d].checked_add(total).ok_or_else(|| {
+                Error::overflow(
+                    op,
+                    "tensors",
+                    format!("the sizes along dimension {d} add up past usize"),
+                )
+            })?;
         }
         let mut shape = first.dims().to_vec();
         shape[d] = total;

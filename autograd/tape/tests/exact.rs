@@ -65,7 +65,12 @@ macro_rules! compare {
             false,
         )
         .unwrap();
-        assert_eq!(bits($y.values()), bits(&ey.to_vec().unwrap()), "{}: values", $name);
+        assert_eq!(
+            bits($y.values()),
+            bits(&ey.to_vec().unwrap()),
+            "{}: values",
+            $name
+        );
         assert_eq!(bits($a.grad()), grad(&$ea), "{}: gradient", $name);
     }};
 }

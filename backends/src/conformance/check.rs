@@ -287,9 +287,15 @@ pub fn check_case_on<B: Backend, R: Backend>(
         .run(&case.call, reference)
         .map_err(|e| mismatch(reference.name(), 0, None, None, Some(e.to_string())))?;
     for b in backends {
-        let got = inputs
-            .run(&case.call, b)
-            .map_err(|e| mismatch(b.name(), 0, None, want.first().copied(), Some(e.to_string())))?;
+        let got = inputs.run(&case.call, b).map_err(|e| {
+            mismatch(
+                b.name(),
+                0,
+                None,
+                want.first().copied(),
+                Some(e.to_string()),
+            )
+        })?;
         if let Some(i) = first_difference(b.mode(), &got, &want) {
             return Err(mismatch(
                 b.name(),

@@ -11,14 +11,17 @@
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{Backend, BinaryOp, Layout, Shape, UnaryOp};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::string::{String, ToString};
+use std::string::String;
 use std::vec;
 use std::vec::Vec;
+
+/// A call of one kernel on a given output buffer.
+type KernelCall = Box<dyn Fn(&mut [f32]) -> Result<(), exactgrad_core::Error>>;
 
 /// One invalid call that must be refused.
 struct Probe {
     what: &'static str,
-    run: Box<dyn Fn(&mut [f32]) -> Result<(), exactgrad_core::Error>>,
+    run: KernelCall,
 }
 
 fn layout(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
@@ -32,9 +35,8 @@ fn layout(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
 fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     let data = vec![1.0f32; 16];
     let mut v: Vec<Probe> = Vec::new();
-    let mut add = |what: &'static str, f: Box<dyn Fn(&mut [f32]) -> _>| {
-        v.push(Probe { what, run: f })
-    };
+    let mut add =
+        |what: &'static str, f: Box<dyn Fn(&mut [f32]) -> _>| v.push(Probe { what, run: f });
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "copy_strided: offset past the buffer",
@@ -44,7 +46,11 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     add(
         "copy_strided: stride overflowing usize",
         Box::new(move |out| {
-            b1.copy_strided(&d1, &layout(&[2, 2], &[usize::MAX / 2 + 1, 1], 0), &mut out[..4])
+            b1.copy_strided(
+                &d1,
+                &layout(&[2, 2], &[usize::MAX / 2 + 1, 1], 0),
+                &mut out[..4],
+            )
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
@@ -117,7 +123,12 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     add(
         "sum: huge stride",
         Box::new(move |out| {
-            b1.sum(&d1, &layout(&[2, 4], &[1 << 40, 1], 0), &[true, false], &mut out[..4])
+            b1.sum(
+                &d1,
+                &layout(&[2, 4], &[1 << 40, 1], 0),
+                &[true, false],
+                &mut out[..4],
+            )
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
@@ -235,6 +246,6 @@ pub fn check_invalid_arguments<B: Backend>(backend: &B) -> Result<usize, String>
 
 impl core::fmt::Debug for Probe {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(&self.what.to_string())
+        f.write_str(self.what)
     }
 }

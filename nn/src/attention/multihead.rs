@@ -91,9 +91,9 @@ impl<B: Backend> MultiheadAttention<B> {
                 format!("must be in [0, 1], got {}", config.dropout),
             ));
         }
-        let three_e = e.checked_mul(3).ok_or_else(|| {
-            Error::invalid(op, "embed_dim", format!("3 × {e} overflows usize"))
-        })?;
+        let three_e = e
+            .checked_mul(3)
+            .ok_or_else(|| Error::invalid(op, "embed_dim", format!("3 × {e} overflows usize")))?;
         let xavier = (6.0 / (4.0 * e as f64)).sqrt() as f32;
         let in_proj_weight = init::uniform_parameter(backend, [three_e, e], xavier, rng)?;
         let out_w = init::uniform(backend, [e, e], init::default_uniform_bound(e), rng)?;
@@ -173,7 +173,7 @@ impl<B: Backend> MultiheadAttention<B> {
     ///     ..MultiheadAttentionConfig::new(4, 2)
     /// };
     /// let mha = MultiheadAttention::new(&b, config, &mut Philox::new(1))?;
-    /// let x = Tensor::randn(&b, [2, 3, 4], 0.0, 1.0, &mut Philox::new(2));
+    /// let x = Tensor::randn(&b, [2, 3, 4], 0.0, 1.0, &mut Philox::new(2))?;
     /// // PyTorch's key_padding_mask: True (1) at the padded key of sequence 1.
     /// let padding = Tensor::from_vec(&b, vec![0.0, 0.0, 0.0, 0.0, 0.0, 1.0], [2, 3])?;
     /// let y = mha.forward_attention(&x, &x, &x, Some(AttentionMask::Block(&padding)), None)?;
@@ -191,8 +191,8 @@ impl<B: Backend> MultiheadAttention<B> {
     /// # use exactgrad_nn::{MultiheadAttention, MultiheadAttentionConfig};
     /// # let b = ScalarRefBackend;
     /// # let mha = MultiheadAttention::new(&b, MultiheadAttentionConfig::new(4, 2), &mut Philox::new(1)).unwrap();
-    /// # let x = Tensor::zeros(&b, [3, 2, 4]);
-    /// # let padding = Tensor::zeros(&b, [2, 3]);
+    /// # let x = Tensor::zeros(&b, [3, 2, 4])?;
+    /// # let padding = Tensor::zeros(&b, [2, 3])?;
     /// let y = mha.forward_attention(&x, &x, &x, Some(&padding), None);
     /// ```
     pub fn forward_attention(

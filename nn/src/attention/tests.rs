@@ -10,7 +10,13 @@ type T = Tensor<ScalarRefBackend>;
 
 fn close(a: &T, b: &T, tol: f32) {
     assert_eq!(a.dims(), b.dims());
-    for (i, (x, y)) in a.to_vec().unwrap().iter().zip(b.to_vec().unwrap()).enumerate() {
+    for (i, (x, y)) in a
+        .to_vec()
+        .unwrap()
+        .iter()
+        .zip(b.to_vec().unwrap())
+        .enumerate()
+    {
         assert!((x - y).abs() <= tol, "element {i}: {x} vs {y}");
     }
 }
@@ -31,7 +37,8 @@ fn randn(shape: &[usize], seed: u64) -> T {
         0.0,
         1.0,
         &mut Philox::new(seed),
-    ).unwrap()
+    )
+    .unwrap()
 }
 
 #[test]
@@ -51,19 +58,27 @@ fn multihead_attention_names_and_init() {
     let w = m.in_proj_weight().to_vec().unwrap();
     assert_eq!(m.in_proj_weight().dims(), [24, 8]);
     assert!(w.iter().all(|v| v.abs() <= xavier) && w.iter().any(|v| v.abs() > 0.5 * xavier));
-    assert!(m.in_proj_bias().unwrap().to_vec().unwrap().iter().all(|&v| v == 0.0));
+    assert!(m
+        .in_proj_bias()
+        .unwrap()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0.0));
     assert!(m
         .out_proj()
         .bias()
         .unwrap()
-        .to_vec().unwrap()
+        .to_vec()
+        .unwrap()
         .iter()
         .all(|&v| v == 0.0));
     let bound = (1.0 / 8f64.sqrt()) as f32;
     assert!(m
         .out_proj()
         .weight()
-        .to_vec().unwrap()
+        .to_vec()
+        .unwrap()
         .iter()
         .all(|v| v.abs() <= bound));
     assert!(m

@@ -197,14 +197,8 @@ impl<B: Backend> EncoderCase<B> {
     ) -> Result<Self> {
         let mut rng = Philox::new(seed);
         let model = TransformerEncoder::new(backend, config, &mut rng)?;
-        let input = Tensor::randn(
-            backend,
-            [batch, seq, config.d_model],
-            0.0,
-            1.0,
-            &mut rng,
-        )?
-        .requires_grad()?;
+        let input = Tensor::randn(backend, [batch, seq, config.d_model], 0.0, 1.0, &mut rng)?
+            .requires_grad()?;
         let mut mask = Vec::with_capacity(batch * seq);
         let mut targets = Vec::with_capacity(batch * seq);
         for i in 0..batch {

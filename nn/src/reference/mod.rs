@@ -33,7 +33,7 @@
 //! let case = ConvNetCase::random(&b, config, 2, [8, 8], 7)?;
 //! let step = case.forward_backward()?;
 //! assert_eq!(step.gradients.last().unwrap().0, "input");
-//! println!("loss {} hash {:#018x}", step.loss.item()?, step.hash());
+//! println!("loss {} hash {:#018x}", step.loss.item()?, step.hash()?);
 //! # Ok(())
 //! # }
 //! ```
@@ -167,7 +167,11 @@ mod tests {
             conv.forward_backward().unwrap(),
             conv.forward_backward().unwrap(),
         );
-        assert_eq!(a.hash().unwrap(), c.hash().unwrap(), "gradients are cleared between passes");
+        assert_eq!(
+            a.hash().unwrap(),
+            c.hash().unwrap(),
+            "gradients are cleared between passes"
+        );
         let names: Vec<&str> = a.gradients.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names[..4],
@@ -185,11 +189,17 @@ mod tests {
         };
         let enc = EncoderCase::random(&b, config, 2, 6, 2).unwrap();
         let g = enc.forward_backward().unwrap();
-        assert_eq!(g.hash().unwrap(), enc.forward_backward().unwrap().hash().unwrap());
+        assert_eq!(
+            g.hash().unwrap(),
+            enc.forward_backward().unwrap().hash().unwrap()
+        );
         assert_eq!(g.logits.dims(), [2, 6, 5]);
         assert_eq!(g.gradients.len(), 2 * 12 + 4 + 1);
         // Sequence 1 has 6 − 1·6/(2·2) = 5 tokens.
-        assert_eq!(enc.key_padding_mask.to_vec().unwrap()[6..], [0., 0., 0., 0., 0., 1.]);
+        assert_eq!(
+            enc.key_padding_mask.to_vec().unwrap()[6..],
+            [0., 0., 0., 0., 0., 1.]
+        );
         assert_eq!(enc.targets[11], -100);
         assert!(enc.targets[..11].iter().all(|&t| (0..5).contains(&t)));
         assert!(g.get("layers.1.norm2.bias").is_some());

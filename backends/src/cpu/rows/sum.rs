@@ -208,7 +208,7 @@ pub(crate) unsafe fn sum<M: ModeSpec>(
             // The arguments were validated at the kernel's entry, so the reference loop cannot fail.
             let checked = RefKernels::<M>::sum(x, layout, reduce, out);
             debug_assert!(checked.is_ok());
-        return;
+            return;
         }
     }
     debug_assert_eq!(plan.kept.numel(), out.len());

@@ -1,0 +1,289 @@
+//! Hostile input through the public API: sizes whose products overflow, layouts that
+//! reach outside their buffers, window arguments at `usize::MAX`, allocations no machine
+//! can satisfy. Every call must return an error (or the right answer) — never crash,
+//! hang, abort or give wrong numbers. Each test is one reproducer of a defect that the
+//! checked arithmetic of `exactgrad_core::shape` and the kernels' argument checks
+//! (`exactgrad_core::check`) now refuse.
+
+use exactgrad::backends::conformance::check_invalid_arguments;
+use exactgrad::core::backend::MatmulSpec;
+use exactgrad::core::{BinaryOp, Layout, Shape};
+use exactgrad::nn::Linear;
+use exactgrad::prelude::*;
+use std::time::{Duration, Instant};
+
+type T = Tensor<ScalarRefBackend>;
+const B: ScalarRefBackend = ScalarRefBackend;
+
+fn assert_err<V: std::fmt::Debug>(what: &str, r: Result<V, impl std::fmt::Display>) -> String {
+    match r {
+        Ok(v) => panic!("{what}: accepted, gave {v:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Runs `f` and fails the test if it takes longer than `limit` (a hang shows up as a
+/// timeout of this helper, not of the whole suite).
+fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    let t = Instant::now();
+    match rx.recv_timeout(limit) {
+        Ok(r) => r,
+        Err(_) => panic!("did not return within {limit:?} (ran {:?})", t.elapsed()),
+    }
+}
+
+#[test]
+fn reshape_to_a_shape_whose_count_overflows_is_an_error() {
+    let x = T::ones(&B, [4]).unwrap();
+    let e = assert_err("reshape", x.reshape([(1usize << 62) + 1, 4]));
+    assert!(e.contains("reshape"), "{e}");
+    assert_err(
+        "reshape_infer",
+        x.reshape_infer(&[(1isize << 62) + 1, 4, -1]),
+    );
+    assert_err("view", x.view([usize::MAX, 2]));
+    // A product that wraps to exactly the element count is still refused.
+    assert_err("reshape", x.reshape([(1usize << 63) + 2, 2]));
+}
+
+#[test]
+fn from_vec_with_an_overflowing_shape_is_an_error() {
+    let e = assert_err(
+        "from_vec",
+        T::from_vec(&B, vec![1.0; 4], [(1usize << 62) + 1, 4]),
+    );
+    assert!(e.contains("from_vec"), "{e}");
+    assert_err(
+        "from_vec",
+        T::from_vec(&B, vec![1.0; 4], [1usize << 32, 1 << 32, 4]),
+    );
+}
+
+#[test]
+fn creation_larger_than_memory_is_an_error_not_an_abort() {
+    // 2^80 elements: the count overflows.
+    let e = assert_err("zeros", T::zeros(&B, [1usize << 40, 1 << 40]));
+    assert!(e.contains("zeros"), "{e}");
+    // 2^44 elements (64 TiB): a representable count the allocator refuses.
+    let e = assert_err("zeros", T::zeros(&B, [1usize << 22, 1 << 22]));
+    assert!(e.contains("allocate") || e.contains("elements"), "{e}");
+    assert_err("ones", T::ones(&B, [1usize << 22, 1 << 22]));
+    assert_err("full", T::full(&B, [1usize << 44], 2.0));
+    let mut rng = Philox::new(1);
+    assert_err("randn", T::randn(&B, [1usize << 44], 0.0, 1.0, &mut rng));
+    // A 2^20 × 2^20 layer needs 4 TiB.
+    let e = assert_err(
+        "Linear::new",
+        Linear::new(&B, 1 << 20, 1 << 20, &mut Philox::new(1)),
+    );
+    assert!(e.contains("allocate"), "{e}");
+}
+
+#[test]
+fn expand_to_an_overflowing_count_is_an_error() {
+    let one = T::ones(&B, [1]).unwrap();
+    assert_err("expand", one.expand(&[1 << 40, 1 << 40]));
+    // A huge but representable view is fine (it copies nothing).
+    let v = one.expand(&[1 << 30, 1 << 20]).unwrap();
+    assert_eq!(v.numel(), 1 << 50);
+}
+
+#[test]
+fn kernels_refuse_layouts_outside_their_buffers_on_every_backend() {
+    check_invalid_arguments(&ScalarRefBackend).unwrap();
+    check_invalid_arguments(&FastScalarRefBackend).unwrap();
+    for isa in Isa::ALL {
+        for threads in [1, 3] {
+            if let Ok(b) = ExactBackend::with_isa(isa, threads) {
+                check_invalid_arguments(&b).unwrap();
+            }
+            if let Ok(b) = FastBackend::with_isa(isa, threads) {
+                check_invalid_arguments(&b).unwrap();
+            }
+        }
+    }
+    // The two reproducers: a sum over a huge stride, and a binary operation whose
+    // operand offset wraps around below the buffer.
+    let data = vec![1.0f32; 16];
+    let mut out = vec![0.0f32; 16];
+    let huge = Layout {
+        shape: Shape::from([2, 4]),
+        strides: vec![1 << 40, 1],
+        offset: 0,
+    };
+    for isa in Isa::ALL {
+        let Ok(b) = ExactBackend::with_isa(isa, 1) else {
+            continue;
+        };
+        assert!(b.sum(&data, &huge, &[true, false], &mut out[..4]).is_err());
+        let wrapping = Layout {
+            shape: Shape::from([8]),
+            strides: vec![1],
+            offset: usize::MAX - 3,
+        };
+        let plain = Layout::contiguous([8]);
+        assert!(b
+            .binary(
+                BinaryOp::Add,
+                &data,
+                &wrapping,
+                &data,
+                &plain,
+                &mut out[..8]
+            )
+            .is_err());
+        let spec = MatmulSpec {
+            batch: 1,
+            m: 4,
+            k: 4,
+            n: 4,
+            a_offset: usize::MAX,
+            a_strides: [0, 4, 1],
+            b_offset: 0,
+            b_strides: [0, 4, 1],
+        };
+        assert!(b.matmul(&spec, &data, &data, &mut out).is_err());
+    }
+}
+
+#[test]
+fn max_pool_with_a_huge_kernel_returns_promptly() {
+    within(Duration::from_secs(20), || {
+        let x = T::ones(&B, [1, 1, 4, 4]).unwrap();
+        // The kernel is larger than the padded input: an error, at once.
+        let e = assert_err(
+            "max_pool2d",
+            x.max_pool2d(MaxPool2dOptions {
+                stride: Some([1, 1]),
+                ..MaxPool2dOptions::new([usize::MAX, 1])
+            }),
+        );
+        assert!(e.contains("max_pool2d"), "{e}");
+        // A kernel of 2^40 rows with padding 2^39 covers the input: valid (as in
+        // PyTorch), and the loops only visit taps inside the input.
+        let y = x
+            .max_pool2d(MaxPool2dOptions {
+                stride: Some([1, 1]),
+                padding: [1 << 39, 0],
+                ..MaxPool2dOptions::new([1 << 40, 1])
+            })
+            .unwrap();
+        assert_eq!(y.dims(), [1, 1, 5, 4]);
+        assert!(y.to_vec().unwrap().iter().all(|&v| v == 1.0));
+    });
+}
+
+#[test]
+fn window_arguments_at_the_limits_are_errors_not_wrong_answers() {
+    let x = T::ones(&B, [1, 1, 4, 4]).unwrap();
+    assert_err(
+        "max_pool2d dilation",
+        x.max_pool2d(MaxPool2dOptions {
+            dilation: [1 << 63, 1],
+            ..MaxPool2dOptions::new([2, 2])
+        }),
+    );
+    assert_err(
+        "avg_pool2d kernel",
+        x.avg_pool2d(AvgPool2dOptions::new([usize::MAX, 1])),
+    );
+    // A kernel of usize::MAX rows with half of it as padding covers the input: PyTorch
+    // defines one window, whose divisor counts the padded rows (computed without
+    // overflow): the four ones of a column divided by 4 + 2·⌊MAX/2⌋ rows.
+    let y = x
+        .avg_pool2d(AvgPool2dOptions {
+            stride: Some([usize::MAX, usize::MAX]),
+            padding: [usize::MAX / 2, 0],
+            ..AvgPool2dOptions::new([usize::MAX, 1])
+        })
+        .unwrap();
+    let rows = (4u128 + 2 * (usize::MAX / 2) as u128) as f32;
+    assert_eq!(y.dims(), [1, 1, 1, 1]);
+    assert_eq!(y.item().unwrap().to_bits(), (4.0f32 / rows).to_bits());
+    let w = T::ones(&B, [1, 1, 3, 3]).unwrap();
+    let e = assert_err(
+        "conv2d dilation",
+        x.conv2d(
+            &w,
+            None,
+            Conv2dOptions {
+                dilation: [1 << 63, 1],
+                ..Conv2dOptions::default()
+            },
+        ),
+    );
+    assert!(e.contains("conv2d"), "{e}");
+    assert_err(
+        "conv2d padding",
+        x.conv2d(
+            &w,
+            None,
+            Conv2dOptions {
+                padding: [usize::MAX, 0],
+                ..Conv2dOptions::default()
+            },
+        ),
+    );
+    assert_err(
+        "conv2d stride",
+        x.conv2d(
+            &w,
+            None,
+            Conv2dOptions {
+                stride: [0, 1],
+                ..Conv2dOptions::default()
+            },
+        ),
+    );
+}
+
+#[test]
+fn outputs_larger_than_memory_are_errors() {
+    let x = T::ones(&B, [1, 1, 4, 4]).unwrap();
+    assert_err(
+        "adaptive_avg_pool2d",
+        x.adaptive_avg_pool2d([1 << 40, 1 << 40]),
+    );
+    assert_err("adaptive_avg_pool2d", x.adaptive_avg_pool2d([1 << 44, 1]));
+    let w = T::ones(&B, [1, 1, 3, 3]).unwrap();
+    assert_err(
+        "conv2d padding",
+        x.conv2d(
+            &w,
+            None,
+            Conv2dOptions {
+                padding: [1 << 40, 0],
+                ..Conv2dOptions::default()
+            },
+        ),
+    );
+    assert_err("pad", x.pad(&[1 << 40, 1 << 40], 0.0));
+    let e = assert_err("pad", x.pad(&[usize::MAX, 1], 0.0));
+    assert!(e.contains("pad"), "{e}");
+}
+
+#[test]
+fn mean_of_a_huge_broadcast_view_is_refused_before_it_overflows() {
+    let one = T::ones(&B, [1]).unwrap();
+    assert_err("expand", one.expand(&[1 << 40, 1 << 40]));
+    assert_err("zeros", T::zeros(&B, [1usize << 40, 1 << 40]));
+}
+
+#[test]
+fn a_lane_type_cannot_be_reached_from_safe_code() {
+    // The SIMD lane types are private to the backends crate; their vector forms are
+    // reached only through a call that checks the CPU first.
+    use exactgrad::backends::cpu::vector_forms::{vector_form, Transcendental};
+    let mut out = [0.0f32; 64];
+    for isa in Isa::ALL {
+        let supported = isa.is_supported(ComputeMode::Exact);
+        assert_eq!(
+            vector_form(isa, Transcendental::Exp, 0x3f80_0000, &mut out).is_ok(),
+            supported
+        );
+    }
+}
