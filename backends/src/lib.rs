@@ -15,12 +15,15 @@
 //! | [`scalar`] | `src/scalar/mod.rs` | the scalar reference definitions: `f32` formulas, sums, dot, GEMM, softmax rows, `sqrt` without std |
 //! | [`scalar_ref`] | `src/scalar_ref.rs` | `ScalarRefBackend` and `FastScalarRefBackend`: plain loops over [`scalar`] |
 //! | [`cpu`] | `src/cpu/` | `ExactBackend`/`FastBackend`: ISA detection and dispatch (`mod.rs`), lane types (`simd.rs`), f64 row sums (`simd64.rs`), element-wise loops (`elementwise.rs`), GEMM (`gemm.rs`), row kernels (`rows/`: copy, select, sum, softmax) |
-//! | [`conformance`] | `src/conformance/` | the conformance kit for any backend: `cases.rs`, `check.rs`, `report.rs` |
+//! | [`conformance`] | `src/conformance/` | the conformance kit for any backend: `cases.rs`, `check.rs`, `report.rs`, `invalid.rs` |
 //!
 //! `unsafe` is confined to the SIMD kernels of [`cpu`]; every block carries a `// SAFETY:`
 //! note (the lint `clippy::undocumented_unsafe_blocks` is denied), and the target-feature
-//! contract those notes rest on is written in [`cpu::simd`]. The exhaustive tests over all
-//! 2^32 inputs need the `exhaustive` feature (see `Cargo.toml`).
+//! contract those notes rest on is written in the `cpu::simd` module. That module is
+//! crate-private: the lane types are reached only through the kernels and
+//! [`cpu::vector_forms`], which check the CPU first, so no safe call can run an
+//! instruction the CPU lacks. The exhaustive tests over all 2^32 inputs need the
+//! `exhaustive` feature (see `Cargo.toml`).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]

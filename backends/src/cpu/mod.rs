@@ -1,7 +1,7 @@
 //! `ExactBackend` and `FastBackend`: SIMD kernels on the best ISA path of the machine (or
 //! a path chosen by the caller), with a thread pool per compute context.
 //!
-//! Every kernel is written once, generic over a [`simd::SimdLane`] and the mode's
+//! Every kernel is written once, generic over a `simd::SimdLane` and the mode's
 //! multiply-add, and instantiated per ISA path inside a function compiled with that
 //! path's `#[target_feature]`. Work is split over independent outputs in chunks whose
 //! size is a constant of the kernel and the shape, so the thread count changes only the
@@ -9,7 +9,7 @@
 //! mode every FMA path gives the bits of [`crate::FastScalarRefBackend`].
 //!
 //! The files: this one holds [`Isa`], [`ComputeContext`], [`CpuBackend`] (its defaults:
-//! the best path, one thread) and the element-wise dispatch; [`simd`] the lane types and
+//! the best path, one thread) and the element-wise dispatch; `simd` the lane types and
 //! their target-feature contract; `simd64.rs` the f64 accumulation across outputs;
 //! [`elementwise`] the element-wise loops over slices (the formulas are
 //! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
