@@ -6,6 +6,13 @@
 //! lane types themselves never need to be reachable from safe code. The exhaustive test
 //! (`backends/tests/exhaustive_vector.rs`) compares these forms with the scalar
 //! definitions over all 2^32 inputs.
+//!
+//! The lane types are not part of the public API, so no safe call can execute an
+//! instruction of a path the CPU lacks:
+//!
+//! ```compile_fail
+//! use exactgrad_backends::cpu::simd::F32x16;
+//! ```
 
 use super::simd::SimdLane;
 use super::{Isa, UnsupportedIsa};
