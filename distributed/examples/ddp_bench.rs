@@ -106,7 +106,7 @@ fn shard_losses<B: Backend>(
 fn bench<B: Backend>(comm: &Comm, b: &B, a: &Args, label: &str) -> Result<()> {
     let mut rng = Philox::new(0);
     let model = ConvNet::new(b, ConvNetConfig::default(), &mut rng)?;
-    let images = Tensor::randn(b, [a.batch, 3, a.hw, a.hw], 0.0, 1.0, &mut rng).to_vec();
+    let images = Tensor::randn(b, [a.batch, 3, a.hw, a.hw], 0.0, 1.0, &mut rng)?.to_vec()?;
     let targets: Vec<i64> = (0..a.batch).map(|_| i64::from(rng.below(10))).collect();
     let mut ddp = DataParallel::new(comm, &model, DdpConfig::new(a.shards))?;
     let params = model.parameters();
@@ -153,7 +153,7 @@ fn bench<B: Backend>(comm: &Comm, b: &B, a: &Args, label: &str) -> Result<()> {
                 .backward(None, false)?;
             let mut at = 0;
             for p in &params {
-                let g = p.grad().map(|g| g.to_vec());
+                let g = p.grad().map(|g| g.to_vec()).transpose()?;
                 for j in 0..p.numel() {
                     sum[at + j] += g.as_ref().map_or(0.0, |g| g[j]);
                 }

@@ -104,9 +104,9 @@ fn train<B: Backend>(comm: &Comm, b: &B, args: &Args) -> Result<()> {
     let split = Digits::bundled().split()?;
     let mut rng = Philox::new(args.seed);
     let model = Sequential::new()
-        .push(Linear::new(b, Digits::FEATURES, args.hidden, &mut rng))
+        .push(Linear::new(b, Digits::FEATURES, args.hidden, &mut rng)?)
         .push(Relu)
-        .push(Linear::new(b, args.hidden, Digits::CLASSES, &mut rng));
+        .push(Linear::new(b, args.hidden, Digits::CLASSES, &mut rng)?);
     let assignment = match args.shuffle_shards {
         Some(seed) => Assignment::Shuffled { seed },
         None => Assignment::Blocked,
@@ -166,7 +166,7 @@ fn train<B: Backend>(comm: &Comm, b: &B, args: &Args) -> Result<()> {
         ));
     }
     let params = model.parameters();
-    let hash = hash_tensors(&params.iter().collect::<Vec<_>>());
+    let hash = hash_tensors(&params.iter().collect::<Vec<_>>())?;
     let test_accuracy = {
         let _guard = no_grad();
         let (x, y) = split.test.to_tensors(b)?;
@@ -190,14 +190,15 @@ fn train<B: Backend>(comm: &Comm, b: &B, args: &Args) -> Result<()> {
     ));
     if let Some(path) = &args.save {
         // Written once, by rank 0; a failure there is an error on every rank.
-        comm.run_on_root(|| {
+        comm.run_on_root(|| -> std::result::Result<(), String> {
             let mut out = Vec::new();
             for p in &params {
                 p.to_vec()
+                    .map_err(|e| e.to_string())?
                     .iter()
                     .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
             }
-            std::fs::write(path, out)
+            std::fs::write(path, out).map_err(|e| e.to_string())
         })?;
         say(format!("saved the parameters to {path}"));
     }

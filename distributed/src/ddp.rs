@@ -338,12 +338,12 @@ fn describe<B: Backend>(
     lines
 }
 
-fn flat_values<B: Backend>(tensors: &[(String, Tensor<B>)]) -> Vec<f32> {
+fn flat_values<B: Backend>(tensors: &[(String, Tensor<B>)]) -> Result<Vec<f32>> {
     let mut out = Vec::new();
     for (_, t) in tensors {
-        out.extend(t.to_vec());
+        out.extend(t.to_vec()?);
     }
-    out
+    Ok(out)
 }
 
 /// Writes `values` into the tensors, in order, under `no_grad`.
@@ -466,8 +466,8 @@ impl<B: Backend> DataParallel<B> {
 
         // Rank 0's values everywhere.
         let root = world.process_at_rank(0);
-        let mut values = flat_values(&params);
-        values.extend(flat_values(&buffers));
+        let mut values = flat_values(&params)?;
+        values.extend(flat_values(&buffers)?);
         root.broadcast_into(&mut values[..]);
         let grad_len: usize = params.iter().map(|(_, t)| t.numel()).sum();
         install(&params, &values[..grad_len])?;
@@ -584,7 +584,7 @@ impl<B: Backend> DataParallel<B> {
             ));
         }
         let start = Instant::now();
-        let buffers0 = flat_values(&self.buffers);
+        let buffers0 = flat_values(&self.buffers)?;
         let mut leaves: Vec<Option<Vec<f32>>> = vec![None; shards];
         let local = self.local_shards();
         for (k, &s) in local.iter().enumerate() {
@@ -618,12 +618,12 @@ impl<B: Backend> DataParallel<B> {
             leaf.reserve(self.plan.len);
             for (_, p) in &self.params {
                 match p.grad() {
-                    Some(g) => leaf.extend(g.to_vec()),
+                    Some(g) => leaf.extend(g.to_vec()?),
                     None => leaf.extend(std::iter::repeat_n(0.0, p.numel())),
                 }
             }
             // Buffers travel as this shard's change, so an untouched buffer stays exact.
-            let now = flat_values(&self.buffers);
+            let now = flat_values(&self.buffers)?;
             leaf.extend(now.iter().zip(&buffers0).map(|(&b, &b0)| b - b0));
             leaf.push(total.item()?);
             leaf.push(shard.range.len() as f32);

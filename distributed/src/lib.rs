@@ -24,9 +24,9 @@
 //!         let data = Digits::bundled().split()?.train;
 //!         let mut rng = Philox::new(0);
 //!         let model = Sequential::new()
-//!             .push(Linear::new(&b, 64, 32, &mut rng))
+//!             .push(Linear::new(&b, 64, 32, &mut rng)?)
 //!             .push(Relu)
-//!             .push(Linear::new(&b, 32, 10, &mut rng));
+//!             .push(Linear::new(&b, 32, 10, &mut rng)?);
 //!         let mut ddp = DataParallel::new(comm, &model, DdpConfig::new(8))?;
 //!         let mut opt = Adam::new(model.parameters(), AdamConfig::new(1e-3))?;
 //!         for batch in BatchSampler::new(data.len(), 64)?.shuffle(1).batches(0) {

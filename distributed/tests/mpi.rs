@@ -84,12 +84,12 @@ fn gather_strings(comm: &Comm, s: &str) -> Vec<String> {
         .collect()
 }
 
-fn mlp<B: Backend>(b: &B, hidden: usize, seed: u64) -> Sequential<B> {
+fn mlp<B: Backend>(b: &B, hidden: usize, seed: u64) -> Result<Sequential<B>> {
     let mut rng = Philox::new(seed);
-    Sequential::new()
-        .push(Linear::new(b, Digits::FEATURES, hidden, &mut rng))
+    Ok(Sequential::new()
+        .push(Linear::new(b, Digits::FEATURES, hidden, &mut rng)?)
         .push(Relu)
-        .push(Linear::new(b, hidden, Digits::CLASSES, &mut rng))
+        .push(Linear::new(b, hidden, Digits::CLASSES, &mut rng)?))
 }
 
 fn conv_net<B: Backend>(b: &B, seed: u64) -> Result<ConvNet<B>> {
@@ -144,7 +144,7 @@ fn train<B: Backend>(
     let data = Digits::bundled().split()?.train;
     let seed = 1 + comm.rank() as u64;
     let (model, image): (Box<dyn Module<B>>, bool) = match kind {
-        Model::Mlp => (Box::new(mlp(b, 32, seed)), false),
+        Model::Mlp => (Box::new(mlp(b, 32, seed)?), false),
         Model::Conv => (Box::new(conv_net(b, seed)?), true),
     };
     let mut ddp = DataParallel::new(comm, &model, config)?;
@@ -153,7 +153,7 @@ fn train<B: Backend>(
         t.extend(m.named_buffers().into_iter().map(|(_, t)| t));
         hash_tensors(&t.iter().collect::<Vec<_>>())
     };
-    let start_hash = state(&*model);
+    let start_hash = state(&*model)?;
     let mut opt = Adam::new(model.parameters(), AdamConfig::new(1e-2))?;
     let batches = BatchSampler::new(data.len(), BATCH)?.shuffle(3).batches(0);
     let faulty = comm.rank() + 1 == comm.size();
@@ -184,7 +184,7 @@ fn train<B: Backend>(
         opt.step()?;
         losses.push(report.loss);
     }
-    let end_hash = state(&*model);
+    let end_hash = state(&*model)?;
     if end_hash == start_hash {
         return Err(Error::Mpi("training did not change the parameters".into()));
     }
@@ -357,7 +357,7 @@ fn worker_root_file(comm: &Comm, path: &str) -> Result<()> {
 /// Invalid arguments give a clear error on every rank (and no rank waits for another).
 fn worker_bad_input(comm: &Comm) -> Result<()> {
     let b = ScalarRefBackend;
-    let model = mlp(&b, 8, 1);
+    let model = mlp(&b, 8, 1)?;
     let mut errors = Vec::new();
     errors.push(DataParallel::new(comm, &model, DdpConfig::new(0)).map(|_| ()));
     let beyond = Assignment::Explicit(vec![comm.size(); 2]);
@@ -371,7 +371,7 @@ fn worker_bad_input(comm: &Comm) -> Result<()> {
     errors.push(
         ddp.step(8, |s| -> Result<Tensor<ScalarRefBackend>> {
             let per_example = losses(&(s.range.start..s.range.end).collect::<Vec<_>>())?;
-            Ok(per_example.mean()?.reshape(&[1])?)
+            Ok(per_example.mean()?.reshape([1])?)
         })
         .map(|_| ()),
     );
@@ -398,11 +398,11 @@ fn worker(args: &[String]) -> Result<()> {
             "train" => worker_train(comm),
             "mismatch_shapes" => {
                 let hidden = if last { 16 } else { 32 };
-                expect_refusal(comm, &mlp(&b, hidden, 1), DdpConfig::new(SHARDS))
+                expect_refusal(comm, &mlp(&b, hidden, 1)?, DdpConfig::new(SHARDS))
             }
             "mismatch_shards" => {
                 let shards = if last { 6 } else { SHARDS };
-                expect_refusal(comm, &mlp(&b, 32, 1), DdpConfig::new(shards))
+                expect_refusal(comm, &mlp(&b, 32, 1)?, DdpConfig::new(shards))
             }
             "root_file" => worker_root_file(comm, &arg),
             "bad_input" => worker_bad_input(comm),
