@@ -56,10 +56,10 @@
 mod comm;
 mod ddp;
 mod error;
+mod plan;
 pub mod tree;
 
 pub use comm::{run, Comm, EXIT_ERROR, EXIT_PANIC};
-pub use ddp::{
-    Assignment, DataParallel, DdpConfig, ReductionPlan, Shard, ShardResults, StepReport,
-};
+pub use ddp::DataParallel;
 pub use error::{Error, Result};
+pub use plan::{Assignment, DdpConfig, ReductionPlan, Shard, ShardResults, StepReport};
