@@ -49,7 +49,10 @@ pub mod prelude {
     };
     pub use exactgrad_core::{Backend, ComputeMode, Philox, Shape};
     pub use exactgrad_nn::optim::{
-        Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig,
+        clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, AnnealStrategy,
+        CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig, LinearLr,
+        LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr, OneCycleLrConfig,
+        Optimizer, SchedulerConfig, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
     };
     pub use exactgrad_nn::{
         BatchNorm2d, BatchNormConfig, Conv2d, FeedForwardActivation, Flatten, Gelu, LayerNorm,
