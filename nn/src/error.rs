@@ -38,6 +38,14 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Writing a file failed (the previous file at that path, if any, is intact).
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 impl From<exactgrad_core::Error> for Error {
