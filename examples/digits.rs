@@ -97,7 +97,7 @@ pub fn model<B: Backend>(
 }
 
 fn hash_of<B: Backend>(tensors: &[Tensor<B>]) -> exactgrad::Result<u64> {
-    hash_tensors(&tensors.iter().collect::<Vec<_>>())
+    Ok(hash_tensors(&tensors.iter().collect::<Vec<_>>())?)
 }
 
 /// Trains on the fixed split with `backend`, reporting progress through `on_event`.

@@ -12,6 +12,10 @@ pub enum Error {
     /// A tensor operation or the engine failed (shapes, arguments, backward).
     #[error(transparent)]
     Autograd(#[from] exactgrad_autograd::Error),
+    /// A backend was asked for an instruction-set path this CPU lacks
+    /// (`ExactBackend::with_isa`, `FastBackend::with_isa`).
+    #[error(transparent)]
+    UnsupportedIsa(#[from] exactgrad_backends::cpu::UnsupportedIsa),
     /// A data file could not be parsed.
     #[error(transparent)]
     Data(#[from] DataError),
