@@ -82,7 +82,7 @@ impl Philox {
     pub fn at_position(seed: u64, position: u64) -> Self {
         let mut r = Self::new(seed);
         r.counter = position / 4;
-        if position % 4 != 0 {
+        if !position.is_multiple_of(4) {
             // Refill the partly used block, as next_u32 would have.
             let c = r.counter;
             r.buf = philox4x32_10([c as u32, (c >> 32) as u32, 0, 0], r.key);
