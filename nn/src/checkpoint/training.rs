@@ -274,3 +274,76 @@ fn get_scheduler(file: &TensorFile, prefix: &str) -> Result<SchedulerState> {
             .collect::<Result<_>>()?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::{TransformerEncoderLayer, TransformerEncoderLayerConfig};
+    use exactgrad_autograd::Tensor;
+    use exactgrad_backends::ScalarRefBackend;
+
+    #[test]
+    fn the_dropout_streams_of_modules_are_saved_and_restored() -> Result<()> {
+        let b = ScalarRefBackend;
+        let config = TransformerEncoderLayerConfig {
+            dropout: 0.3,
+            batch_first: true,
+            ..TransformerEncoderLayerConfig::new(8, 2)
+        };
+        let layer = TransformerEncoderLayer::new(&b, config, &mut Philox::new(1))?;
+        let x = Tensor::randn(&b, [2, 3, 8], 0.0, 1.0, &mut Philox::new(2))?;
+        layer.forward(&x)?; // moves the streams
+        let mut names = Vec::new();
+        layer.visit_rngs("", &mut |n, _| names.push(n.to_string()));
+        assert_eq!(names, ["dropout_rng", "self_attn.dropout_rng"]);
+        let mut ckpt = TrainingCheckpoint::new();
+        ckpt.set_model(&layer)?;
+        let want = layer.forward(&x)?.to_vec()?;
+
+        let fresh = TransformerEncoderLayer::new(&b, config, &mut Philox::new(9))?;
+        assert_ne!(fresh.forward(&x)?.to_vec()?, want);
+        ckpt.restore_model(&fresh)?;
+        assert_eq!(
+            fresh.forward(&x)?.to_vec()?,
+            want,
+            "same weights, same dropout masks"
+        );
+
+        // A checkpoint without the streams is refused by name.
+        let mut no_rng = TensorFile::new();
+        no_rng.extend_prefixed(MODEL, &layer.state_dict()?);
+        let err = TrainingCheckpoint::from_file(no_rng)
+            .restore_model(&fresh)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rng.model.dropout_rng"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn scheduler_states_round_trip_through_the_metadata() -> Result<()> {
+        let child = SchedulerState {
+            kind: SchedulerKind::CosineAnnealing,
+            last_epoch: -1,
+            base_lr: 0.1,
+            last_lr: 0.1 / 3.0,
+            children: Vec::new(),
+        };
+        let state = SchedulerState {
+            kind: SchedulerKind::Sequential,
+            last_epoch: 7,
+            base_lr: 0.1,
+            last_lr: 1.0 / 3.0 * 1e-3,
+            children: vec![child.clone(), child],
+        };
+        let mut f = TensorFile::new();
+        put_scheduler(&mut f, "scheduler", &state);
+        let bytes = f.to_bytes()?;
+        let back = get_scheduler(&TensorFile::from_bytes(&bytes)?, "scheduler")?;
+        assert_eq!(back, state, "every f64 parses back to the same bits");
+        f.set_metadata("scheduler.kind", "NoSuchLr");
+        let err = get_scheduler(&f, "scheduler").unwrap_err().to_string();
+        assert!(err.contains("`NoSuchLr` names no scheduler"), "{err}");
+        Ok(())
+    }
+}
