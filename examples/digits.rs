@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example digits -- [--backend NAME] [--epochs N] [--seed S]
 //!                                         [--batch-size N] [--hidden N] [--lr X]
+//!                                         [--plot FILE.svg] [--csv FILE.csv]
 //! ```
 //!
 //! The model is Linear(64, hidden)–ReLU–Linear(hidden, 10), initialised from
@@ -10,8 +11,10 @@
 //! cross entropy over mini-batches shuffled from the seed, on the fixed 1,437/360 split
 //! of `exactgrad::nn::data::Digits`. It prints the gradient hash of the first step (all
 //! parameter gradients in `state_dict` order, see `docs/arithmetic.md`), the mean loss of
-//! every epoch, the test accuracy and a hash of the final parameters. In exact mode the
-//! hashes are the same on every backend, path and thread count.
+//! every epoch with the test accuracy after it, and a hash of the final parameters. In
+//! exact mode the hashes are the same on every backend, path and thread count. On a
+//! terminal a progress bar shows the steps, steps/s, the loss and the ETA; `--plot`
+//! draws the loss and accuracy curves as SVG and `--csv` writes them as CSV.
 //!
 //! The training loop is generic over the backend; `main` picks one by name.
 
@@ -20,7 +23,12 @@ use exactgrad::nn::metrics::accuracy;
 use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer};
 use exactgrad::nn::{Linear, Module, Relu, Sequential};
 use exactgrad::prelude::*;
+use std::path::PathBuf;
 use std::time::Instant;
+
+#[path = "watch/mod.rs"]
+#[allow(dead_code)]
+mod watch;
 
 /// Hyper-parameters of a training run.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,12 +65,23 @@ pub enum Event {
         /// `hash_tensors` over every parameter gradient in `state_dict` order.
         gradient_hash: u64,
     },
+    /// An optimizer step ended.
+    Step {
+        /// 1-based step number.
+        step: usize,
+        /// Steps in the whole run.
+        total: usize,
+        /// The loss of the step's mini-batch.
+        loss: f64,
+    },
     /// An epoch ended.
     Epoch {
         /// 1-based epoch number.
         epoch: usize,
         /// Mean cross entropy over the epoch's training images.
         loss: f64,
+        /// Accuracy on the test images after the epoch.
+        test_accuracy: f64,
     },
 }
 
@@ -97,7 +116,7 @@ pub fn model<B: Backend>(
 }
 
 fn hash_of<B: Backend>(tensors: &[Tensor<B>]) -> exactgrad::Result<u64> {
-    hash_tensors(&tensors.iter().collect::<Vec<_>>())
+    Ok(hash_tensors(&tensors.iter().collect::<Vec<_>>())?)
 }
 
 /// Trains on the fixed split with `backend`, reporting progress through `on_event`.
@@ -114,10 +133,17 @@ pub fn train<B: Backend>(
     let loader =
         DataLoader::new(backend, &split.train, config.batch_size)?.shuffle(config.seed ^ 0x5eed);
 
+    let eval = |data: &exactgrad::nn::data::ClassificationData| -> exactgrad::nn::Result<f64> {
+        let _guard = no_grad();
+        let (x, y) = data.to_tensors(backend)?;
+        accuracy(&model.forward(&x)?, &y)
+    };
+    let total = config.epochs * loader.num_batches();
+    let mut step = 0;
     let mut first_step_hash = None;
     let mut epoch_losses = Vec::with_capacity(config.epochs);
     for epoch in 0..config.epochs {
-        let mut total = 0.0f64;
+        let mut sum = 0.0f64;
         for batch in loader.epoch(epoch as u64) {
             let batch = batch?;
             opt.clear_grad();
@@ -131,21 +157,24 @@ pub fn train<B: Backend>(
                 on_event(&Event::FirstStep { gradient_hash });
             }
             opt.step()?;
-            total += f64::from(loss.item()?) * batch.targets.len() as f64;
+            let batch_loss = f64::from(loss.item()?);
+            sum += batch_loss * batch.targets.len() as f64;
+            step += 1;
+            on_event(&Event::Step {
+                step,
+                total,
+                loss: batch_loss,
+            });
         }
-        let loss = total / split.train.len() as f64;
+        let loss = sum / split.train.len() as f64;
         epoch_losses.push(loss);
         on_event(&Event::Epoch {
             epoch: epoch + 1,
             loss,
+            test_accuracy: eval(&split.test)?,
         });
     }
 
-    let _guard = no_grad();
-    let eval = |data: &exactgrad::nn::data::ClassificationData| -> exactgrad::nn::Result<f64> {
-        let (x, y) = data.to_tensors(backend)?;
-        accuracy(&model.forward(&x)?, &y)
-    };
     Ok(Report {
         epoch_losses,
         test_accuracy: eval(&split.test)?,
@@ -205,12 +234,16 @@ pub struct Args {
     pub threads: Option<usize>,
     /// The run's hyper-parameters.
     pub config: Config,
+    /// Where to draw the loss and accuracy curves (SVG).
+    pub plot: Option<PathBuf>,
+    /// Where to write the curves as CSV.
+    pub csv: Option<PathBuf>,
     /// `--help` was given.
     pub help: bool,
 }
 
 const USAGE: &str = "usage: digits [--backend NAME] [--isa avx512|avx2|v128|scalar] [--threads N] \
-[--epochs N] [--seed S] [--batch-size N] [--hidden N] [--lr X]";
+[--epochs N] [--seed S] [--batch-size N] [--hidden N] [--lr X] [--plot FILE.svg] [--csv FILE.csv]";
 
 /// Parses the arguments after the program name.
 pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -219,6 +252,8 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
         isa: None,
         threads: None,
         config: Config::default(),
+        plot: None,
+        csv: None,
         help: false,
     };
     let mut it = args.into_iter();
@@ -264,13 +299,16 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String
             "--batch-size" => out.config.batch_size = num(&flag, value()?)?,
             "--hidden" => out.config.hidden = num(&flag, value()?)?,
             "--lr" => out.config.lr = num(&flag, value()?)?,
+            "--plot" => out.plot = Some(PathBuf::from(value()?)),
+            "--csv" => out.csv = Some(PathBuf::from(value()?)),
             _ => return Err(format!("unknown argument `{arg}`\n{USAGE}")),
         }
     }
     Ok(out)
 }
 
-fn run<B: Backend>(backend: &B, config: &Config) -> exactgrad::nn::Result<()> {
+fn run<B: Backend>(backend: &B, args: &Args) -> exactgrad::nn::Result<()> {
+    let config = &args.config;
     let start = Instant::now();
     println!(
         "digits: {} train / {} test images; MLP 64-{}-10, Adam lr {}, batch {}, {} epochs, seed {}; backend {} ({:?} mode)",
@@ -284,14 +322,38 @@ fn run<B: Backend>(backend: &B, config: &Config) -> exactgrad::nn::Result<()> {
         backend.name(),
         backend.mode(),
     );
+    let mut progress: Option<watch::Progress> = None;
+    let mut curves = Vec::new();
     let report = train(backend, config, |event| match event {
         Event::FirstStep { gradient_hash } => {
             println!("first-step gradient hash: {gradient_hash:#018x}")
         }
-        Event::Epoch { epoch, loss } => {
-            println!("epoch {epoch:>3}/{}: loss {loss:.6}", config.epochs)
+        Event::Step { total, loss, .. } => progress
+            .get_or_insert_with(|| watch::Progress::new(*total as u64, 0))
+            .step(*loss),
+        Event::Epoch {
+            epoch,
+            loss,
+            test_accuracy,
+        } => {
+            let line = format!(
+                "epoch {epoch:>3}/{}: loss {loss:.6}, test accuracy {test_accuracy:.4}",
+                config.epochs
+            );
+            match &progress {
+                Some(p) => p.println(&line),
+                None => println!("{line}"),
+            }
+            curves.push(watch::EpochRecord {
+                epoch: *epoch,
+                loss: *loss,
+                test_accuracy: *test_accuracy,
+            });
         }
     })?;
+    if let Some(p) = &progress {
+        p.finish();
+    }
     println!("train accuracy: {:.4}", report.train_accuracy);
     println!(
         "test accuracy: {:.4} ({}/{})",
@@ -303,6 +365,21 @@ fn run<B: Backend>(backend: &B, config: &Config) -> exactgrad::nn::Result<()> {
         "final parameter hash: {:#018x} ({} parameters)",
         report.parameter_hash, report.parameters
     );
+    if let Some(path) = &args.csv {
+        watch::write_csv(path, &curves).map_err(|source| exactgrad::nn::Error::Write {
+            path: path.clone(),
+            source,
+        })?;
+        println!("curves (CSV): {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        let title = format!("digits MLP, {} ({:?} mode)", backend.name(), backend.mode());
+        watch::write_svg(path, &title, &curves).map_err(|e| exactgrad::nn::Error::Write {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        println!("plot (SVG): {}", path.display());
+    }
     println!("time: {:.2} s", start.elapsed().as_secs_f64());
     Ok(())
 }
@@ -327,12 +404,12 @@ fn main() {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let result = match args.backend {
-        BackendChoice::ScalarRef => run(&ScalarRefBackend, &args.config),
-        BackendChoice::ScalarRefFast => run(&FastScalarRefBackend, &args.config),
+        BackendChoice::ScalarRef => run(&ScalarRefBackend, &args),
+        BackendChoice::ScalarRefFast => run(&FastScalarRefBackend, &args),
         BackendChoice::Exact => {
             let isa = args.isa.unwrap_or_else(|| Isa::best(ComputeMode::Exact));
             match ExactBackend::with_isa(isa, threads) {
-                Ok(b) => run(&b, &args.config),
+                Ok(b) => run(&b, &args),
                 Err(e) => {
                     eprintln!("error: {e}");
                     std::process::exit(2);
@@ -342,7 +419,7 @@ fn main() {
         BackendChoice::Fast => {
             let isa = args.isa.unwrap_or_else(|| Isa::best(ComputeMode::Fast));
             match FastBackend::with_isa(isa, threads) {
-                Ok(b) => run(&b, &args.config),
+                Ok(b) => run(&b, &args),
                 Err(e) => {
                     eprintln!("error: {e}");
                     std::process::exit(2);

@@ -29,7 +29,13 @@ pub use exactgrad_backends as backends;
 pub use exactgrad_core as core;
 pub use exactgrad_nn as nn;
 
-pub use exactgrad_autograd::{Error, Result};
+/// The one error type of everything reachable from [`prelude`]: tensor operations and
+/// the engine (wrapped as [`nn::Error::Autograd`]), modules, optimizers, schedulers,
+/// checkpoints and data sets, so `fn main() -> exactgrad::Result<()>` can use `?` on
+/// every call.
+pub use exactgrad_nn::Error;
+/// `Result<T, exactgrad::Error>`.
+pub use exactgrad_nn::Result;
 
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]
@@ -37,7 +43,47 @@ pub use exactgrad_autograd::{Error, Result};
 pub struct ReadmeDoctests;
 
 /// What a user needs for most programs: tensors, backends, modes, the operators' option
-/// structs, losses, layers, optimizers and the grad-mode guard.
+/// structs, losses, layers, optimizers, schedulers, checkpoints, the data set and loader,
+/// and the grad-mode guard. Every fallible call among them returns
+/// [`exactgrad::Result`](crate::Result), or an error that `?` converts into it:
+///
+/// ```
+/// use exactgrad::prelude::*;
+///
+/// fn main() -> exactgrad::Result<()> {
+///     let b = ScalarRefBackend;
+///     let split = Digits::bundled().split()?; // data
+///     let loader = DataLoader::new(&b, &split.train, 64)?.shuffle(1);
+///     let mut rng = Philox::new(0);
+///     let model = Sequential::new() // modules
+///         .push(Linear::new(&b, Digits::FEATURES, 16, &mut rng)?)
+///         .push(Relu)
+///         .push(Linear::new(&b, 16, Digits::CLASSES, &mut rng)?);
+///     let mut opt = Sgd::new(model.parameters(), SgdConfig::new(0.1))?; // optimizers
+///     let mut sched = StepLr::new(&mut opt, StepLrConfig { step_size: 1, gamma: 0.5 })?;
+///     for batch in loader.epoch(0).take(2) {
+///         let batch = batch?;
+///         let loss = model // tensor operations
+///             .forward(&batch.inputs)?
+///             .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
+///         opt.clear_grad();
+///         loss.backward(None, false)?;
+///         opt.step()?;
+///         sched.step(&mut opt)?;
+///     }
+///     let mut ckpt = TrainingCheckpoint::new(); // checkpoints
+///     ckpt.set_model(&model)?;
+///     ckpt.set_optimizer(&opt)?;
+///     ckpt.set_scheduler(&sched);
+///     let path = std::env::temp_dir().join(format!("prelude-{}.safetensors", std::process::id()));
+///     ckpt.save(&path)?;
+///     TrainingCheckpoint::load(&path)?.restore_model(&model)?;
+///     let bad = TensorFile::from_bytes(b"not a checkpoint");
+///     assert!(matches!(bad, Err(exactgrad::Error::Data(_))));
+///     std::fs::remove_file(&path).ok();
+///     Ok(())
+/// }
+/// ```
 pub mod prelude {
     pub use exactgrad_autograd::{
         hash_tensors, no_grad, AttentionMask, AttentionOptions, AvgPool2dOptions, BatchNormOptions,
@@ -48,6 +94,8 @@ pub mod prelude {
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
     };
     pub use exactgrad_core::{Backend, ComputeMode, Philox, Shape};
+    pub use exactgrad_nn::checkpoint::{LoadOptions, LoadReport, TensorFile, TrainingCheckpoint};
+    pub use exactgrad_nn::data::{BatchSampler, DataLoader, Digits, LoaderPosition};
     pub use exactgrad_nn::optim::{
         clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, AnnealStrategy,
         CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig, LinearLr,

@@ -2,8 +2,8 @@
 //! ExactBackend gives the bits of ScalarRefBackend (and every FMA path of FastBackend
 //! those of FastScalarRefBackend). Each case hashes its output and all input gradients.
 
+use exactgrad::autograd::Result;
 use exactgrad::prelude::*;
-use exactgrad::Result;
 
 /// Values with a sprinkling of special values (NaN only where `specials`).
 fn values(n: usize, seed: u64, specials: bool) -> Vec<f32> {

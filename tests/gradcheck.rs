@@ -2,8 +2,8 @@
 //! `exactgrad_autograd::gradcheck`, `autograd/src/gradcheck.rs`) for every operator, on
 //! random shapes with broadcasting and strided, transposed and expanded views.
 
+use exactgrad::autograd::Result;
 use exactgrad::prelude::*;
-use exactgrad::Result;
 use proptest::prelude::*;
 
 type T = Tensor<ScalarRefBackend>;

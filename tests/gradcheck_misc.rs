@@ -4,8 +4,8 @@
 //! dropout's statistics and reproducibility (`docs/arithmetic.md` §5); and the errors of
 //! bad arguments.
 
+use exactgrad::autograd::Result;
 use exactgrad::prelude::*;
-use exactgrad::Result;
 use proptest::prelude::*;
 
 mod common;

@@ -46,7 +46,22 @@ fn short_training_reaches_90_percent_and_repeats_bit_for_bit() {
             gradient_hash: report.first_step_hash
         }
     );
-    assert_eq!(events.len(), 1 + config.epochs);
+    let epochs: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Epoch { loss, .. } => Some(*loss),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(epochs, report.epoch_losses);
+    let steps = events
+        .iter()
+        .filter(|e| matches!(e, Event::Step { .. }))
+        .count();
+    assert_eq!(
+        steps,
+        config.epochs * Digits::TRAIN_LEN.div_ceil(config.batch_size)
+    );
 
     // The same run on another thread: every bit the same.
     let again = std::thread::spawn(move || train(&ScalarRefBackend, &config, |_| {}).unwrap())

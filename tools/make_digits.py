@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes testdata/digits/digits.bin from scikit-learn's bundled 8x8 digits.
+"""Writes nn/data/digits/digits.bin from scikit-learn's bundled 8x8 digits.
 
 The source is `sklearn.datasets.load_digits()`: 1,797 images of 8x8 pixels with
 integer values 0..16 and labels 0..9 (the test set of the UCI "Optical Recognition
 of Handwritten Digits" data set by E. Alpaydin and C. Kaynak, as scikit-learn ships
-it). The output format is described in testdata/digits/README.md and parsed by
+it). The output format is described in nn/data/digits/README.md and parsed by
 `exactgrad_nn::data::Digits`:
 
     offset  size        field
@@ -45,7 +45,7 @@ def fnv1a64(data: bytes) -> int:
 
 def main() -> None:
     root = pathlib.Path(__file__).resolve().parent.parent
-    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else root / "testdata" / "digits" / "digits.bin"
+    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else root / "nn" / "data" / "digits" / "digits.bin"
 
     digits = load_digits()
     data = np.asarray(digits.data)

@@ -37,8 +37,8 @@ pub enum Error {
     Mpi(String),
 }
 
-impl From<exactgrad::Error> for Error {
-    fn from(e: exactgrad::Error) -> Self {
+impl From<exactgrad::autograd::Error> for Error {
+    fn from(e: exactgrad::autograd::Error) -> Self {
         Error::Nn(e.into())
     }
 }

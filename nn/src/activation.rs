@@ -51,7 +51,6 @@ macro_rules! stateless {
                 let $s = self;
                 Ok($body?)
             }
-            fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor<B>)) {}
         }
     };
 }

@@ -12,6 +12,10 @@ pub enum Error {
     /// A tensor operation or the engine failed (shapes, arguments, backward).
     #[error(transparent)]
     Autograd(#[from] exactgrad_autograd::Error),
+    /// A backend was asked for an instruction-set path this CPU lacks
+    /// (`ExactBackend::with_isa`, `FastBackend::with_isa`).
+    #[error(transparent)]
+    UnsupportedIsa(#[from] exactgrad_backends::cpu::UnsupportedIsa),
     /// A data file could not be parsed.
     #[error(transparent)]
     Data(#[from] DataError),
@@ -33,6 +37,14 @@ pub enum Error {
     /// Reading a file failed.
     #[error("reading {}: {source}", path.display())]
     Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Writing a file failed (the previous file at that path, if any, is intact).
+    #[error("writing {}: {source}", path.display())]
+    Write {
         /// The file.
         path: PathBuf,
         /// The I/O error.

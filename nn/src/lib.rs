@@ -6,14 +6,14 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`module`] | the [`Module`] trait: forward, named parameters and buffers, training mode |
+//! | [`module`] | the [`Module`] trait: forward, own parameters and buffers, a child visitor from which names, training mode and `state_dict` follow |
 //! | [`linear`], [`sequential`], [`activation`] | [`Linear`], [`Sequential`], [`Relu`], [`Gelu`], [`Flatten`], … |
 //! | [`conv`], [`norm`] | [`Conv2d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
 //! | [`attention`] | [`MultiheadAttention`] and [`TransformerEncoderLayer`]; masks are [`AttentionMask`]s |
 //! | [`optim`] | SGD, Adam and AdamW with PyTorch's update rules, gradient clipping |
 //! | [`init`] | deterministic initialisation from a [`Philox`](exactgrad_core::Philox) stream |
 //! | [`data`], [`metrics`] | the shipped [`Digits`](data::Digits) set, a seeded mini-batch loader, accuracy |
-//! | [`checkpoint`] | [`TensorFile`](checkpoint::TensorFile) (safetensors) and [`load_state_dict`](checkpoint::load_state_dict) |
+//! | [`checkpoint`] | state dicts in safetensors files ([`TensorFile`](checkpoint::TensorFile), atomic save, PyTorch's f16/bf16/f64 read), [`TrainingCheckpoint`](checkpoint::TrainingCheckpoint) for bit-identical resume |
 //! | [`reference`](mod@reference) | the two reference models of the PyTorch oracle |
 //! | [`error`] | the error type |
 //!
@@ -69,6 +69,6 @@ pub use conv::Conv2d;
 pub use error::{DataError, Error, Result};
 pub use exactgrad_autograd::AttentionMask;
 pub use linear::Linear;
-pub use module::Module;
+pub use module::{BufferRef, IntBuffer, Module};
 pub use norm::{BatchNorm2d, BatchNormConfig, LayerNorm};
 pub use sequential::Sequential;

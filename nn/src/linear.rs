@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::init;
-use crate::module::{join_name, Module};
+use crate::module::Module;
 use exactgrad_autograd::Tensor;
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
@@ -105,10 +105,10 @@ impl<B: Backend> Module<B> for Linear<B> {
         Ok(input.linear(&self.weight, self.bias.as_ref())?)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f(&join_name(prefix, "weight"), &self.weight);
+    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        f("weight", &self.weight);
         if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
+            f("bias", b);
         }
     }
 }

@@ -1,11 +1,10 @@
 //! Normalisation layers: [`BatchNorm2d`] and [`LayerNorm`].
 
 use crate::error::{Error, Result};
-use crate::module::{join_name, Module};
+use crate::module::{BufferRef, IntBuffer, Module};
 use exactgrad_autograd::{BatchNormOptions, LayerNormOptions, Momentum, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Hyper-parameters of [`BatchNorm2d`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,14 +42,15 @@ impl Default for BatchNormConfig {
 /// when running statistics are tracked. A new layer is in training mode: it normalises
 /// with the batch mean and biased variance and updates the running statistics in place
 /// with the unbiased variance; after [`Module::set_training`]`(false)` it normalises with
-/// the running statistics. PyTorch's `num_batches_tracked` is a counter
-/// ([`BatchNorm2d::num_batches_tracked`]), not a tensor.
+/// the running statistics. PyTorch's `num_batches_tracked` is an integer buffer
+/// ([`IntBuffer`], saved as a 0-dimensional `I64` entry, read by
+/// [`BatchNorm2d::num_batches_tracked`]); a state dict may lack it, as in PyTorch.
 pub struct BatchNorm2d<B: Backend> {
     weight: Option<Tensor<B>>,
     bias: Option<Tensor<B>>,
     running_mean: Option<Tensor<B>>,
     running_var: Option<Tensor<B>>,
-    num_batches_tracked: AtomicU64,
+    num_batches_tracked: IntBuffer,
     config: BatchNormConfig,
     num_features: usize,
     training: bool,
@@ -83,7 +83,7 @@ impl<B: Backend> BatchNorm2d<B> {
             bias: opt(affine, &|| Tensor::zeros(backend, c)?.requires_grad())?,
             running_mean: opt(track, &|| Tensor::zeros(backend, c))?,
             running_var: opt(track, &|| Tensor::ones(backend, c))?,
-            num_batches_tracked: AtomicU64::new(0),
+            num_batches_tracked: IntBuffer::optional(0),
             config,
             num_features,
             training: true,
@@ -112,12 +112,13 @@ impl<B: Backend> BatchNorm2d<B> {
 
     /// How many training batches have updated the running statistics.
     pub fn num_batches_tracked(&self) -> u64 {
-        self.num_batches_tracked.load(Ordering::Relaxed)
+        u64::try_from(self.num_batches_tracked.get()).unwrap_or(0)
     }
 
     /// Sets the batch counter (when restoring a checkpoint).
     pub fn set_num_batches_tracked(&self, n: u64) {
-        self.num_batches_tracked.store(n, Ordering::Relaxed);
+        self.num_batches_tracked
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// The configuration.
@@ -163,7 +164,7 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
         }
         // Training with running statistics counts this batch and updates them.
         let updates = self.training && self.config.track_running_stats;
-        let batches = updates.then(|| self.num_batches_tracked.fetch_add(1, Ordering::Relaxed) + 1);
+        let batches = updates.then(|| u64::try_from(self.num_batches_tracked.add(1)).unwrap_or(0));
         let momentum = match (self.config.momentum, batches) {
             (Some(m), _) => Momentum::Exponential(m),
             (None, Some(n)) => Momentum::CumulativeAverage {
@@ -184,25 +185,31 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
         Ok(input.batch_norm(opts)?)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
         if let Some(w) = &self.weight {
-            f(&join_name(prefix, "weight"), w);
+            f("weight", w);
         }
         if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
+            f("bias", b);
         }
     }
 
-    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+    fn visit_own_buffers(&self, f: &mut dyn FnMut(&str, BufferRef<'_, B>)) {
         if let Some(m) = &self.running_mean {
-            f(&join_name(prefix, "running_mean"), m);
+            f("running_mean", BufferRef::Float(m));
         }
         if let Some(v) = &self.running_var {
-            f(&join_name(prefix, "running_var"), v);
+            f("running_var", BufferRef::Float(v));
+        }
+        if self.config.track_running_stats {
+            f(
+                "num_batches_tracked",
+                BufferRef::Int(&self.num_batches_tracked),
+            );
         }
     }
 
-    fn set_training(&mut self, training: bool) {
+    fn set_own_training(&mut self, training: bool) {
         self.training = training;
     }
 }
@@ -307,12 +314,12 @@ impl<B: Backend> Module<B> for LayerNorm<B> {
         Ok(input.layer_norm(&self.normalized_shape, opts)?)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
         if let Some(w) = &self.weight {
-            f(&join_name(prefix, "weight"), w);
+            f("weight", w);
         }
         if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
+            f("bias", b);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! A chain of modules applied in order.
 
 use crate::error::Result;
-use crate::module::{join_name, Module};
+use crate::module::Module;
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
 use std::fmt;
@@ -69,21 +69,15 @@ impl<B: Backend> Module<B> for Sequential<B> {
         Ok(x)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
         for (i, layer) in self.layers.iter().enumerate() {
-            layer.visit_parameters(&join_name(prefix, &i.to_string()), f);
+            f(&i.to_string(), &**layer);
         }
     }
 
-    fn set_training(&mut self, training: bool) {
-        for layer in &mut self.layers {
-            layer.set_training(training);
-        }
-    }
-
-    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        for (i, layer) in self.layers.iter().enumerate() {
-            layer.visit_buffers(&join_name(prefix, &i.to_string()), f);
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            f(&i.to_string(), &mut **layer);
         }
     }
 }

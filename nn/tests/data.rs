@@ -8,7 +8,7 @@ use exactgrad_nn::{DataError, Error};
 fn bundled_bytes() -> Vec<u8> {
     std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../testdata/digits/digits.bin"
+        "/data/digits/digits.bin"
     ))
     .unwrap()
 }
@@ -47,7 +47,7 @@ fn bundled_file_has_the_documented_contents() {
     assert_eq!(
         Digits::load(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../testdata/digits/digits.bin"
+            "/data/digits/digits.bin"
         ))
         .unwrap(),
         d

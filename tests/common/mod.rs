@@ -2,8 +2,8 @@
 //! views an input reaches an operator through, bit comparisons and error expectations.
 #![allow(dead_code)]
 
+use exactgrad::autograd::Result;
 use exactgrad::prelude::*;
-use exactgrad::Result;
 use proptest::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

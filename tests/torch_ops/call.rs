@@ -11,7 +11,7 @@ use exactgrad::prelude::*;
 
 /// Calls the case's operator on the (viewed) inputs.
 pub(crate) fn call_op(c: &Case, x: &[T]) -> Result<T, String> {
-    let e = |r: exactgrad::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
+    let e = |r: exactgrad::autograd::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
     let op = c.op();
     match op {
         "add" => e(x[0].add(&x[1])),

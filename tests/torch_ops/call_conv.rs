@@ -6,7 +6,7 @@ use exactgrad::prelude::*;
 
 /// The convolution family's operators (`conv.safetensors`).
 pub(crate) fn conv_call(c: &Case, x: &[T]) -> Result<T, String> {
-    let e = |r: exactgrad::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
+    let e = |r: exactgrad::autograd::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
     let pair = |key: &str| -> Result<[usize; 2], String> {
         match c.ints(key)?[..] {
             [a, b] => Ok([a as usize, b as usize]),

@@ -11,7 +11,7 @@ use exactgrad::prelude::*;
 /// running_var]` after the update, and a split case the used pieces, flattened and scaled
 /// by their position + 1 (each piece must be a view of the input).
 pub(crate) fn norm_attention_call(c: &Case, x: &[T]) -> Result<T, String> {
-    let e = |r: exactgrad::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
+    let e = |r: exactgrad::autograd::Result<T>| r.map_err(|e| format!("returned an error: {e}"));
     let flag = |key: &str| c.int(key).map(|v| v != 0);
     let float = |key: &str| -> Result<f32, String> {
         c.float(key)?

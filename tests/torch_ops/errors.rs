@@ -17,7 +17,7 @@ fn t(shape: &[usize]) -> T {
 
 /// `r` must be an `Err` whose message contains every needle (the operator first).
 #[track_caller]
-fn expect_err(what: &str, r: exactgrad::Result<T>, needles: &[&str]) {
+fn expect_err(what: &str, r: exactgrad::autograd::Result<T>, needles: &[&str]) {
     match r {
         Ok(t) => panic!(
             "{what}: expected an error, got a tensor of shape {:?}",
@@ -37,7 +37,10 @@ fn expect_err(what: &str, r: exactgrad::Result<T>, needles: &[&str]) {
 
 /// Runs `f`, turning a panic into a test failure that says the call panicked.
 #[track_caller]
-fn no_panic(what: &str, f: impl FnOnce() -> exactgrad::Result<T>) -> exactgrad::Result<T> {
+fn no_panic(
+    what: &str,
+    f: impl FnOnce() -> exactgrad::autograd::Result<T>,
+) -> exactgrad::autograd::Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
         panic!(
             "{what}: panicked instead of returning Err: {}",
@@ -48,7 +51,7 @@ fn no_panic(what: &str, f: impl FnOnce() -> exactgrad::Result<T>) -> exactgrad::
 
 #[test]
 fn errors_binary_shape_mismatch() {
-    type BinOp = fn(&T, &T) -> exactgrad::Result<T>;
+    type BinOp = fn(&T, &T) -> exactgrad::autograd::Result<T>;
     let ops: [(&str, BinOp); 4] = [
         ("add", T::add),
         ("sub", T::sub),
@@ -148,7 +151,7 @@ fn errors_matmul_name_the_shapes_given() {
 /// An operator name, a call that must fail, and what its message must mention.
 type ErrCase<'a> = (
     &'static str,
-    Box<dyn Fn() -> exactgrad::Result<T> + 'a>,
+    Box<dyn Fn() -> exactgrad::autograd::Result<T> + 'a>,
     Vec<&'static str>,
 );
 

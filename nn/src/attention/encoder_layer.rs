@@ -4,7 +4,7 @@ use super::lock;
 use super::multihead::{MultiheadAttention, MultiheadAttentionConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{join_name, Module};
+use crate::module::Module;
 use crate::norm::LayerNorm;
 use exactgrad_autograd::{AttentionMask, GeluApproximation, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -229,20 +229,28 @@ impl<B: Backend> Module<B> for TransformerEncoderLayer<B> {
         self.forward_masked(input, None, None)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.self_attn
-            .visit_parameters(&join_name(prefix, "self_attn"), f);
-        self.linear1
-            .visit_parameters(&join_name(prefix, "linear1"), f);
-        self.linear2
-            .visit_parameters(&join_name(prefix, "linear2"), f);
-        self.norm1.visit_parameters(&join_name(prefix, "norm1"), f);
-        self.norm2.visit_parameters(&join_name(prefix, "norm2"), f);
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+        f("self_attn", &self.self_attn);
+        f("linear1", &self.linear1);
+        f("linear2", &self.linear2);
+        f("norm1", &self.norm1);
+        f("norm2", &self.norm2);
     }
 
-    fn set_training(&mut self, training: bool) {
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        f("self_attn", &mut self.self_attn);
+        f("linear1", &mut self.linear1);
+        f("linear2", &mut self.linear2);
+        f("norm1", &mut self.norm1);
+        f("norm2", &mut self.norm2);
+    }
+
+    fn set_own_training(&mut self, training: bool) {
         self.training = training;
-        self.self_attn.set_training(training);
+    }
+
+    fn visit_own_rngs(&self, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
+        f("dropout_rng", &self.rng);
     }
 }
 

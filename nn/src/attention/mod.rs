@@ -25,6 +25,6 @@ use std::sync::{Mutex, MutexGuard};
 
 /// The dropout generator of a layer, locked (a poisoned lock is still usable: the
 /// generator has no invariant a panic could break).
-fn lock(m: &Mutex<Philox>) -> MutexGuard<'_, Philox> {
+pub(crate) fn lock(m: &Mutex<Philox>) -> MutexGuard<'_, Philox> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

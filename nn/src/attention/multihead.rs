@@ -5,7 +5,7 @@ use super::lock;
 use crate::error::{Error, Result};
 use crate::init;
 use crate::linear::Linear;
-use crate::module::{join_name, Module};
+use crate::module::Module;
 use exactgrad_autograd::{AttentionMask, AttentionOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
@@ -501,17 +501,27 @@ impl<B: Backend> Module<B> for MultiheadAttention<B> {
         self.forward_attention(input, input, input, None, None)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f(&join_name(prefix, "in_proj_weight"), &self.in_proj_weight);
+    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        f("in_proj_weight", &self.in_proj_weight);
         if let Some(b) = &self.in_proj_bias {
-            f(&join_name(prefix, "in_proj_bias"), b);
+            f("in_proj_bias", b);
         }
-        self.out_proj
-            .visit_parameters(&join_name(prefix, "out_proj"), f);
     }
 
-    fn set_training(&mut self, training: bool) {
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+        f("out_proj", &self.out_proj);
+    }
+
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        f("out_proj", &mut self.out_proj);
+    }
+
+    fn set_own_training(&mut self, training: bool) {
         self.training = training;
+    }
+
+    fn visit_own_rngs(&self, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
+        f("dropout_rng", &self.rng);
     }
 }
 

@@ -1,4 +1,4 @@
-//! The 8×8 handwritten digits shipped in `testdata/digits/digits.bin`.
+//! The 8×8 handwritten digits shipped in `nn/data/digits/digits.bin`.
 
 use super::{permutation, ClassificationData};
 use crate::error::{DataError, Error, Result};
@@ -15,17 +15,17 @@ const CHECKSUM_LEN: usize = 8;
 /// and downstream programs find it from any working directory and without a copy step;
 /// it costs 117 KB in binaries that call [`Digits::bundled`] (and nothing in others: the
 /// linker drops it when unused). [`Digits::load`] reads another copy from a path. The
-/// file lives in the workspace's `testdata/`, outside this crate's directory, so
-/// publishing the crate on its own would need a copy of it inside the package.
+/// file lives inside this crate's directory (`data/digits/`), so the published package
+/// carries it.
 static BUNDLED: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../testdata/digits/digits.bin"
+    "/data/digits/digits.bin"
 ));
 
 /// The 8×8 handwritten digits: 1,797 grey-scale images with pixel values 0..=16 and
 /// labels 0..=9 (the UCI "Optical Recognition of Handwritten Digits" test set by
 /// E. Alpaydin and C. Kaynak, as bundled by scikit-learn; CC BY 4.0, see
-/// `testdata/digits/README.md`).
+/// `data/digits/README.md` of this crate).
 ///
 /// # File format (`digits.bin`, little-endian)
 ///

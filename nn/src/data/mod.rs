@@ -246,6 +246,14 @@ impl BatchSampler {
         }
     }
 
+    /// The mini-batches of indices of epoch `epoch` from batch `first` on (the ones a
+    /// run resumed at [`LoaderPosition`] `{ epoch, batch: first }` still has to visit).
+    pub fn batches_from(&self, epoch: u64, first: usize) -> Vec<Vec<usize>> {
+        let mut b = self.batches(epoch);
+        b.drain(..first.min(b.len()));
+        b
+    }
+
     /// The mini-batches of indices of epoch `epoch`.
     pub fn batches(&self, epoch: u64) -> Vec<Vec<usize>> {
         let order = self.order(epoch);
@@ -254,6 +262,35 @@ impl BatchSampler {
             .filter(|c| !self.drop_last || c.len() == self.batch_size)
             .map(<[usize]>::to_vec)
             .collect()
+    }
+}
+
+/// Where a run stands in its data: the next batch to train on is batch `batch`
+/// (0-based) of epoch `epoch` (0-based). A training checkpoint saves it; a resumed run
+/// continues with [`DataLoader::epoch_from`]`(epoch, batch)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LoaderPosition {
+    /// The epoch.
+    pub epoch: u64,
+    /// The next batch within the epoch.
+    pub batch: usize,
+}
+
+impl LoaderPosition {
+    /// The position after the batch at this one, in epochs of `batches_per_epoch`
+    /// batches (the next epoch's first batch after the last one).
+    pub fn next(self, batches_per_epoch: usize) -> Self {
+        if self.batch + 1 >= batches_per_epoch {
+            Self {
+                epoch: self.epoch + 1,
+                batch: 0,
+            }
+        } else {
+            Self {
+                epoch: self.epoch,
+                batch: self.batch + 1,
+            }
+        }
     }
 }
 
@@ -297,6 +334,19 @@ impl<'a, B: Backend> DataLoader<'a, B> {
     /// Number of batches per epoch.
     pub fn num_batches(&self) -> usize {
         self.sampler.num_batches()
+    }
+
+    /// The batches of epoch `epoch` from batch `first` on (0-based), built as they are
+    /// consumed: where a run resumed at `LoaderPosition { epoch, batch: first }` goes on.
+    pub fn epoch_from(
+        &self,
+        epoch: u64,
+        first: usize,
+    ) -> impl Iterator<Item = Result<Batch<B>>> + '_ {
+        self.sampler
+            .batches_from(epoch, first)
+            .into_iter()
+            .map(move |idx| self.data.batch(&self.backend, &idx))
     }
 
     /// The batches of epoch `epoch` (0-based), built as they are consumed.

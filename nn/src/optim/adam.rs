@@ -1,6 +1,7 @@
 //! Adam and AdamW.
 
 use super::{check_non_negative, check_params, powi_f64, Optimizer};
+use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::{no_grad, Tensor};
 use exactgrad_core::Backend;
@@ -105,11 +106,11 @@ impl From<AdamWConfig> for AdamConfig {
 }
 
 #[derive(Debug)]
-struct State<B: Backend> {
-    step: u64,
-    exp_avg: Tensor<B>,
-    exp_avg_sq: Tensor<B>,
-    max_exp_avg_sq: Option<Tensor<B>>,
+pub(super) struct State<B: Backend> {
+    pub(super) step: u64,
+    pub(super) exp_avg: Tensor<B>,
+    pub(super) exp_avg_sq: Tensor<B>,
+    pub(super) max_exp_avg_sq: Option<Tensor<B>>,
 }
 
 /// PyTorch's `torch.optim.Adam` (single-tensor form). For each parameter `p` with
@@ -130,9 +131,9 @@ struct State<B: Backend> {
 /// exponentiation), rounded to f32 where they meet tensors.
 #[derive(Debug)]
 pub struct Adam<B: Backend> {
-    params: Vec<Tensor<B>>,
-    config: AdamConfig,
-    state: Vec<Option<State<B>>>,
+    pub(super) params: Vec<Tensor<B>>,
+    pub(super) config: AdamConfig,
+    pub(super) state: Vec<Option<State<B>>>,
 }
 
 fn validate(op: &'static str, c: &AdamConfig) -> Result<()> {
@@ -276,13 +277,21 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
         self.config.lr = lr;
         Ok(())
     }
+
+    fn state_dict(&self) -> Result<TensorFile> {
+        self.save_state_as("Adam")
+    }
+
+    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
+        self.restore_state_as("Adam::load_state_dict", "Adam", state)
+    }
 }
 
 /// PyTorch's `torch.optim.AdamW`: [`Adam`] with decoupled weight decay
 /// (`p ← p·(1 − lr·weight_decay)` before the Adam update) and a default decay of 1e-2.
 #[derive(Debug)]
 pub struct AdamW<B: Backend> {
-    inner: Adam<B>,
+    pub(super) inner: Adam<B>,
 }
 
 impl<B: Backend> AdamW<B> {
@@ -324,5 +333,12 @@ impl<B: Backend> Optimizer<B> for AdamW<B> {
     }
     fn set_lr(&mut self, lr: f64) -> Result<()> {
         self.inner.set_lr(lr)
+    }
+    fn state_dict(&self) -> Result<TensorFile> {
+        self.inner.save_state_as("AdamW")
+    }
+    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
+        self.inner
+            .restore_state_as("AdamW::load_state_dict", "AdamW", state)
     }
 }

@@ -19,6 +19,7 @@ mod adam;
 mod clip;
 pub mod scheduler;
 mod sgd;
+mod state;
 
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
@@ -30,6 +31,7 @@ pub use scheduler::{
 };
 pub use sgd::{Sgd, SgdConfig};
 
+use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
@@ -65,6 +67,19 @@ pub trait Optimizer<B: Backend> {
             p.clear_grad();
         }
     }
+
+    /// The optimizer's state for a checkpoint (PyTorch's `optimizer.state_dict()`): the
+    /// learning rate and, per parameter index `i`, the buffers under `state.{i}.` (SGD's
+    /// `momentum_buffer`; Adam's `step`, `exp_avg`, `exp_avg_sq` and, with AMSGrad,
+    /// `max_exp_avg_sq`), copied to the host bit for bit (`docs/checkpoints.md`).
+    fn state_dict(&self) -> Result<TensorFile>;
+
+    /// Restores a state taken by [`state_dict`](Optimizer::state_dict) from an optimizer
+    /// of the same type over parameters of the same shapes. The other hyper-parameters
+    /// are the ones this optimizer was built with. Fails, changing nothing, when the
+    /// state is of another optimizer type, another parameter count or shape, or lacks an
+    /// entry; the error names it.
+    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()>;
 }
 
 /// Checks that every parameter is a leaf that requires grad.

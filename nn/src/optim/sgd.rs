@@ -1,6 +1,7 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
 use super::{check_non_negative, check_params, Optimizer};
+use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::{no_grad, Tensor};
 use exactgrad_core::Backend;
@@ -57,9 +58,9 @@ impl SgdConfig {
 /// ```
 #[derive(Debug)]
 pub struct Sgd<B: Backend> {
-    params: Vec<Tensor<B>>,
-    config: SgdConfig,
-    momentum_buffers: Vec<Option<Tensor<B>>>,
+    pub(super) params: Vec<Tensor<B>>,
+    pub(super) config: SgdConfig,
+    pub(super) momentum_buffers: Vec<Option<Tensor<B>>>,
 }
 
 impl<B: Backend> Sgd<B> {
@@ -146,5 +147,13 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
         check_non_negative("Sgd::set_lr", "lr", lr)?;
         self.config.lr = lr;
         Ok(())
+    }
+
+    fn state_dict(&self) -> Result<TensorFile> {
+        self.save_state()
+    }
+
+    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
+        self.restore_state(state)
     }
 }

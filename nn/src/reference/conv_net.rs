@@ -6,7 +6,7 @@ use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{join_name, Module};
+use crate::module::Module;
 use crate::norm::BatchNorm2d;
 use exactgrad_autograd::{
     AvgPool2dOptions, Conv2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor,
@@ -119,23 +119,22 @@ impl<B: Backend> Module<B> for ConvNet<B> {
         self.fc2.forward(&x)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.conv1.visit_parameters(&join_name(prefix, "conv1"), f);
-        self.bn1.visit_parameters(&join_name(prefix, "bn1"), f);
-        self.conv2.visit_parameters(&join_name(prefix, "conv2"), f);
-        self.bn2.visit_parameters(&join_name(prefix, "bn2"), f);
-        self.fc1.visit_parameters(&join_name(prefix, "fc1"), f);
-        self.fc2.visit_parameters(&join_name(prefix, "fc2"), f);
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+        f("conv1", &self.conv1);
+        f("bn1", &self.bn1);
+        f("conv2", &self.conv2);
+        f("bn2", &self.bn2);
+        f("fc1", &self.fc1);
+        f("fc2", &self.fc2);
     }
 
-    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.bn1.visit_buffers(&join_name(prefix, "bn1"), f);
-        self.bn2.visit_buffers(&join_name(prefix, "bn2"), f);
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.bn1.set_training(training);
-        self.bn2.set_training(training);
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        f("conv1", &mut self.conv1);
+        f("bn1", &mut self.bn1);
+        f("conv2", &mut self.conv2);
+        f("bn2", &mut self.bn2);
+        f("fc1", &mut self.fc1);
+        f("fc2", &mut self.fc2);
     }
 }
 

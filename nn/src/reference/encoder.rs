@@ -8,7 +8,7 @@ use crate::attention::{
 use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{join_name, Module};
+use crate::module::Module;
 use crate::norm::LayerNorm;
 use exactgrad_autograd::{AttentionMask, CrossEntropyOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -118,19 +118,20 @@ impl<B: Backend> Module<B> for TransformerEncoder<B> {
         self.forward_masked(input, None)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        let layers = join_name(prefix, "layers");
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
         for (i, layer) in self.layers.iter().enumerate() {
-            layer.visit_parameters(&join_name(&layers, &i.to_string()), f);
+            f(&format!("layers.{i}"), layer);
         }
-        self.norm.visit_parameters(&join_name(prefix, "norm"), f);
-        self.head.visit_parameters(&join_name(prefix, "head"), f);
+        f("norm", &self.norm);
+        f("head", &self.head);
     }
 
-    fn set_training(&mut self, training: bool) {
-        for layer in &mut self.layers {
-            layer.set_training(training);
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            f(&format!("layers.{i}"), layer);
         }
+        f("norm", &mut self.norm);
+        f("head", &mut self.head);
     }
 }
 

@@ -1,0 +1,370 @@
+//! Trains a small conv net on the shipped 8×8 digits, with a training checkpoint after
+//! every epoch and `--resume`: a run that is interrupted and resumed ends with the same
+//! parameter hash as one that never stopped.
+//!
+//! ```text
+//! cargo run --release --example digits_conv -- [--epochs N] [--seed S] [--batch-size N]
+//!     [--lr X] [--backend scalar-ref|exact|fast] [--threads N]
+//!     [--checkpoint FILE] [--resume] [--stop-after EPOCHS] [--plot FILE.svg] [--csv FILE.csv]
+//! ```
+//!
+//! The model is conv(1→8, 3×3, pad 1)–BN–ReLU–maxpool 2 – conv(8→16)–BN–ReLU–maxpool 2 –
+//! linear(64→10), trained with AdamW under a linear warm-up (one epoch) followed by cosine
+//! annealing, on mini-batches shuffled from the seed. After every epoch the model,
+//! optimizer, scheduler, data-loader position and the curves so far are saved atomically
+//! to the checkpoint file (default `digits_conv.safetensors`). `--resume` continues from
+//! it; `--stop-after K` stops after epoch K (an interruption, for trying `--resume`).
+
+use exactgrad::nn::checkpoint::TrainingCheckpoint;
+use exactgrad::nn::data::{ClassificationData, DataLoader, Digits, LoaderPosition};
+use exactgrad::nn::metrics::accuracy;
+use exactgrad::nn::optim::{SchedulerConfig, SequentialLr};
+use exactgrad::nn::{BatchNorm2d, Conv2d, Linear, Module};
+use exactgrad::prelude::*;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[path = "watch/mod.rs"]
+mod watch;
+
+/// The conv net. It names its children once, in `visit_children`; its parameters,
+/// buffers, training mode and state dict follow from that.
+#[derive(Debug)]
+struct DigitsConvNet<B: Backend> {
+    conv1: Conv2d<B>,
+    bn1: BatchNorm2d<B>,
+    conv2: Conv2d<B>,
+    bn2: BatchNorm2d<B>,
+    fc: Linear<B>,
+}
+
+impl<B: Backend> DigitsConvNet<B> {
+    fn new(b: &B, seed: u64) -> exactgrad::Result<Self> {
+        let mut rng = Philox::new(seed);
+        let pad = Conv2dOptions {
+            padding: [1, 1],
+            ..Conv2dOptions::default()
+        };
+        Ok(Self {
+            conv1: Conv2d::with_options(b, 1, 8, [3, 3], pad, true, &mut rng)?,
+            bn1: BatchNorm2d::new(b, 8)?,
+            conv2: Conv2d::with_options(b, 8, 16, [3, 3], pad, true, &mut rng)?,
+            bn2: BatchNorm2d::new(b, 16)?,
+            fc: Linear::new(b, 64, Digits::CLASSES, &mut rng)?,
+        })
+    }
+}
+
+impl<B: Backend> Module<B> for DigitsConvNet<B> {
+    /// Logits `[N, 10]` of images `[N, 64]` (reshaped to `[N, 1, 8, 8]`).
+    fn forward(&self, x: &Tensor<B>) -> exactgrad::Result<Tensor<B>> {
+        let n = x.dims()[0];
+        let pool = MaxPool2dOptions::new([2, 2]);
+        let x = x.reshape([n, 1, 8, 8])?;
+        let x = self
+            .bn1
+            .forward(&self.conv1.forward(&x)?)?
+            .relu()?
+            .max_pool2d(pool)?;
+        let x = self
+            .bn2
+            .forward(&self.conv2.forward(&x)?)?
+            .relu()?
+            .max_pool2d(pool)?;
+        self.fc.forward(&x.flatten(1, -1)?)
+    }
+
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+        f("conv1", &self.conv1);
+        f("bn1", &self.bn1);
+        f("conv2", &self.conv2);
+        f("bn2", &self.bn2);
+        f("fc", &self.fc);
+    }
+
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        f("conv1", &mut self.conv1);
+        f("bn1", &mut self.bn1);
+        f("conv2", &mut self.conv2);
+        f("bn2", &mut self.bn2);
+        f("fc", &mut self.fc);
+    }
+}
+
+/// The command line.
+#[derive(Clone, Debug)]
+struct Args {
+    epochs: usize,
+    seed: u64,
+    batch_size: usize,
+    lr: f64,
+    backend: String,
+    threads: usize,
+    checkpoint: PathBuf,
+    resume: bool,
+    stop_after: Option<usize>,
+    plot: Option<PathBuf>,
+    csv: Option<PathBuf>,
+}
+
+const USAGE: &str = "usage: digits_conv [--epochs N] [--seed S] [--batch-size N] [--lr X] \
+[--backend scalar-ref|exact|fast] [--threads N] [--checkpoint FILE] [--resume] \
+[--stop-after EPOCHS] [--plot FILE.svg] [--csv FILE.csv]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        epochs: 6,
+        seed: 0,
+        batch_size: 32,
+        lr: 5e-3,
+        backend: "scalar-ref".into(),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        checkpoint: PathBuf::from("digits_conv.safetensors"),
+        resume: false,
+        stop_after: None,
+        plot: None,
+        csv: None,
+    };
+    let mut it = std::env::args().skip(1);
+    fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
+        let v = v.ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        v.parse()
+            .map_err(|_| format!("{flag}: `{v}` is not a valid number"))
+    }
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--epochs" => a.epochs = num(&flag, it.next())?,
+            "--seed" => a.seed = num(&flag, it.next())?,
+            "--batch-size" => a.batch_size = num(&flag, it.next())?,
+            "--lr" => a.lr = num(&flag, it.next())?,
+            "--threads" => a.threads = num(&flag, it.next())?,
+            "--stop-after" => a.stop_after = Some(num(&flag, it.next())?),
+            "--backend" => a.backend = it.next().ok_or(USAGE)?,
+            "--checkpoint" => a.checkpoint = it.next().ok_or(USAGE)?.into(),
+            "--plot" => a.plot = Some(it.next().ok_or(USAGE)?.into()),
+            "--csv" => a.csv = Some(it.next().ok_or(USAGE)?.into()),
+            "--resume" => a.resume = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            _ => return Err(format!("unknown argument `{flag}`\n{USAGE}")),
+        }
+    }
+    Ok(a)
+}
+
+/// The run's hyper-parameters as stored in (and checked against) the checkpoint.
+fn run_config(a: &Args) -> String {
+    format!(
+        "epochs={};seed={};batch_size={};lr={:?}",
+        a.epochs, a.seed, a.batch_size, a.lr
+    )
+}
+
+fn evaluate<B: Backend>(
+    b: &B,
+    model: &mut DigitsConvNet<B>,
+    data: &ClassificationData,
+) -> exactgrad::Result<f64> {
+    model.eval();
+    let _guard = no_grad();
+    let (x, y) = data.to_tensors(b)?;
+    let acc = accuracy(&model.forward(&x)?, &y);
+    model.train();
+    acc
+}
+
+fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
+    let start = Instant::now();
+    let split = Digits::bundled().split()?;
+    let loader = DataLoader::new(b, &split.train, a.batch_size)?.shuffle(a.seed ^ 0x5eed);
+    let per_epoch = loader.num_batches();
+    let mut model = DigitsConvNet::new(b, a.seed)?;
+    let mut opt = AdamW::new(model.parameters(), AdamWConfig::new(a.lr))?;
+    let schedules: Vec<SchedulerConfig> = vec![
+        LinearLrConfig {
+            start_factor: 0.1,
+            end_factor: 1.0,
+            total_iters: per_epoch as u64,
+        }
+        .into(),
+        CosineAnnealingLrConfig {
+            t_max: ((a.epochs.max(2) - 1) * per_epoch) as u64,
+            eta_min: 0.0,
+        }
+        .into(),
+    ];
+    let mut sched = SequentialLr::new(&mut opt, schedules, vec![per_epoch as u64])?;
+    println!(
+        "digits_conv: {} parameters, AdamW lr {} (warm-up, cosine), batch {}, {} epochs, seed {}; backend {} ({:?} mode)",
+        model.num_parameters(),
+        a.lr,
+        a.batch_size,
+        a.epochs,
+        a.seed,
+        b.name(),
+        b.mode()
+    );
+
+    let mut pos = LoaderPosition::default();
+    let mut curves: Vec<watch::EpochRecord> = Vec::new();
+    if a.resume && a.checkpoint.exists() {
+        let ckpt = TrainingCheckpoint::load(&a.checkpoint)?;
+        if ckpt.value("config") != Some(run_config(a).as_str()) {
+            return Err(exactgrad::Error::InvalidArgument {
+                op: "digits_conv",
+                arg: "--resume",
+                message: format!(
+                    "{} was written by a run with {:?}, this one has {}",
+                    a.checkpoint.display(),
+                    ckpt.value("config").unwrap_or("no configuration"),
+                    run_config(a)
+                ),
+            });
+        }
+        ckpt.restore_model(&model)?;
+        ckpt.restore_optimizer(&mut opt)?;
+        ckpt.restore_scheduler(&mut sched, &mut opt)?;
+        pos = ckpt.position()?;
+        for line in ckpt.value("curves").unwrap_or("").lines() {
+            let v: Vec<&str> = line.split(',').collect();
+            if let [e, l, t] = v[..] {
+                curves.push(watch::EpochRecord {
+                    epoch: e.parse().unwrap_or(0),
+                    loss: l.parse().unwrap_or(f64::NAN),
+                    test_accuracy: t.parse().unwrap_or(f64::NAN),
+                });
+            }
+        }
+        println!(
+            "resumed from {} at epoch {}, batch {}",
+            a.checkpoint.display(),
+            pos.epoch,
+            pos.batch
+        );
+        for r in &curves {
+            println!(
+                "epoch {:>3}/{}: loss {:.6}, test accuracy {:.4} (before the interruption)",
+                r.epoch, a.epochs, r.loss, r.test_accuracy
+            );
+        }
+    } else if a.resume {
+        println!(
+            "no checkpoint at {}: starting from scratch",
+            a.checkpoint.display()
+        );
+    }
+
+    let total = (a.epochs * per_epoch) as u64;
+    let done = pos.epoch * per_epoch as u64 + pos.batch as u64;
+    let progress = watch::Progress::new(total, done.min(total));
+    let mut stopped = false;
+    while (pos.epoch as usize) < a.epochs {
+        let epoch = pos.epoch;
+        let mut sum = 0.0f64;
+        let mut seen = 0usize;
+        for batch in loader.epoch_from(epoch, pos.batch) {
+            let batch = batch?;
+            let loss = model
+                .forward(&batch.inputs)?
+                .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
+            opt.clear_grad();
+            loss.backward(None, false)?;
+            opt.step()?;
+            sched.step(&mut opt)?;
+            let l = f64::from(loss.item()?);
+            sum += l * batch.targets.len() as f64;
+            seen += batch.targets.len();
+            pos = pos.next(per_epoch);
+            progress.step(l);
+        }
+        let record = watch::EpochRecord {
+            epoch: epoch as usize + 1,
+            loss: sum / seen.max(1) as f64,
+            test_accuracy: evaluate(b, &mut model, &split.test)?,
+        };
+        curves.push(record);
+        // The checkpoint of this epoch: everything the next one needs.
+        let mut ckpt = TrainingCheckpoint::new();
+        ckpt.set_model(&model)?;
+        ckpt.set_optimizer(&opt)?;
+        ckpt.set_scheduler(&sched);
+        ckpt.set_position(pos);
+        ckpt.set_value("config", run_config(a));
+        let rows: Vec<String> = curves
+            .iter()
+            .map(|r| format!("{},{},{}", r.epoch, r.loss, r.test_accuracy))
+            .collect();
+        ckpt.set_value("curves", rows.join("\n"));
+        ckpt.save(&a.checkpoint)?;
+        progress.println(&format!(
+            "epoch {:>3}/{}: loss {:.6}, test accuracy {:.4}, lr {:.2e}; checkpoint {}",
+            record.epoch,
+            a.epochs,
+            record.loss,
+            record.test_accuracy,
+            opt.lr(),
+            a.checkpoint.display()
+        ));
+        if a.stop_after == Some(record.epoch) && record.epoch < a.epochs {
+            stopped = true;
+            break;
+        }
+    }
+    progress.finish();
+    if let Some(path) = &a.csv {
+        watch::write_csv(path, &curves).map_err(|source| exactgrad::Error::Write {
+            path: path.clone(),
+            source,
+        })?;
+        println!("curves (CSV): {}", path.display());
+    }
+    if let Some(path) = &a.plot {
+        let title = format!("digits conv net, {} ({:?} mode)", b.name(), b.mode());
+        watch::write_svg(path, &title, &curves).map_err(|e| exactgrad::Error::Write {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        println!("plot (SVG): {}", path.display());
+    }
+    let mut state = model.parameters();
+    state.extend(model.named_buffers().into_iter().map(|(_, t)| t));
+    let hash = hash_tensors(&state.iter().collect::<Vec<_>>())?;
+    if stopped {
+        println!(
+            "stopped after epoch {} (run again with --resume to continue)",
+            pos.epoch
+        );
+    } else {
+        println!(
+            "test accuracy: {:.4}",
+            curves.last().map_or(0.0, |r| r.test_accuracy)
+        );
+    }
+    println!("parameter and buffer hash: {hash:#018x}");
+    println!("time: {:.2} s", start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn main() -> exactgrad::Result<()> {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    match args.backend.as_str() {
+        "scalar-ref" => run(&ScalarRefBackend, &args),
+        "exact" => run(
+            &ExactBackend::with_isa(Isa::best(ComputeMode::Exact), args.threads)?,
+            &args,
+        ),
+        "fast" => run(
+            &FastBackend::with_isa(Isa::best(ComputeMode::Fast), args.threads)?,
+            &args,
+        ),
+        other => {
+            eprintln!("unknown backend `{other}`\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
