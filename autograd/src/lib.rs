@@ -33,9 +33,12 @@ pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};
 pub use ops::attention::{AttentionMask, AttentionOptions};
 pub use ops::conv::{Conv1dOptions, Conv2dOptions};
+pub use ops::ctc::{CtcBatch, CtcLossOptions, CtcTargets};
 pub use ops::elementwise::GeluApproximation;
 pub use ops::norm::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum};
 pub use ops::pool::{AvgPool2dOptions, MaxPool2dOptions};
+pub use ops::resize::{InterpolateMode, InterpolateOptions, InterpolateSize};
+pub use ops::rnn::{GruOptions, GruOutput, LstmOptions, LstmOutput, RnnWeights};
 pub use ops::{CrossEntropyOptions, Reduction};
 pub use tensor::Tensor;
 
