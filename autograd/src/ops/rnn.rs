@@ -731,6 +731,9 @@ fn check_state<B: Backend>(
     }))
 }
 
+/// Output, `h_n` and (LSTM) `c_n`.
+type Results<B> = (Tensor<B>, Tensor<B>, Option<Tensor<B>>);
+
 /// The shared body of [`Tensor::lstm`] and [`Tensor::gru`]: returns output, `h_n` and
 /// (LSTM) `c_n`.
 #[allow(clippy::too_many_arguments)]
@@ -742,7 +745,7 @@ fn run<B: Backend>(
     c0: Option<&Tensor<B>>,
     bidirectional: bool,
     batch_first: bool,
-) -> Result<(Tensor<B>, Tensor<B>, Option<Tensor<B>>)> {
+) -> Result<Results<B>> {
     let op = cell.name();
     let unbatched = match x.rank() {
         2 => true,
