@@ -16,7 +16,8 @@
 //! - [`gradcheck`]: the gradient check; [`error`]: the error type.
 //!
 //! The arithmetic of every operator is fixed by `docs/arithmetic.md` (and `docs/conv.md`
-//! for the convolution family); the API decisions are explained in `docs/api.md`. This
+//! for the convolution family, `docs/recurrent.md` for the LSTM and GRU, `docs/ctc.md`
+//! for the CTC loss, `docs/resize.md` for interpolate); the API decisions are explained in `docs/api.md`. This
 //! crate needs `std` (threads, locks, the thread-local grad mode); the `no_std` face of
 //! exactgrad is the arena tape, `exactgrad-tape`.
 #![warn(missing_docs)]
