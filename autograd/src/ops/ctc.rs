@@ -531,18 +531,22 @@ fn entry_gradient(
     }
     let beta = betas(lp, i, e, blank);
     let l = e.ext.len();
+    // The positions of each class present in l′, in increasing order.
+    let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (s, &cls) in e.ext.iter().enumerate() {
+        match classes.iter_mut().find(|(c, _)| *c == cls) {
+            Some((_, at)) => at.push(s),
+            None => classes.push((cls, vec![s])),
+        }
+    }
     for t in 0..e.steps {
         let (a, bt) = (&alpha[t * l..(t + 1) * l], &beta[t * l..(t + 1) * l]);
-        for cls in 0..lp.c {
-            let at = e.ext.iter().enumerate().filter(|&(_, &x)| x == cls);
-            if at.clone().next().is_none() {
-                continue;
-            }
-            let lcab = log_sum_exp(at.map(|(s, _)| a[s] + bt[s]));
+        for (cls, at) in &classes {
+            let lcab = log_sum_exp(at.iter().map(|&s| a[s] + bt[s]));
             let v = if lcab == f64::NEG_INFINITY {
                 0.0
             } else {
-                -exp64((lcab - lp.at(t, i, cls)) + loss) * w
+                -exp64((lcab - lp.at(t, i, *cls)) + loss) * w
             };
             grad[(t * lp.b + i) * lp.c + cls] = canon(mode, v as f32);
         }
