@@ -13,7 +13,12 @@
 //! - `step/conv_net`: a training step (forward, cross entropy, backward, Adam) of the
 //!   reference conv net on a batch of 32 × 3×32×32;
 //! - `step/encoder`: a training step of the reference encoder (2 layers, batch 8,
-//!   sequence 64, width 128, 4 heads, feed-forward 512, padding mask).
+//!   sequence 64, width 128, 4 heads, feed-forward 512, padding mask);
+//! - `step/crnn`: a training step (forward, log_softmax, CTC, backward, SGD) of the
+//!   reference CRNN on a batch of 8 line images of 1×32×128: conv 1→16 and 16→32 (3×3,
+//!   padding 1, ReLU, max pool 2) to `[8, 32, 8, 32]`, a sequence of 32 steps of 32·8
+//!   features, a two-layer bidirectional LSTM of 64, Linear(128, 11), log_softmax and
+//!   the mean CTC loss with input lengths 32 and target lengths 5 to 10 of labels 1…10.
 //!
 //! `tools/bench_torch.py --shapes models` times the same work in PyTorch. At the end the
 //! bench prints one summary line per benchmark in the format of that script: the median,
@@ -21,9 +26,9 @@
 
 use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
-use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer};
+use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
 use exactgrad::nn::reference::{
-    ConvNetCase, ConvNetConfig, EncoderCase, EncoderConfig, ReferenceCase,
+    ConvNetCase, ConvNetConfig, CrnnCase, CrnnConfig, EncoderCase, EncoderConfig, ReferenceCase,
 };
 use exactgrad::prelude::*;
 use std::cell::RefCell;
@@ -43,6 +48,19 @@ const ENC_BATCH: usize = 8;
 const ENC_SEQ: usize = 64;
 const CONV_BATCH: usize = 32;
 const CONV_HW: [usize; 2] = [32, 32];
+
+/// The CRNN of the benches: 1×32×128 line images, LSTM(256, 64, 2 layers,
+/// bidirectional), 11 classes (blank and labels 1…10).
+const CRNN: CrnnConfig = CrnnConfig {
+    c1: 16,
+    c2: 32,
+    height: 32,
+    hidden: 64,
+    classes: 11,
+};
+const CRNN_BATCH: usize = 8;
+const CRNN_WIDTH: usize = 128;
+const CRNN_TARGETS: (usize, usize) = (5, 10);
 
 /// Times `f` once per criterion iteration and returns the summary line.
 fn bench(c: &mut Criterion, label: &str, mut f: impl FnMut()) -> String {
@@ -155,6 +173,15 @@ fn step<B: Backend>(c: &mut Criterion, label: &str, case: &dyn ReferenceCase<B>)
     })
 }
 
+/// One training step with SGD (learning rate 0.01): forward, loss, backward, update.
+fn step_sgd<B: Backend>(c: &mut Criterion, label: &str, case: &dyn ReferenceCase<B>) -> String {
+    let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01)).unwrap();
+    bench(c, label, || {
+        case.forward_backward().unwrap();
+        opt.step().unwrap();
+    })
+}
+
 fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String>) {
     summary.push(conv(
         c,
@@ -176,6 +203,8 @@ fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String
     summary.push(step(c, &format!("models/step/conv_net/{tag}"), &conv_net));
     let encoder = EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap();
     summary.push(step(c, &format!("models/step/encoder/{tag}"), &encoder));
+    let crnn = CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap();
+    summary.push(step_sgd(c, &format!("models/step/crnn/{tag}"), &crnn));
 }
 
 fn main() {

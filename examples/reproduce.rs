@@ -1,38 +1,42 @@
-//! Checks that this machine reproduces the pinned exact-mode gradients of the two
+//! Checks that this machine reproduces the pinned exact-mode gradients of the three
 //! reference models, bit for bit.
 //!
 //! ```text
 //! cargo run --release --example reproduce
 //! ```
 //!
-//! The models are the conv net and the two-layer transformer encoder of
-//! `exactgrad::nn::reference`, with the weights and inputs of the PyTorch oracle
-//! (`testdata/autograd/*.safetensors`, embedded in the program). For ScalarRefBackend
+//! The models are the conv net, the two-layer transformer encoder and the CRNN (with
+//! its CTC loss) of `exactgrad::nn::reference`, with the weights and inputs of the
+//! PyTorch oracle (`testdata/autograd/*.safetensors`, embedded in the program). For ScalarRefBackend
 //! and for every ISA path of ExactBackend at 1, 3 and 8 threads it runs one forward and
 //! backward pass of each model and hashes every gradient (parameters in `state_dict`
 //! order, then the input; see `docs/arithmetic.md`). It prints one row per backend with
 //! each hash and PASS when it equals the pinned value (the one `tests/reference_models.rs`
-//! pins), FAIL otherwise; paths this CPU lacks are SKIPPED. The exit status is non-zero
+//! and `tests/rnn_oracle.rs` pin), FAIL otherwise; paths this CPU lacks are SKIPPED. The exit status is non-zero
 //! when any hash differs.
 
-use exactgrad::nn::reference::{ConvNetCase, EncoderCase, ReferenceCase, PINNED_HASHES};
+use exactgrad::nn::reference::{ConvNetCase, CrnnCase, EncoderCase, ReferenceCase, PINNED_HASHES};
 use exactgrad::prelude::*;
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// The pinned hashes (computed by ScalarRefBackend, see `tests/reference_models.rs`).
-const PINNED: [(&str, u64); 2] = PINNED_HASHES;
+/// The pinned hashes (computed by ScalarRefBackend, see `tests/reference_models.rs` and
+/// `tests/rnn_oracle.rs`).
+const PINNED: [(&str, u64); 3] = PINNED_HASHES;
 
 const CONV_NET: &[u8] = include_bytes!("../testdata/autograd/conv_net.safetensors");
 const ENCODER: &[u8] = include_bytes!("../testdata/autograd/encoder.safetensors");
+const CRNN: &[u8] = include_bytes!("../testdata/autograd/crnn.safetensors");
 
 /// The hash of each model's gradients on `backend`.
-fn hashes<B: Backend>(backend: &B) -> exactgrad::nn::Result<[u64; 2]> {
+fn hashes<B: Backend>(backend: &B) -> exactgrad::nn::Result<[u64; 3]> {
     let conv = ConvNetCase::from_oracle(backend, CONV_NET)?;
     let enc = EncoderCase::from_oracle(backend, ENCODER)?;
+    let crnn = CrnnCase::from_oracle(backend, CRNN)?;
     Ok([
         conv.forward_backward()?.hash()?,
         enc.forward_backward()?.hash()?,
+        crnn.forward_backward()?.hash()?,
     ])
 }
 
@@ -58,20 +62,24 @@ fn main() -> ExitCode {
     );
     println!();
     println!(
-        "{:<18} {:<25} {:<25} {:>9}",
-        "backend", PINNED[0].0, PINNED[1].0, "time"
+        "{:<18} {:<25} {:<25} {:<25} {:>9}",
+        "backend", PINNED[0].0, PINNED[1].0, PINNED[2].0, "time"
     );
     println!(
-        "{:<18} {:<25} {:<25}",
+        "{:<18} {:<25} {:<25} {:<25}",
         "pinned",
         format!("{:#018x}", PINNED[0].1),
-        format!("{:#018x}", PINNED[1].1)
+        format!("{:#018x}", PINNED[1].1),
+        format!("{:#018x}", PINNED[2].1)
     );
     let mut failed = 0usize;
     let mut passed = 0usize;
-    let mut report = |label: &str, run: Option<(exactgrad::nn::Result<[u64; 2]>, f64)>| {
+    let mut report = |label: &str, run: Option<(exactgrad::nn::Result<[u64; 3]>, f64)>| {
         let Some((result, secs)) = run else {
-            println!("{label:<18} {:<25} {:<25}", "SKIPPED", "SKIPPED");
+            println!(
+                "{label:<18} {:<25} {:<25} {:<25}",
+                "SKIPPED", "SKIPPED", "SKIPPED"
+            );
             return;
         };
         match result {
@@ -79,7 +87,11 @@ fn main() -> ExitCode {
                 let cell = |i: usize, ok: bool| {
                     format!("{:#018x} {}", h[i], if ok { "PASS" } else { "FAIL" })
                 };
-                let ok = [h[0] == PINNED[0].1, h[1] == PINNED[1].1];
+                let ok = [
+                    h[0] == PINNED[0].1,
+                    h[1] == PINNED[1].1,
+                    h[2] == PINNED[2].1,
+                ];
                 for o in ok {
                     if o {
                         passed += 1;
@@ -88,19 +100,20 @@ fn main() -> ExitCode {
                     }
                 }
                 println!(
-                    "{label:<18} {:<25} {:<25} {:>6.1} ms",
+                    "{label:<18} {:<25} {:<25} {:<25} {:>6.1} ms",
                     cell(0, ok[0]),
                     cell(1, ok[1]),
+                    cell(2, ok[2]),
                     secs * 1e3
                 );
             }
             Err(e) => {
-                failed += 2;
+                failed += 3;
                 println!("{label:<18} FAIL: {e}");
             }
         }
     };
-    let timed = |f: &dyn Fn() -> exactgrad::nn::Result<[u64; 2]>| {
+    let timed = |f: &dyn Fn() -> exactgrad::nn::Result<[u64; 3]>| {
         let t = Instant::now();
         let r = f();
         (r, t.elapsed().as_secs_f64())

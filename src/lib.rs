@@ -90,6 +90,10 @@ pub mod prelude {
         Conv1dOptions, Conv2dOptions, CrossEntropyOptions, GeluApproximation, GradCheck,
         GroupNormOptions, LayerNormOptions, MaxPool2dOptions, Momentum, Reduction, Tensor,
     };
+    pub use exactgrad_autograd::{
+        CtcBatch, CtcLossOptions, CtcTargets, GruOptions, GruOutput, InterpolateMode,
+        InterpolateOptions, InterpolateSize, LstmOptions, LstmOutput, RnnWeights,
+    };
     pub use exactgrad_backends::{
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
     };
@@ -107,4 +111,5 @@ pub mod prelude {
         LeakyRelu, Linear, Module, MultiheadAttention, MultiheadAttentionConfig, Relu, Sequential,
         Sigmoid, Tanh, TransformerEncoderLayer, TransformerEncoderLayerConfig,
     };
+    pub use exactgrad_nn::{Conv1d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample};
 }

@@ -8,6 +8,10 @@
 use exactgrad::backends::conformance::{self, Config, Kernel, Mismatch};
 use exactgrad::backends::ScalarRefBackend;
 use exactgrad::core::backend::MatmulSpec;
+use exactgrad::core::recurrent::{
+    CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
+    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
+};
 use exactgrad::core::{Backend, BinaryOp, ComputeMode, Layout, Result, UnaryOp};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +21,7 @@ use std::sync::{Arc, Mutex};
 /// the set of unary operators (`kernel: op`) it was called with.
 #[derive(Clone, Debug, Default)]
 struct Counting {
-    calls: Arc<[AtomicUsize; 9]>,
+    calls: Arc<[AtomicUsize; 13]>,
     ops: Arc<Mutex<BTreeSet<String>>>,
 }
 
@@ -132,6 +136,42 @@ impl Backend for Counting {
     ) -> Result<()> {
         self.hit(Kernel::SoftmaxBackward);
         ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
+    }
+    fn lstm_cell(
+        &self,
+        shape: CellShape,
+        inputs: LstmCellInputs<'_>,
+        outputs: LstmCellOutputs<'_>,
+    ) -> Result<()> {
+        self.hit(Kernel::LstmCell);
+        ScalarRefBackend.lstm_cell(shape, inputs, outputs)
+    }
+    fn lstm_cell_backward(
+        &self,
+        shape: CellShape,
+        inputs: LstmCellGradInputs<'_>,
+        outputs: LstmCellGradOutputs<'_>,
+    ) -> Result<()> {
+        self.hit(Kernel::LstmCellBackward);
+        ScalarRefBackend.lstm_cell_backward(shape, inputs, outputs)
+    }
+    fn gru_cell(
+        &self,
+        shape: CellShape,
+        inputs: GruCellInputs<'_>,
+        outputs: GruCellOutputs<'_>,
+    ) -> Result<()> {
+        self.hit(Kernel::GruCell);
+        ScalarRefBackend.gru_cell(shape, inputs, outputs)
+    }
+    fn gru_cell_backward(
+        &self,
+        shape: CellShape,
+        inputs: GruCellGradInputs<'_>,
+        outputs: GruCellGradOutputs<'_>,
+    ) -> Result<()> {
+        self.hit(Kernel::GruCellBackward);
+        ScalarRefBackend.gru_cell_backward(shape, inputs, outputs)
     }
 }
 

@@ -364,7 +364,7 @@ fn exact_mode_hashes_are_pinned() {
     }
     println!("{}", table.join("\n"));
     assert_eq!(
-        PINNED_HASHES.map(|(_, h)| h),
+        [PINNED_HASHES[0].1, PINNED_HASHES[1].1],
         pinned,
         "exactgrad::nn::reference::PINNED_HASHES (used by the reproduce example) must equal the constants pinned here"
     );

@@ -96,14 +96,18 @@ if __name__ == "__main__":
 #
 #     models/step/encoder/torch/t1                 median    12.345 ms   (min ..., max ..., N calls)
 #
-# The models are the classes of tools/autograd_oracle.py (the reference models of
-# exactgrad_nn::reference) with PyTorch's default initialisation, in training mode; a step
-# is zero_grad, forward, cross entropy, backward and Adam(lr=1e-3).
+# The models are the classes of tools/autograd_oracle.py and tools/rnn_oracle.py (the
+# reference models of exactgrad_nn::reference) with PyTorch's default initialisation, in
+# training mode; a step is zero_grad, forward, cross entropy, backward and Adam(lr=1e-3),
+# and for the CRNN zero_grad, forward (ending in log_softmax), the mean CTC loss,
+# backward and SGD(lr=0.01).
 
 MODEL_ENCODER = dict(d_model=128, nhead=4, dim_feedforward=512, classes=16)
 MODEL_ENC_BATCH, MODEL_ENC_SEQ = 8, 64
 MODEL_CONV = dict(c_in=3, c1=16, c2=32, hidden=64, classes=10)
 MODEL_CONV_BATCH, MODEL_CONV_HW = 32, 32
+MODEL_CRNN = dict(c1=16, c2=32, height=32, hidden=64, classes=11)
+MODEL_CRNN_BATCH, MODEL_CRNN_WIDTH, MODEL_CRNN_TARGETS = 8, 128, (5, 10)
 
 
 def time_calls_ms(fn, seconds, warmup):
@@ -129,6 +133,7 @@ def model_benches():
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from autograd_oracle import ConvNet, Encoder
+    from rnn_oracle import Crnn
 
     # autograd_oracle asks for deterministic algorithms; the benches measure the default.
     torch.use_deterministic_algorithms(False)
@@ -184,6 +189,25 @@ def model_benches():
     targets = torch.randint(0, MODEL_ENCODER["classes"], (MODEL_ENC_BATCH, MODEL_ENC_SEQ), generator=g)
     targets[padded] = -100
     c = MODEL_ENCODER["classes"]
+    crnn = Crnn(**MODEL_CRNN)
+    lines = leaf(MODEL_CRNN_BATCH, 1, MODEL_CRNN["height"], MODEL_CRNN_WIDTH)
+    lo, hi = MODEL_CRNN_TARGETS
+    target_lengths = torch.randint(lo, hi + 1, (MODEL_CRNN_BATCH,), generator=g)
+    labels = torch.randint(1, MODEL_CRNN["classes"], (MODEL_CRNN_BATCH, hi), generator=g)
+    input_lengths = torch.full((MODEL_CRNN_BATCH,), MODEL_CRNN_WIDTH // 4, dtype=torch.long)
+
+    def crnn_step():
+        crnn.train()
+        opt = torch.optim.SGD(crnn.parameters(), lr=0.01)
+
+        def fn():
+            opt.zero_grad()
+            lp = crnn(lines)
+            F.ctc_loss(lp, labels, input_lengths, target_lengths, blank=0, reduction="mean").backward()
+            opt.step()
+
+        return fn
+
     return [
         ("conv1", conv((MODEL_CONV_BATCH, 3, 32, 32), (16, 3, 3, 3))),
         ("conv2", conv((MODEL_CONV_BATCH, 16, 16, 16), (32, 16, 3, 3))),
@@ -193,6 +217,7 @@ def model_benches():
             "step/encoder",
             step(encoder, (tokens, padded), lambda y: F.cross_entropy(y.reshape(-1, c), targets.reshape(-1))),
         ),
+        ("step/crnn", crnn_step()),
     ]
 
 

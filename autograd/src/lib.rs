@@ -16,7 +16,8 @@
 //! - [`gradcheck`]: the gradient check; [`error`]: the error type.
 //!
 //! The arithmetic of every operator is fixed by `docs/arithmetic.md` (and `docs/conv.md`
-//! for the convolution family); the API decisions are explained in `docs/api.md`. This
+//! for the convolution family, `docs/recurrent.md` for the LSTM and GRU, `docs/ctc.md`
+//! for the CTC loss, `docs/resize.md` for interpolate); the API decisions are explained in `docs/api.md`. This
 //! crate needs `std` (threads, locks, the thread-local grad mode); the `no_std` face of
 //! exactgrad is the arena tape, `exactgrad-tape`.
 #![warn(missing_docs)]
@@ -33,9 +34,12 @@ pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};
 pub use ops::attention::{AttentionMask, AttentionOptions};
 pub use ops::conv::{Conv1dOptions, Conv2dOptions};
+pub use ops::ctc::{CtcBatch, CtcLossOptions, CtcTargets};
 pub use ops::elementwise::GeluApproximation;
 pub use ops::norm::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum};
 pub use ops::pool::{AvgPool2dOptions, MaxPool2dOptions};
+pub use ops::resize::{InterpolateMode, InterpolateOptions, InterpolateSize};
+pub use ops::rnn::{GruOptions, GruOutput, LstmOptions, LstmOutput, RnnWeights};
 pub use ops::{CrossEntropyOptions, Reduction};
 pub use tensor::Tensor;
 

@@ -107,6 +107,24 @@ fn suite_softmax_backward() {
     suite(Kernel::SoftmaxBackward)
 }
 
+// The recurrent cells.
+#[test]
+fn suite_lstm_cell() {
+    suite(Kernel::LstmCell)
+}
+#[test]
+fn suite_lstm_cell_backward() {
+    suite(Kernel::LstmCellBackward)
+}
+#[test]
+fn suite_gru_cell() {
+    suite(Kernel::GruCell)
+}
+#[test]
+fn suite_gru_cell_backward() {
+    suite(Kernel::GruCellBackward)
+}
+
 /// Checks `case` on every backend of both modes.
 fn check(case: &Case) -> Result<(), TestCaseError> {
     check_case_on(exact(), &ScalarRefBackend, case)

@@ -246,4 +246,54 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         log: bool,
         out: &mut [f32],
     ) -> Result<()>;
+
+    // ----- recurrent cells (docs/recurrent.md) -------------------------------------------
+    //
+    // One step of an LSTM or GRU layer between two matrix products. The default bodies
+    // are the reference definitions of `crate::recurrent`, written with this backend's
+    // element-wise kernels; a backend may fuse them but must give the same bits.
+
+    /// One LSTM step (`docs/recurrent.md` §2): gate sums, activations, `c_t` and `h_t`
+    /// from the step's two products and biases.
+    fn lstm_cell(
+        &self,
+        shape: crate::recurrent::CellShape,
+        inputs: crate::recurrent::LstmCellInputs<'_>,
+        outputs: crate::recurrent::LstmCellOutputs<'_>,
+    ) -> Result<()> {
+        crate::recurrent::lstm_cell(self, shape, inputs, outputs)
+    }
+
+    /// The backward rule of [`Backend::lstm_cell`] (`docs/recurrent.md` §2): the gradient
+    /// of the gate pre-activations and of `c_{t−1}`.
+    fn lstm_cell_backward(
+        &self,
+        shape: crate::recurrent::CellShape,
+        inputs: crate::recurrent::LstmCellGradInputs<'_>,
+        outputs: crate::recurrent::LstmCellGradOutputs<'_>,
+    ) -> Result<()> {
+        crate::recurrent::lstm_cell_backward(self, shape, inputs, outputs)
+    }
+
+    /// One GRU step (`docs/recurrent.md` §3): `r`, `z`, `n` and `h_t` from the step's two
+    /// products and biases.
+    fn gru_cell(
+        &self,
+        shape: crate::recurrent::CellShape,
+        inputs: crate::recurrent::GruCellInputs<'_>,
+        outputs: crate::recurrent::GruCellOutputs<'_>,
+    ) -> Result<()> {
+        crate::recurrent::gru_cell(self, shape, inputs, outputs)
+    }
+
+    /// The backward rule of [`Backend::gru_cell`] (`docs/recurrent.md` §3): the gradients
+    /// of both products' pre-activations and the direct part of the gradient of `h_{t−1}`.
+    fn gru_cell_backward(
+        &self,
+        shape: crate::recurrent::CellShape,
+        inputs: crate::recurrent::GruCellGradInputs<'_>,
+        outputs: crate::recurrent::GruCellGradOutputs<'_>,
+    ) -> Result<()> {
+        crate::recurrent::gru_cell_backward(self, shape, inputs, outputs)
+    }
 }

@@ -20,6 +20,8 @@ pub mod error;
 pub mod hash;
 pub mod mode;
 pub mod ops;
+#[cfg(feature = "alloc")]
+pub mod recurrent;
 pub mod rng;
 #[cfg(feature = "alloc")]
 pub mod shape;

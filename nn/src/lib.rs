@@ -8,7 +8,9 @@
 //! |---|---|
 //! | [`module`] | the [`Module`] trait: forward, own parameters and buffers, a child visitor from which names, training mode and `state_dict` follow |
 //! | [`linear`], [`sequential`], [`activation`] | [`Linear`], [`Sequential`], [`Relu`], [`Gelu`], [`Flatten`], … |
-//! | [`conv`], [`norm`] | [`Conv2d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
+//! | [`conv`], [`conv1d`], [`norm`] | [`Conv2d`], [`Conv1d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
+//! | [`rnn`] | [`Lstm`] and [`Gru`] (multi-layer, bidirectional, PyTorch's parameter names) |
+//! | [`embedding`], [`dropout`], [`upsample`] | [`Embedding`], [`Dropout`], [`Upsample`] |
 //! | [`attention`] | [`MultiheadAttention`] and [`TransformerEncoderLayer`]; masks are [`AttentionMask`]s |
 //! | [`optim`] | SGD, Adam and AdamW with PyTorch's update rules, gradient clipping |
 //! | [`init`] | deterministic initialisation from a [`Philox`](exactgrad_core::Philox) stream |
@@ -49,7 +51,10 @@ pub mod activation;
 pub mod attention;
 pub mod checkpoint;
 pub mod conv;
+pub mod conv1d;
 pub mod data;
+pub mod dropout;
+pub mod embedding;
 pub mod error;
 pub mod init;
 pub mod linear;
@@ -58,7 +63,9 @@ pub mod module;
 pub mod norm;
 pub mod optim;
 pub mod reference;
+pub mod rnn;
 pub mod sequential;
+pub mod upsample;
 
 pub use activation::{Flatten, Gelu, LeakyRelu, Relu, Sigmoid, Tanh};
 pub use attention::{
@@ -66,9 +73,14 @@ pub use attention::{
     TransformerEncoderLayerConfig,
 };
 pub use conv::Conv2d;
+pub use conv1d::Conv1d;
+pub use dropout::Dropout;
+pub use embedding::Embedding;
 pub use error::{DataError, Error, Result};
 pub use exactgrad_autograd::AttentionMask;
 pub use linear::Linear;
 pub use module::{BufferRef, IntBuffer, Module};
 pub use norm::{BatchNorm2d, BatchNormConfig, LayerNorm};
+pub use rnn::{Gru, Lstm, RnnConfig};
 pub use sequential::Sequential;
+pub use upsample::Upsample;

@@ -16,6 +16,9 @@
 //! | [`norm`] | batch_norm, layer_norm, group_norm | [`norm::BatchNormOptions`], [`norm::Momentum`], [`norm::LayerNormOptions`], [`norm::GroupNormOptions`] |
 //! | [`attention`] | scaled_dot_product_attention | [`attention::AttentionOptions`], [`attention::AttentionMask`] |
 //! | [`misc`] | dropout, embedding, index_select, split, split_sizes, chunk | |
+//! | [`ctc`] | ctc_loss (f64 recursions) | [`ctc::CtcBatch`], [`ctc::CtcTargets`], [`ctc::CtcLossOptions`] |
+//! | [`resize`] | interpolate (nearest, bilinear) | [`resize::InterpolateSize`], [`resize::InterpolateOptions`], [`resize::InterpolateMode`] |
+//! | [`rnn`] | lstm, gru (multi-layer, bidirectional, batch first) | [`rnn::RnnWeights`], [`rnn::LstmOptions`], [`rnn::GruOptions`] |
 //!
 //! The helpers below (broadcast forward, `sum_to`, NaN canonicalisation) are shared by
 //! several families.
@@ -45,6 +48,7 @@ macro_rules! borrowed_options {
 
 pub mod attention;
 pub mod conv;
+pub mod ctc;
 pub mod elementwise;
 pub mod linalg;
 pub mod loss;
@@ -53,6 +57,8 @@ pub mod norm;
 pub mod pad;
 pub mod pool;
 pub mod reduce;
+pub mod resize;
+pub mod rnn;
 pub mod shape;
 pub mod softmax;
 

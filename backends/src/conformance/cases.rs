@@ -28,11 +28,19 @@ pub enum Kernel {
     Softmax,
     /// [`Backend::softmax_backward`](exactgrad_core::Backend::softmax_backward).
     SoftmaxBackward,
+    /// [`Backend::lstm_cell`](exactgrad_core::Backend::lstm_cell).
+    LstmCell,
+    /// [`Backend::lstm_cell_backward`](exactgrad_core::Backend::lstm_cell_backward).
+    LstmCellBackward,
+    /// [`Backend::gru_cell`](exactgrad_core::Backend::gru_cell).
+    GruCell,
+    /// [`Backend::gru_cell_backward`](exactgrad_core::Backend::gru_cell_backward).
+    GruCellBackward,
 }
 
 impl Kernel {
     /// Every kernel, in the order of the trait.
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 13] = [
         Kernel::CopyStrided,
         Kernel::Unary,
         Kernel::UnaryBackward,
@@ -42,6 +50,10 @@ impl Kernel {
         Kernel::Matmul,
         Kernel::Softmax,
         Kernel::SoftmaxBackward,
+        Kernel::LstmCell,
+        Kernel::LstmCellBackward,
+        Kernel::GruCell,
+        Kernel::GruCellBackward,
     ];
 
     /// The kernel's method name.
@@ -56,6 +68,10 @@ impl Kernel {
             Kernel::Matmul => "matmul",
             Kernel::Softmax => "softmax",
             Kernel::SoftmaxBackward => "softmax_backward",
+            Kernel::LstmCell => "lstm_cell",
+            Kernel::LstmCellBackward => "lstm_cell_backward",
+            Kernel::GruCell => "gru_cell",
+            Kernel::GruCellBackward => "gru_cell_backward",
         }
     }
 }
@@ -372,6 +388,23 @@ pub enum Call {
         /// Whether `y` is the reference's forward output (else random values).
         y_from_forward: bool,
     },
+    /// One step of a recurrent cell kernel (`lstm_cell`, `gru_cell` or their backward
+    /// rules) on `batch × hidden` units.
+    RecurrentCell {
+        /// Which of the four cell kernels.
+        kernel: Kernel,
+        /// Rows of the step.
+        batch: usize,
+        /// Units per row.
+        hidden: usize,
+        /// Whether the input biases are given.
+        bias_ih: bool,
+        /// Whether the recurrent biases are given.
+        bias_hh: bool,
+        /// Backward rules: whether the kept gates (and `c`) are the reference's forward
+        /// outputs (else random values).
+        from_forward: bool,
+    },
 }
 
 impl Call {
@@ -387,6 +420,7 @@ impl Call {
             Call::Matmul { .. } => Kernel::Matmul,
             Call::Softmax { .. } => Kernel::Softmax,
             Call::SoftmaxBackward { .. } => Kernel::SoftmaxBackward,
+            Call::RecurrentCell { kernel, .. } => *kernel,
         }
     }
 
@@ -582,6 +616,9 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
                 }
             }
         }
+        Kernel::LstmCell | Kernel::LstmCellBackward | Kernel::GruCell | Kernel::GruCellBackward => {
+            random_cell_call(kernel, rng, limit)
+        }
     };
     Case {
         call,
@@ -640,4 +677,32 @@ pub fn kernel_cases(kernel: Kernel, config: &Config) -> Vec<Case> {
         _ => {}
     }
     cases
+}
+
+// ----- recurrent cells ------------------------------------------------------------------------
+
+/// A random call of one of the recurrent cell kernels: `hidden` around a lane width (or
+/// small), `batch` from 0, the `batch × 4·hidden` gate buffer at most `limit` elements.
+fn random_cell_call(kernel: Kernel, rng: &mut Philox, limit: usize) -> Call {
+    let mut hidden = random_len(rng).max(1);
+    let mut batch = match rng.below(8) {
+        0 => 0,
+        1 | 2 => 1,
+        _ => 1 + rng.below(12) as usize,
+    };
+    while batch * 4 * hidden > limit.max(4) {
+        if hidden > batch {
+            hidden = (hidden / 2).max(1);
+        } else {
+            batch /= 2;
+        }
+    }
+    Call::RecurrentCell {
+        kernel,
+        batch,
+        hidden,
+        bias_ih: rng.below(3) != 0,
+        bias_hh: rng.below(3) != 0,
+        from_forward: rng.below(4) != 0,
+    }
 }

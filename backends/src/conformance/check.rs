@@ -5,6 +5,10 @@
 use super::cases::{kernel_cases, values, Call, Case, Config, Kernel};
 use super::report::{Mismatch, Report};
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::recurrent::{
+    CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
+    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
+};
 use exactgrad_core::{Backend, ComputeMode, Layout, Philox};
 use std::boxed::Box;
 use std::string::{String, ToString};
@@ -196,6 +200,21 @@ impl Inputs {
                 };
                 inp.bufs.extend([y, vals(1, len)]);
             }
+            Call::RecurrentCell {
+                kernel,
+                batch,
+                hidden,
+                from_forward,
+                ..
+            } => cell_inputs(
+                &mut inp,
+                *kernel,
+                *batch,
+                *hidden,
+                *from_forward,
+                &vals,
+                reference,
+            ),
         }
         inp
     }
@@ -240,6 +259,24 @@ impl Inputs {
             Call::SoftmaxBackward {
                 rows, cols, log, ..
             } => backend.softmax_backward(&bf[0], &bf[1], *rows, *cols, *log, &mut out),
+            Call::RecurrentCell {
+                kernel,
+                batch,
+                hidden,
+                bias_ih,
+                bias_hh,
+                ..
+            } => run_cell(
+                backend,
+                *kernel,
+                CellShape {
+                    batch: *batch,
+                    hidden: *hidden,
+                },
+                (*bias_ih, *bias_hh),
+                bf,
+                &mut out,
+            ),
         }?;
         Ok(out)
     }
@@ -381,5 +418,194 @@ pub fn assert_conforms<B: Backend, R: Backend>(
     match check_backend(backend, reference, config) {
         Ok(r) => r,
         Err(m) => panic!("{m}"),
+    }
+}
+
+// ----- recurrent cells ------------------------------------------------------------------------
+
+/// The buffers of a recurrent cell case, in the order [`run_cell`] reads them:
+///
+/// - `lstm_cell`: `xg`, `hg`, `bias_ih`, `bias_hh`, `c_prev`;
+/// - `lstm_cell_backward`: `gates`, `c_prev`, `c`, `dy`, `dh_next`, `dc_next`;
+/// - `gru_cell`: `xg`, `hg`, `bias_ih`, `bias_hh`, `h_prev`;
+/// - `gru_cell_backward`: `gates`, `h_prev`, `dy`, `dh_next`.
+///
+/// With `from_forward`, the backward rules' kept gates (and `c`) are the reference's
+/// forward outputs on random `xg`, `hg`, biases and states.
+fn cell_inputs<R: Backend>(
+    inp: &mut Inputs,
+    kernel: Kernel,
+    batch: usize,
+    hidden: usize,
+    from_forward: bool,
+    vals: &dyn Fn(u64, usize) -> Vec<f32>,
+    reference: &R,
+) {
+    let shape = CellShape { batch, hidden };
+    let (bh, g) = (batch * hidden, |k: usize| batch * k * hidden);
+    inp.shape = format!("batch {batch} hidden {hidden}");
+    let forward = |gates: usize, state: Vec<f32>| -> (Vec<f32>, Vec<f32>) {
+        let (xg, hg) = (vals(10, g(gates)), vals(11, g(gates)));
+        let (bi, bhh) = (vals(12, gates * hidden), vals(13, gates * hidden));
+        let (mut kept, mut out) = (vec![0.0; g(4)], vec![0.0; bh]);
+        let ok = if gates == 4 {
+            let mut h = vec![0.0; bh];
+            let r = reference.lstm_cell(
+                shape,
+                LstmCellInputs {
+                    xg: &xg,
+                    hg: &hg,
+                    bias_ih: Some(&bi),
+                    bias_hh: Some(&bhh),
+                    c_prev: &state,
+                },
+                LstmCellOutputs {
+                    gates: &mut kept,
+                    c: &mut out,
+                    h: &mut h,
+                },
+            );
+            r.is_ok()
+        } else {
+            reference
+                .gru_cell(
+                    shape,
+                    GruCellInputs {
+                        xg: &xg,
+                        hg: &hg,
+                        bias_ih: Some(&bi),
+                        bias_hh: Some(&bhh),
+                        h_prev: &state,
+                    },
+                    GruCellOutputs {
+                        gates: &mut kept,
+                        h: &mut out,
+                    },
+                )
+                .is_ok()
+        };
+        // A failing reference forward is caught by the forward cases; here its outputs
+        // become NaN inputs.
+        if !ok {
+            kept.fill(f32::NAN);
+            out.fill(f32::NAN);
+        }
+        (kept, out)
+    };
+    match kernel {
+        Kernel::LstmCell => {
+            inp.out_len = g(4) + 2 * bh;
+            inp.bufs.extend([
+                vals(0, g(4)),
+                vals(1, g(4)),
+                vals(2, 4 * hidden),
+                vals(3, 4 * hidden),
+                vals(4, bh),
+            ]);
+        }
+        Kernel::LstmCellBackward => {
+            inp.out_len = g(4) + bh;
+            let c_prev = vals(1, bh);
+            let (gates, c) = if from_forward {
+                forward(4, c_prev.clone())
+            } else {
+                (vals(0, g(4)), vals(2, bh))
+            };
+            inp.bufs
+                .extend([gates, c_prev, c, vals(3, bh), vals(4, bh), vals(5, bh)]);
+        }
+        Kernel::GruCell => {
+            inp.out_len = g(4) + bh;
+            inp.bufs.extend([
+                vals(0, g(3)),
+                vals(1, g(3)),
+                vals(2, 3 * hidden),
+                vals(3, 3 * hidden),
+                vals(4, bh),
+            ]);
+        }
+        _ => {
+            inp.out_len = 2 * g(3) + bh;
+            let h_prev = vals(1, bh);
+            let gates = if from_forward {
+                forward(3, h_prev.clone()).0
+            } else {
+                vals(0, g(4))
+            };
+            inp.bufs.extend([gates, h_prev, vals(2, bh), vals(3, bh)]);
+        }
+    }
+}
+
+/// Runs a recurrent cell kernel on the buffers of [`cell_inputs`], its outputs written
+/// one after the other into `out` (in the order of the outputs' fields).
+fn run_cell<B: Backend>(
+    backend: &B,
+    kernel: Kernel,
+    shape: CellShape,
+    (bias_ih, bias_hh): (bool, bool),
+    bf: &[Vec<f32>],
+    out: &mut [f32],
+) -> Result<(), exactgrad_core::Error> {
+    let bh = shape.batch * shape.hidden;
+    match kernel {
+        Kernel::LstmCell => {
+            let (gates, rest) = out.split_at_mut(4 * bh);
+            let (c, h) = rest.split_at_mut(bh);
+            backend.lstm_cell(
+                shape,
+                LstmCellInputs {
+                    xg: &bf[0],
+                    hg: &bf[1],
+                    bias_ih: bias_ih.then_some(bf[2].as_slice()),
+                    bias_hh: bias_hh.then_some(bf[3].as_slice()),
+                    c_prev: &bf[4],
+                },
+                LstmCellOutputs { gates, c, h },
+            )
+        }
+        Kernel::LstmCellBackward => {
+            let (dgates, dc_prev) = out.split_at_mut(4 * bh);
+            backend.lstm_cell_backward(
+                shape,
+                LstmCellGradInputs {
+                    gates: &bf[0],
+                    c_prev: &bf[1],
+                    c: &bf[2],
+                    dy: &bf[3],
+                    dh_next: &bf[4],
+                    dc_next: &bf[5],
+                },
+                LstmCellGradOutputs { dgates, dc_prev },
+            )
+        }
+        Kernel::GruCell => {
+            let (gates, h) = out.split_at_mut(4 * bh);
+            backend.gru_cell(
+                shape,
+                GruCellInputs {
+                    xg: &bf[0],
+                    hg: &bf[1],
+                    bias_ih: bias_ih.then_some(bf[2].as_slice()),
+                    bias_hh: bias_hh.then_some(bf[3].as_slice()),
+                    h_prev: &bf[4],
+                },
+                GruCellOutputs { gates, h },
+            )
+        }
+        _ => {
+            let (dxg, rest) = out.split_at_mut(3 * bh);
+            let (dhg, dh_prev) = rest.split_at_mut(3 * bh);
+            backend.gru_cell_backward(
+                shape,
+                GruCellGradInputs {
+                    gates: &bf[0],
+                    h_prev: &bf[1],
+                    dy: &bf[2],
+                    dh_next: &bf[3],
+                },
+                GruCellGradOutputs { dxg, dhg, dh_prev },
+            )
+        }
     }
 }

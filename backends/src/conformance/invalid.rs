@@ -9,6 +9,10 @@
 //! `catch_unwind`; it passes when the kernel returns an error.
 
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::recurrent::{
+    CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
+    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
+};
 use exactgrad_core::{Backend, BinaryOp, Layout, Shape, UnaryOp};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::string::String;
@@ -213,6 +217,160 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     add(
         "softmax_backward: gradient length",
         Box::new(move |out| b1.softmax_backward(&d1, &d1[..8], 4, 4, false, &mut out[..16])),
+    );
+    v.extend(cell_probes(b));
+    v
+}
+
+// ----- recurrent cells ------------------------------------------------------------------------
+
+/// Invalid calls of the recurrent cell kernels: buffers shorter or longer than the
+/// [`CellShape`] says, a bias of the wrong length, `batch × hidden` overflowing `usize`.
+fn cell_probes<B: Backend>(b: &B) -> Vec<Probe> {
+    let mut v: Vec<Probe> = Vec::new();
+    let mut add =
+        |what: &'static str, f: Box<dyn Fn(&mut [f32]) -> _>| v.push(Probe { what, run: f });
+    let s = CellShape {
+        batch: 2,
+        hidden: 2,
+    };
+    let d = vec![0.5f32; 16];
+    let b1 = b.clone();
+    add(
+        "lstm_cell: xg shorter than batch × 4·hidden",
+        Box::new(move |out| {
+            let (gates, rest) = out.split_at_mut(16);
+            let (c, h) = rest.split_at_mut(4);
+            b1.lstm_cell(
+                s,
+                LstmCellInputs {
+                    xg: &d[..15],
+                    hg: &d,
+                    bias_ih: None,
+                    bias_hh: None,
+                    c_prev: &d[..4],
+                },
+                LstmCellOutputs {
+                    gates,
+                    c,
+                    h: &mut h[..4],
+                },
+            )
+        }),
+    );
+    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    add(
+        "lstm_cell: bias of the wrong length",
+        Box::new(move |out| {
+            let (gates, rest) = out.split_at_mut(16);
+            let (c, h) = rest.split_at_mut(4);
+            b1.lstm_cell(
+                s,
+                LstmCellInputs {
+                    xg: &d,
+                    hg: &d,
+                    bias_ih: Some(&d[..7]),
+                    bias_hh: None,
+                    c_prev: &d[..4],
+                },
+                LstmCellOutputs {
+                    gates,
+                    c,
+                    h: &mut h[..4],
+                },
+            )
+        }),
+    );
+    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    add(
+        "lstm_cell: batch × hidden overflowing usize",
+        Box::new(move |out| {
+            let (gates, rest) = out.split_at_mut(16);
+            let (c, h) = rest.split_at_mut(4);
+            b1.lstm_cell(
+                CellShape {
+                    batch: usize::MAX / 2,
+                    hidden: 4,
+                },
+                LstmCellInputs {
+                    xg: &d,
+                    hg: &d,
+                    bias_ih: None,
+                    bias_hh: None,
+                    c_prev: &d[..4],
+                },
+                LstmCellOutputs {
+                    gates,
+                    c,
+                    h: &mut h[..4],
+                },
+            )
+        }),
+    );
+    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    add(
+        "lstm_cell_backward: dc_prev too long",
+        Box::new(move |out| {
+            let (dgates, dc_prev) = out.split_at_mut(16);
+            b1.lstm_cell_backward(
+                s,
+                LstmCellGradInputs {
+                    gates: &d,
+                    c_prev: &d[..4],
+                    c: &d[..4],
+                    dy: &d[..4],
+                    dh_next: &d[..4],
+                    dc_next: &d[..4],
+                },
+                LstmCellGradOutputs {
+                    dgates,
+                    dc_prev: &mut dc_prev[..5],
+                },
+            )
+        }),
+    );
+    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    add(
+        "gru_cell: gates holding 3·hidden per row instead of 4·hidden",
+        Box::new(move |out| {
+            let (gates, h) = out.split_at_mut(12);
+            b1.gru_cell(
+                s,
+                GruCellInputs {
+                    xg: &d[..12],
+                    hg: &d[..12],
+                    bias_ih: None,
+                    bias_hh: Some(&d[..6]),
+                    h_prev: &d[..4],
+                },
+                GruCellOutputs {
+                    gates,
+                    h: &mut h[..4],
+                },
+            )
+        }),
+    );
+    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    add(
+        "gru_cell_backward: h_prev shorter than batch × hidden",
+        Box::new(move |out| {
+            let (dxg, rest) = out.split_at_mut(12);
+            let (dhg, dh_prev) = rest.split_at_mut(12);
+            b1.gru_cell_backward(
+                s,
+                GruCellGradInputs {
+                    gates: &d,
+                    h_prev: &d[..3],
+                    dy: &d[..4],
+                    dh_next: &d[..4],
+                },
+                GruCellGradOutputs {
+                    dxg,
+                    dhg,
+                    dh_prev: &mut dh_prev[..4],
+                },
+            )
+        }),
     );
     v
 }

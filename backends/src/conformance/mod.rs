@@ -130,6 +130,22 @@ macro_rules! conformance_tests {
                 run(Kernel::SoftmaxBackward)
             }
             #[test]
+            fn lstm_cell() {
+                run(Kernel::LstmCell)
+            }
+            #[test]
+            fn lstm_cell_backward() {
+                run(Kernel::LstmCellBackward)
+            }
+            #[test]
+            fn gru_cell() {
+                run(Kernel::GruCell)
+            }
+            #[test]
+            fn gru_cell_backward() {
+                run(Kernel::GruCellBackward)
+            }
+            #[test]
             fn invalid_arguments() {
                 if let Err(m) = $crate::conformance::check_invalid_arguments(&$backend) {
                     panic!("{m}");

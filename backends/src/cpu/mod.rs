@@ -17,6 +17,7 @@
 
 pub mod elementwise;
 mod gemm;
+mod recurrent;
 mod rows;
 pub(crate) mod simd;
 mod simd64;
@@ -32,6 +33,10 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::marker::PhantomData;
 use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
+use exactgrad_core::recurrent::{
+    self as rec, CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
+    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
+};
 use exactgrad_core::{check, Result};
 use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
 
@@ -629,6 +634,52 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
         // `CpuBackend::isa`); the check above sizes every buffer `rows × cols`.
         unsafe { rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out) };
+        Ok(())
+    }
+
+    // ----- recurrent cells (`recurrent.rs`) --------------------------------------------
+
+    fn lstm_cell(
+        &self,
+        shape: CellShape,
+        inputs: LstmCellInputs<'_>,
+        outputs: LstmCellOutputs<'_>,
+    ) -> Result<()> {
+        rec::check_lstm_cell(shape, &inputs, &outputs)?;
+        recurrent::lstm_cell::<M>(self.isa, &self.ctx, shape, inputs, outputs);
+        Ok(())
+    }
+
+    fn lstm_cell_backward(
+        &self,
+        shape: CellShape,
+        inputs: LstmCellGradInputs<'_>,
+        outputs: LstmCellGradOutputs<'_>,
+    ) -> Result<()> {
+        rec::check_lstm_cell_backward(shape, &inputs, &outputs)?;
+        recurrent::lstm_cell_backward::<M>(self.isa, &self.ctx, shape, inputs, outputs);
+        Ok(())
+    }
+
+    fn gru_cell(
+        &self,
+        shape: CellShape,
+        inputs: GruCellInputs<'_>,
+        outputs: GruCellOutputs<'_>,
+    ) -> Result<()> {
+        rec::check_gru_cell(shape, &inputs, &outputs)?;
+        recurrent::gru_cell::<M>(self.isa, &self.ctx, shape, inputs, outputs);
+        Ok(())
+    }
+
+    fn gru_cell_backward(
+        &self,
+        shape: CellShape,
+        inputs: GruCellGradInputs<'_>,
+        outputs: GruCellGradOutputs<'_>,
+    ) -> Result<()> {
+        rec::check_gru_cell_backward(shape, &inputs, &outputs)?;
+        recurrent::gru_cell_backward::<M>(self.isa, &self.ctx, shape, inputs, outputs);
         Ok(())
     }
 }

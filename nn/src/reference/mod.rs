@@ -1,10 +1,10 @@
-//! The two reference models of the PyTorch oracle.
+//! The reference models of the PyTorch oracle.
 //!
-//! `tools/autograd_oracle.py` builds these models in PyTorch 2.15.0 from seeded weights,
-//! runs one forward and backward pass and writes weights, inputs, loss and every
-//! gradient to `testdata/autograd/{conv_net,encoder}.safetensors`. The same models are
-//! defined here so that the oracle test, the `reproduce` example and the benches build
-//! them identically:
+//! `tools/autograd_oracle.py` and `tools/rnn_oracle.py` build these models in PyTorch
+//! 2.15.0 from seeded weights, run one forward and backward pass and write weights,
+//! inputs, loss and every gradient to `testdata/autograd/{conv_net,encoder,crnn}.safetensors`.
+//! The same models are defined here so that the oracle tests, the `reproduce` example and
+//! the benches build them identically:
 //!
 //! - [`ConvNet`]: `conv1 → bn1 → relu → max_pool2d(2) → conv2 → bn2 → relu →
 //!   avg_pool2d(2) → adaptive_avg_pool2d(2, 2) → flatten → fc1 → relu → fc2`, with
@@ -13,14 +13,18 @@
 //! - [`TransformerEncoder`]: `layers.0` (post-norm) and `layers.1` (pre-norm)
 //!   [`TransformerEncoderLayer`](crate::TransformerEncoderLayer)s, batch first with GELU, then `norm` and a linear
 //!   `head`, with cross entropy over the tokens that the key padding mask keeps.
+//! - [`Crnn`]: `conv1 → relu → max_pool2d(2) → conv2 → relu → max_pool2d(2)`, the height
+//!   collapsed into the features, a two-layer bidirectional [`Lstm`](crate::Lstm), a
+//!   linear layer and `log_softmax`, with the mean CTC loss over targets of unequal
+//!   lengths (a repeated label among them).
 //!
-//! [`ConvNetCase`] and [`EncoderCase`] hold a model with its inputs; their
+//! [`ConvNetCase`], [`EncoderCase`] and [`CrnnCase`] hold a model with its inputs; their
 //! [`ReferenceCase::forward_backward`] runs one pass and returns every gradient, in the
 //! order the pinned hashes use: parameters in `state_dict` order, then the input.
 //!
 //! Files: this module holds the pinned hashes, [`Gradients`] and [`ReferenceCase`];
 //! [`conv_net`] the conv net and its case, [`encoder`] the transformer encoder and its
-//! case. The oracle files are read with [`TensorFile`] and [`load_state_dict`] of
+//! case, [`crnn`] the CRNN and its case. The oracle files are read with [`TensorFile`] and [`load_state_dict`] of
 //! [`crate::checkpoint`] (re-exported here).
 //!
 //! ```
@@ -39,10 +43,12 @@
 //! ```
 
 pub mod conv_net;
+pub mod crnn;
 pub mod encoder;
 
 pub use crate::checkpoint::{load_state_dict, TensorFile};
 pub use conv_net::{ConvNet, ConvNetCase, ConvNetConfig};
+pub use crnn::{Crnn, CrnnCase, CrnnConfig};
 pub use encoder::{EncoderCase, EncoderConfig, TransformerEncoder};
 
 use crate::error::Result;
@@ -51,15 +57,17 @@ use exactgrad_autograd::{hash_tensors, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
 
-/// The exact-mode gradient hashes of the oracle cases ([`ConvNetCase::from_oracle`] and
-/// [`EncoderCase::from_oracle`] on the files in `testdata/autograd/`), as
-/// [`Gradients::hash`] computes them on `ScalarRefBackend`, the scalar oracle of the
-/// arithmetic contract. Every exact path and thread count must give these values; the
-/// test `tests/reference_models.rs` pins the same numbers and the `reproduce` example
-/// checks a machine against them.
-pub const PINNED_HASHES: [(&str, u64); 2] = [
+/// The exact-mode gradient hashes of the oracle cases ([`ConvNetCase::from_oracle`],
+/// [`EncoderCase::from_oracle`] and [`CrnnCase::from_oracle`] on the files in
+/// `testdata/autograd/`), as [`Gradients::hash`] computes them on `ScalarRefBackend`,
+/// the scalar oracle of the arithmetic contract. Every exact path and thread count must
+/// give these values; the tests `tests/reference_models.rs` (conv net, encoder) and
+/// `tests/rnn_oracle.rs` (crnn) pin the same numbers and the `reproduce` example checks
+/// a machine against them.
+pub const PINNED_HASHES: [(&str, u64); 3] = [
     ("conv_net", 0xa021_2c7f_3b4e_3698),
     ("encoder", 0x1215_42c7_8634_3692),
+    ("crnn", 0x6671_5a90_3e97_922e),
 ];
 
 // ----- results ----------------------------------------------------------------------
@@ -111,7 +119,7 @@ impl<B: Backend> fmt::Debug for Gradients<B> {
 
 /// A reference model with its inputs.
 pub trait ReferenceCase<B: Backend> {
-    /// A short name (`conv_net`, `encoder`).
+    /// A short name (`conv_net`, `encoder`, `crnn`).
     fn name(&self) -> &'static str;
 
     /// The model's parameters in `state_dict` order (for an optimizer).

@@ -1,0 +1,261 @@
+//! The 1-D convolution layer.
+
+use crate::error::{Error, Result};
+use crate::init;
+use crate::module::{join_name, Module};
+use exactgrad_autograd::{Conv1dOptions, Tensor};
+use exactgrad_core::{Backend, Philox};
+use std::fmt;
+
+/// A 1-D convolution over inputs `[N, C_in, L]` (or unbatched `[C_in, L]`), PyTorch's
+/// `nn.Conv1d` with `padding_mode = "zeros"`.
+///
+/// Parameters: `weight` of shape `[C_out, C_in / groups, K]` and, unless built without
+/// one, `bias` of shape `[C_out]`. The product runs on [`Tensor::conv1d`] (im2col and the
+/// canonical GEMM, `docs/conv.md`).
+pub struct Conv1d<B: Backend> {
+    weight: Tensor<B>,
+    bias: Option<Tensor<B>>,
+    options: Conv1dOptions,
+}
+
+impl<B: Backend> Conv1d<B> {
+    /// A layer with bias, stride 1, no padding, no dilation and one group, initialised as
+    /// [`Conv1d::with_options`] does.
+    ///
+    /// Fails when a size is 0.
+    pub fn new(
+        backend: &B,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        rng: &mut Philox,
+    ) -> Result<Self> {
+        Self::with_options(
+            backend,
+            in_channels,
+            out_channels,
+            kernel_size,
+            Conv1dOptions::default(),
+            true,
+            rng,
+        )
+    }
+
+    /// A layer with the given stride, padding, dilation and groups, with or without
+    /// bias, initialised as PyTorch does: weight, then bias, each drawn row-major from
+    /// U(−1/√fan_in, 1/√fan_in) with `fan_in = C_in / groups · K`.
+    ///
+    /// Fails when a size or the stride, dilation or groups is 0, or when `groups` does
+    /// not divide both channel counts.
+    pub fn with_options(
+        backend: &B,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        options: Conv1dOptions,
+        bias: bool,
+        rng: &mut Philox,
+    ) -> Result<Self> {
+        let op = "Conv1d::new";
+        check_options(op, &options)?;
+        if in_channels == 0 || out_channels == 0 || kernel_size == 0 {
+            return Err(Error::invalid(
+                op,
+                "sizes",
+                format!(
+                    "channels and kernel size must be positive, got in_channels = {in_channels}, out_channels = {out_channels}, kernel_size = {kernel_size}"
+                ),
+            ));
+        }
+        for (arg, c) in [("in_channels", in_channels), ("out_channels", out_channels)] {
+            if c % options.groups != 0 {
+                return Err(Error::invalid(
+                    op,
+                    arg,
+                    format!(
+                        "{arg} = {c} must be divisible by groups = {}",
+                        options.groups
+                    ),
+                ));
+            }
+        }
+        let cpg = in_channels / options.groups;
+        let bound = init::default_uniform_bound(cpg * kernel_size);
+        let weight =
+            init::uniform_parameter(backend, [out_channels, cpg, kernel_size], bound, rng)?;
+        let bias = if bias {
+            Some(init::uniform_parameter(
+                backend,
+                [out_channels],
+                bound,
+                rng,
+            )?)
+        } else {
+            None
+        };
+        Ok(Self {
+            weight,
+            bias,
+            options,
+        })
+    }
+
+    /// A layer holding the given values (copied into fresh leaves that require grad).
+    ///
+    /// `weight` must be `[C_out, C_in / groups, K]` with `C_out` divisible by
+    /// `options.groups`, and `bias`, if given, `[C_out]`.
+    pub fn from_tensors(
+        weight: &Tensor<B>,
+        bias: Option<&Tensor<B>>,
+        options: Conv1dOptions,
+    ) -> Result<Self> {
+        let op = "Conv1d::from_tensors";
+        check_options(op, &options)?;
+        if weight.rank() != 3 {
+            return Err(Error::invalid(
+                op,
+                "weight",
+                format!(
+                    "must be 3-D [C_out, C_in / groups, K], got shape {:?}",
+                    weight.dims()
+                ),
+            ));
+        }
+        let out = weight.dims()[0];
+        if !out.is_multiple_of(options.groups) {
+            return Err(Error::invalid(
+                op,
+                "weight",
+                format!(
+                    "C_out = {out} must be divisible by groups = {}",
+                    options.groups
+                ),
+            ));
+        }
+        let (weight, bias) = init::leaf_parameters(op, weight, bias, out)?;
+        Ok(Self {
+            weight,
+            bias,
+            options,
+        })
+    }
+
+    /// The weight, `[C_out, C_in / groups, K]`.
+    pub fn weight(&self) -> &Tensor<B> {
+        &self.weight
+    }
+
+    /// The bias, `[C_out]`, if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor<B>> {
+        self.bias.as_ref()
+    }
+
+    /// Stride, padding, dilation and groups.
+    pub fn options(&self) -> Conv1dOptions {
+        self.options
+    }
+
+    /// Number of input channels (`C_in`).
+    pub fn in_channels(&self) -> usize {
+        self.weight.dims()[1] * self.options.groups
+    }
+
+    /// Number of output channels (`C_out`).
+    pub fn out_channels(&self) -> usize {
+        self.weight.dims()[0]
+    }
+
+    /// The kernel's length.
+    pub fn kernel_size(&self) -> usize {
+        self.weight.dims()[2]
+    }
+}
+
+fn check_options(op: &'static str, o: &Conv1dOptions) -> Result<()> {
+    if o.groups == 0 || o.stride == 0 || o.dilation == 0 {
+        return Err(Error::invalid(
+            op,
+            "options",
+            format!(
+                "stride, dilation and groups must be positive, got stride = {}, dilation = {}, groups = {}",
+                o.stride, o.dilation, o.groups
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl<B: Backend> Module<B> for Conv1d<B> {
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        Ok(input.conv1d(&self.weight, self.bias.as_ref(), self.options)?)
+    }
+
+    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+        f(&join_name(prefix, "weight"), &self.weight);
+        if let Some(b) = &self.bias {
+            f(&join_name(prefix, "bias"), b);
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for Conv1d<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        write!(
+            f,
+            "Conv1d({}, {}, kernel_size={}, stride={}, padding={}, dilation={}, groups={}, bias={})",
+            self.in_channels(),
+            self.out_channels(),
+            self.kernel_size(),
+            o.stride,
+            o.padding,
+            o.dilation,
+            o.groups,
+            self.bias.is_some()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use exactgrad_backends::ScalarRefBackend;
+
+    #[test]
+    fn shapes_names_bounds_and_errors() {
+        let b = ScalarRefBackend;
+        let mut rng = Philox::new(3);
+        let opts = Conv1dOptions {
+            padding: 1,
+            groups: 2,
+            ..Conv1dOptions::default()
+        };
+        let conv = Conv1d::with_options(&b, 4, 6, 3, opts, true, &mut rng).unwrap();
+        let names: Vec<String> = conv
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["weight", "bias"]);
+        assert_eq!(conv.weight().dims(), [6, 2, 3]);
+        let bound = (1.0 / 6f64.sqrt()) as f32;
+        for t in conv.parameters() {
+            assert!(t.to_vec().unwrap().iter().all(|v| v.abs() <= bound));
+        }
+        let y = conv.forward(&Tensor::ones(&b, [2, 4, 9]).unwrap()).unwrap();
+        assert_eq!(y.dims(), [2, 6, 9]);
+        // The layer is the functional convolution with its parameters.
+        let x = Tensor::randn(&b, [2, 4, 9], 0.0, 1.0, &mut rng).unwrap();
+        let want = x.conv1d(conv.weight(), conv.bias(), opts).unwrap();
+        assert_eq!(
+            conv.forward(&x).unwrap().to_vec().unwrap(),
+            want.to_vec().unwrap()
+        );
+        assert!(Conv1d::new(&b, 3, 4, 0, &mut rng).is_err());
+        assert!(Conv1d::with_options(&b, 3, 4, 3, opts, true, &mut rng).is_err());
+        let w = Tensor::zeros(&b, [4, 3, 3, 3]).unwrap();
+        assert!(Conv1d::from_tensors(&w, None, Conv1dOptions::default()).is_err());
+        assert!(format!("{conv:?}").contains("Conv1d(4, 6, kernel_size=3"));
+    }
+}
