@@ -24,6 +24,7 @@ use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::{Backend, BinaryOp, Layout, Shape};
 
 // ----- options ---------------------------------------------------------------------------
@@ -339,37 +340,55 @@ fn im2col<B: Backend>(
     Ok(())
 }
 
-/// Adds item `n`'s column gradients `cols` (`[C·KH·KW, OH·OW]`) into the unpadded input
-/// gradient `gx` (`[C, H, W]` of that item, zero on entry): every element adds its
-/// contributions in increasing column order `(oh, ow)`, f32, from `+0`.
-fn col2im(cols: &[f32], g: &ConvGeom, gx: &mut [f32]) {
-    let (h, w, kh, kw, oh, ow) = (g.h, g.w, g.kh, g.kw, g.oh, g.ow);
-    let [sh, sw] = g.stride;
-    let [ph, pw] = g.padding;
-    let [dh, dw] = g.dilation;
-    let p = oh * ow;
-    for c in 0..g.c {
-        let plane = &mut gx[c * h * w..(c + 1) * h * w];
-        let rows = &cols[c * kh * kw * p..(c + 1) * kh * kw * p];
-        for y in 0..oh {
-            for x in 0..ow {
-                let col = y * ow + x;
-                for i in 0..kh {
-                    // Input row of tap i (in padded coordinates minus the padding).
-                    let r = y * sh + i * dh;
-                    if r < ph || r - ph >= h {
-                        continue;
-                    }
-                    let r = r - ph;
-                    for j in 0..kw {
-                        let q = x * sw + j * dw;
-                        if q < pw || q - pw >= w {
-                            continue;
-                        }
-                        plane[r * w + q - pw] += rows[(i * kw + j) * p + col];
-                    }
-                }
+/// The im2col/col2im spec of one item.
+fn col_spec(g: &ConvGeom) -> Col2imSpec {
+    Col2imSpec {
+        c: g.c,
+        h: g.h,
+        w: g.w,
+        kh: g.kh,
+        kw: g.kw,
+        stride: g.stride,
+        padding: g.padding,
+        dilation: g.dilation,
+        oh: g.oh,
+        ow: g.ow,
+    }
+}
+
+/// The im2col source of a convolution: the contiguous input itself, read by the
+/// backend's `im2col` kernel (which writes the padding's `+0`), or else the strided
+/// view of a padded copy read by `copy_strided` (`docs/conv.md` §1; both give the same
+/// columns).
+enum ColSource<B: Backend> {
+    Dense(Tensor<B>),
+    Strided(Tensor<B>),
+}
+
+impl<B: Backend> ColSource<B> {
+    fn new(x: &Tensor<B>, g: &ConvGeom) -> Result<Self> {
+        if x.is_contiguous() {
+            Ok(ColSource::Dense(x.clone()))
+        } else {
+            Ok(ColSource::Strided(padded_source(x, g)?))
+        }
+    }
+
+    fn tensor(&self) -> &Tensor<B> {
+        match self {
+            ColSource::Dense(t) | ColSource::Strided(t) => t,
+        }
+    }
+
+    /// Gathers item `n`'s columns from `data` (this source's storage).
+    fn gather(&self, be: &B, data: &[f32], g: &ConvGeom, n: usize, cols: &mut [f32]) -> Result<()> {
+        match self {
+            ColSource::Dense(t) => {
+                let chw = g.c * g.h * g.w;
+                let start = t.layout().offset + n * chw;
+                Ok(be.im2col(&col_spec(g), &data[start..start + chw], cols)?)
             }
+            ColSource::Strided(t) => im2col(be, data, t.layout(), g, n, cols),
         }
     }
 }
@@ -415,11 +434,11 @@ fn conv2d_core<B: Backend>(
     let be = x.backend();
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let mut out = be.zeros(g.n * o * p)?;
+    let mut out = be.uninit(g.n * o * p)?;
     {
-        let src = padded_source(x, &g)?;
+        let src = ColSource::new(x, &g)?;
         let w_c = dense(w)?;
-        let (sd, wd) = (src.read()?, w_c.read()?);
+        let (sd, wd) = (src.tensor().read()?, w_c.read()?);
         let mut cols = be.uninit(ck * p)?;
         let spec = group_spec(
             &g,
@@ -432,7 +451,7 @@ fn conv2d_core<B: Backend>(
             [k * p, p, 1],
         );
         for n in 0..g.n {
-            im2col(be, sd.as_ref(), src.layout(), &g, n, cols.as_mut())?;
+            src.gather(be, sd.as_ref(), &g, n, cols.as_mut())?;
             if og * p > 0 {
                 be.matmul(
                     &spec,
@@ -503,7 +522,7 @@ fn conv_grad_input<B: Backend>(
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let chw = g.c * g.h * g.w;
-    let mut gx = super::zeroed_vec("conv2d", g.n * chw)?;
+    let mut gx = be.uninit(g.n * chw)?;
     let w_c = dense(w)?;
     let (gd, wd) = (gy.read()?, w_c.read()?);
     let mut cols = be.uninit(ck * p)?;
@@ -522,10 +541,13 @@ fn conv_grad_input<B: Backend>(
             );
             be.matmul(&spec, wd.as_ref(), gd.as_ref(), cols.as_mut())?;
         }
-        col2im(cols.as_ref(), g, &mut gx[n * chw..(n + 1) * chw]);
+        be.col2im(
+            &col_spec(g),
+            cols.as_ref(),
+            &mut gx.as_mut()[n * chw..(n + 1) * chw],
+        )?;
     }
-    canon_all(be.mode(), &mut gx);
-    Tensor::from_vec(be, gx, [g.n, g.c, g.h, g.w])
+    Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]))
 }
 
 /// `∂L/∂W`: per item `g_{n, g} · cols_{n, g}ᵀ` per group, added in item order from `+0`.
@@ -538,12 +560,12 @@ fn conv_grad_weight<B: Backend>(
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let mut gw = super::zeroed_vec("conv2d", o * k)?;
-    let src = padded_source(x, g)?;
-    let (gd, sd) = (gy.read()?, src.read()?);
+    let src = ColSource::new(x, g)?;
+    let (gd, sd) = (gy.read()?, src.tensor().read()?);
     let mut cols = be.uninit(ck * p)?;
     let mut part = be.zeros(o * k)?;
     for n in 0..g.n {
-        im2col(be, sd.as_ref(), src.layout(), g, n, cols.as_mut())?;
+        src.gather(be, sd.as_ref(), g, n, cols.as_mut())?;
         if o * k > 0 {
             // b = cols_gᵀ [OH·OW, K]: element (r, c) of group gi at gi·K·P + c·P + r.
             let spec = group_spec(
