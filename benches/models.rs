@@ -15,6 +15,9 @@
 //! - `step/encoder`: a training step of the reference encoder (2 layers, batch 8,
 //!   sequence 64, width 128, 4 heads, feed-forward 512, padding mask).
 //!
+//! Each benchmark's inputs are made only when it runs (a filtered-out benchmark makes
+//! nothing), so a profile of one benchmark (`--profile-time`) holds its own work.
+//!
 //! `tools/bench_torch.py --shapes models` times the same work in PyTorch. At the end the
 //! bench prints one summary line per benchmark in the format of that script: the median,
 //! fastest and slowest of the individually timed calls of the measured samples, in ms.
@@ -44,10 +47,18 @@ const ENC_SEQ: usize = 64;
 const CONV_BATCH: usize = 32;
 const CONV_HW: [usize; 2] = [32, 32];
 
-/// Times `f` once per criterion iteration and returns the summary line.
-fn bench(c: &mut Criterion, label: &str, mut f: impl FnMut()) -> String {
+/// Times the work `make()` returns, once per criterion iteration, and returns the summary
+/// line. The work is built only when the benchmark runs (not when a filter leaves it out),
+/// so a profile of one benchmark holds that benchmark's work and its setup only once.
+fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -> String {
     let samples: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
+    let mut make = Some(make);
+    let mut work: Option<F> = None;
     c.bench_function(label, |b| {
+        if let Some(m) = make.take() {
+            work = Some(m());
+        }
+        let Some(f) = work.as_mut() else { return };
         b.iter_custom(|iters| {
             let mut calls = Vec::with_capacity(iters as usize);
             for _ in 0..iters {
@@ -91,6 +102,10 @@ fn leaf<B: Backend>(b: &B, shape: &[usize], rng: &mut Philox) -> Tensor<B> {
 
 /// Forward and backward of one convolution (input, weight and bias require grad).
 fn conv<B: Backend>(c: &mut Criterion, b: &B, label: &str, x: [usize; 4], w: [usize; 4]) -> String {
+    bench(c, label, || conv_work(b, x, w))
+}
+
+fn conv_work<B: Backend>(b: &B, x: [usize; 4], w: [usize; 4]) -> impl FnMut() {
     let mut rng = Philox::new(1);
     let (x, w, bias) = (
         leaf(b, &x, &mut rng),
@@ -103,17 +118,21 @@ fn conv<B: Backend>(c: &mut Criterion, b: &B, label: &str, x: [usize; 4], w: [us
     };
     let y = x.conv2d(&w, Some(&bias), opts).unwrap();
     let g = Tensor::randn(b, y.shape().clone(), 0.0, 1.0, &mut rng).unwrap();
-    bench(c, label, || {
+    move || {
         for t in [&x, &w, &bias] {
             t.clear_grad();
         }
         let y = x.conv2d(&w, Some(&bias), opts).unwrap();
         y.backward(Some(&g), false).unwrap();
-    })
+    }
 }
 
 /// Forward and backward of scaled dot-product attention with a key padding mask.
 fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
+    bench(c, label, || attention_work(b))
+}
+
+fn attention_work<B: Backend>(b: &B) -> impl FnMut() {
     let mut rng = Philox::new(2);
     let hd = ENCODER.d_model / ENCODER.nhead;
     let shape = [ENC_BATCH, ENCODER.nhead, ENC_SEQ, hd];
@@ -131,7 +150,7 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
         .collect();
     let mask = Tensor::from_vec(b, keep, [ENC_BATCH, 1, 1, ENC_SEQ]).unwrap();
     let g = Tensor::randn(b, shape.to_vec(), 0.0, 1.0, &mut rng).unwrap();
-    bench(c, label, || {
+    move || {
         for t in [&q, &k, &v] {
             t.clear_grad();
         }
@@ -143,15 +162,22 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
             )
             .unwrap();
         o.backward(Some(&g), false).unwrap();
-    })
+    }
 }
 
 /// One training step: forward, loss, backward, Adam.
-fn step<B: Backend>(c: &mut Criterion, label: &str, case: &dyn ReferenceCase<B>) -> String {
-    let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
+fn step<B: Backend, C: ReferenceCase<B> + 'static>(
+    c: &mut Criterion,
+    label: &str,
+    make: impl FnOnce() -> C,
+) -> String {
     bench(c, label, || {
-        case.forward_backward().unwrap();
-        opt.step().unwrap();
+        let case = make();
+        let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
+        move || {
+            case.forward_backward().unwrap();
+            opt.step().unwrap();
+        }
     })
 }
 
@@ -171,11 +197,12 @@ fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String
         [32, 16, 3, 3],
     ));
     summary.push(attention(c, b, &format!("models/attention/{tag}")));
-    let conv_net =
-        ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap();
-    summary.push(step(c, &format!("models/step/conv_net/{tag}"), &conv_net));
-    let encoder = EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap();
-    summary.push(step(c, &format!("models/step/encoder/{tag}"), &encoder));
+    summary.push(step(c, &format!("models/step/conv_net/{tag}"), || {
+        ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap()
+    }));
+    summary.push(step(c, &format!("models/step/encoder/{tag}"), || {
+        EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap()
+    }));
 }
 
 fn main() {

@@ -89,7 +89,7 @@ fn sums8(
     x: &[f32],
     q0: usize,
     lanes: usize,
-    f: impl Fn(usize, usize, f32) -> f64,
+    f: impl Fn(usize, usize, usize, f32) -> f64,
 ) -> [f64; LANES] {
     let mut acc = [0.0f64; LANES];
     for p in 0..s.p {
@@ -99,14 +99,14 @@ fn sums8(
                 core::array::from_fn(|l| &x[base + l * s.r..base + (l + 1) * s.r]);
             for r in 0..s.r {
                 for l in 0..LANES {
-                    acc[l] += f(l, base + l * s.r + r, rows[l][r]);
+                    acc[l] += f(l, base + l * s.r + r, r, rows[l][r]);
                 }
             }
         } else {
             for r in 0..s.r {
                 for (l, a) in acc.iter_mut().enumerate().take(lanes) {
                     let i = base + l * s.r + r;
-                    *a += f(l, i, x[i]);
+                    *a += f(l, i, r, x[i]);
                 }
             }
         }
@@ -142,19 +142,19 @@ pub(crate) fn norm_stats(
                     part(pc, q0, lanes),
                     part(ps, q0, lanes),
                 );
-                let s1 = sums8(s, x, q0, lanes, |_, _, v| f64::from(v));
+                let s1 = sums8(s, x, q0, lanes, |_, _, _, v| f64::from(v));
                 for l in 0..lanes {
                     mean[l] = canon(mode, canon(mode, s1[l] as f32) / n);
                 }
                 let mu: [f32; LANES] =
                     core::array::from_fn(|l| if l < lanes { mean[l] } else { 0.0 });
-                let s2 = sums8(s, x, q0, lanes, |l, _, v| f64::from(v - mu[l]));
+                let s2 = sums8(s, x, q0, lanes, |l, _, _, v| f64::from(v - mu[l]));
                 for l in 0..lanes {
                     corr[l] = canon(mode, canon(mode, s2[l] as f32) / n);
                 }
                 let c: [f32; LANES] =
                     core::array::from_fn(|l| if l < lanes { corr[l] } else { 0.0 });
-                let s3 = sums8(s, x, q0, lanes, |l, _, v| {
+                let s3 = sums8(s, x, q0, lanes, |l, _, _, v| {
                     let e = f64::from((v - mu[l]) - c[l]);
                     e * e
                 });
@@ -321,16 +321,22 @@ pub(crate) fn norm_backward(
                 on_isa(isa, || {
                     let (mut mg, mut mgx) = ([0.0f32; LANES], [0.0f32; LANES]);
                     if stats_depend {
-                        let gh = |l: usize, i: usize| -> f32 {
-                            let q = q0 + l;
+                        // ĝ = g ⊗ w (or g); a per-group weight is read once per lane.
+                        let wq: [f32; LANES] = core::array::from_fn(|l| match (weight, s.param) {
+                            (Some(w), NormParam::PerQ) if l < lanes => w[q0 + l],
+                            _ => 1.0,
+                        });
+                        let per_q = matches!(s.param, NormParam::PerQ);
+                        let gh = |l: usize, r: usize, v: f32| -> f32 {
                             match weight {
-                                Some(_) => g[i] * wv(q, i % s.r.max(1)),
-                                None => g[i],
+                                Some(_) if per_q => v * wq[l],
+                                Some(_) => v * wv(q0 + l, r),
+                                None => v,
                             }
                         };
-                        let a = sums8(s, g, q0, lanes, |l, i, _| f64::from(gh(l, i)));
-                        let bx = sums8(s, g, q0, lanes, |l, i, _| {
-                            f64::from(gh(l, i)) * f64::from(xhat(q0 + l, i))
+                        let a = sums8(s, g, q0, lanes, |l, _, r, v| f64::from(gh(l, r, v)));
+                        let bx = sums8(s, g, q0, lanes, |l, i, r, v| {
+                            f64::from(gh(l, r, v)) * f64::from(xhat(q0 + l, i))
                         });
                         for l in 0..lanes {
                             mg[l] = (a[l] as f32) / n;
@@ -394,7 +400,7 @@ pub(crate) fn norm_backward(
                     // SAFETY: `isa` is the backend's; the task owns outputs q0..q0+lanes.
                     unsafe {
                         on_isa(isa, || {
-                            let acc = sums8(s, g, q0, lanes, |l, i, _| term(i, q0 + l));
+                            let acc = sums8(s, g, q0, lanes, |l, i, _, _| term(i, q0 + l));
                             let o = part(po, q0, lanes);
                             for l in 0..lanes {
                                 o[l] = canon(mode, acc[l] as f32);
@@ -495,15 +501,22 @@ pub(crate) fn max_pool2d(
                         for (ox, &(j0, j1)) in ct.iter().enumerate() {
                             let mut best = f32::NEG_INFINITY;
                             let mut at = usize::MAX;
-                            for i in i0..i1 {
-                                let r = oy * s.stride[0] + i * s.dilation[0] - s.padding[0];
-                                for j in j0..j1 {
-                                    let q = ox * s.stride[1] + j * s.dilation[1] - s.padding[1];
-                                    let idx = r * s.w + q;
-                                    let v = xp[idx];
-                                    if at == usize::MAX || v > best || v.is_nan() {
-                                        best = v;
-                                        at = idx;
+                            if i0 < i1 && j0 < j1 {
+                                // The first tap is taken; a later one replaces it when
+                                // greater or NaN (selects, not branches).
+                                let r0 = oy * s.stride[0] + i0 * s.dilation[0] - s.padding[0];
+                                let c0 = ox * s.stride[1] + j0 * s.dilation[1] - s.padding[1];
+                                at = r0 * s.w + c0;
+                                best = xp[at];
+                                for i in i0..i1 {
+                                    let r = oy * s.stride[0] + i * s.dilation[0] - s.padding[0];
+                                    for j in j0..j1 {
+                                        let q = ox * s.stride[1] + j * s.dilation[1] - s.padding[1];
+                                        let idx = r * s.w + q;
+                                        let v = xp[idx];
+                                        let take = (v > best) | v.is_nan();
+                                        best = if take { v } else { best };
+                                        at = if take { idx } else { at };
                                     }
                                 }
                             }
@@ -765,6 +778,19 @@ pub(crate) fn im2col(isa: Isa, ctx: &ComputeContext, s: &Col2imSpec, x: &[f32], 
                             s.h,
                         ) {
                             None => orow.fill(0.0),
+                            Some(r) if s.stride[1] == 1 => {
+                                // Columns xo with 0 ≤ xo + j·dw − pw < w: one copy, +0 around.
+                                let src = &plane[r * s.w..(r + 1) * s.w];
+                                let off = j * s.dilation[1];
+                                let lo = s.padding[1].saturating_sub(off).min(s.ow);
+                                let hi = (s.w + s.padding[1]).saturating_sub(off).min(s.ow).max(lo);
+                                orow[..lo].fill(0.0);
+                                if lo < hi {
+                                    let d0 = lo + off - s.padding[1];
+                                    orow[lo..hi].copy_from_slice(&src[d0..d0 + (hi - lo)]);
+                                }
+                                orow[hi..].fill(0.0);
+                            }
                             Some(r) => {
                                 let src = &plane[r * s.w..(r + 1) * s.w];
                                 for (xo, v) in orow.iter_mut().enumerate() {
