@@ -370,7 +370,7 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         "max_pool2d: windows overflowing usize",
         Box::new(move |out| {
             let bad = Pool2dSpec {
-                stride: [usize::MAX, 1],
+                padding: [usize::MAX, 0],
                 ..pool
             };
             b1.max_pool2d(&bad, &d1, &mut out[..4], &mut [0usize; 4])

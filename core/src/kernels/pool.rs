@@ -122,31 +122,15 @@ impl Pool2dSpec {
                 ));
             }
         }
-        // Window starts and tap offsets stay far inside the integer types of the window
-        // arithmetic.
-        for (o, st, k, d, pd) in [
-            (
-                self.oh,
-                self.stride[0],
-                self.kernel[0],
-                self.dilation[0],
-                self.padding[0],
-            ),
-            (
-                self.ow,
-                self.stride[1],
-                self.kernel[1],
-                self.dilation[1],
-                self.padding[1],
-            ),
+        // Window starts `o·s` and input positions `< size + p` fit in usize, so the
+        // window arithmetic (u128/i128 for the bounds, usize for taps inside the input)
+        // cannot overflow.
+        for (o, st, size, pd) in [
+            (self.oh, self.stride[0], self.h, self.padding[0]),
+            (self.ow, self.stride[1], self.w, self.padding[1]),
         ] {
-            let fits = o
-                .saturating_sub(1)
-                .checked_mul(st)
-                .zip((k - 1).checked_mul(d))
-                .and_then(|(a, b)| a.checked_add(b))
-                .and_then(|v| v.checked_add(pd))
-                .is_some();
+            let fits =
+                o.saturating_sub(1).checked_mul(st).is_some() && size.checked_add(pd).is_some();
             if !fits {
                 return Err(Error::overflow(
                     op,
