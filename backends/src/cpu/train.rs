@@ -114,6 +114,32 @@ fn sums8(
     acc
 }
 
+/// As [`sums8`] for `N` sums at once (one pass over the elements).
+#[inline(always)]
+fn sums8n<const N: usize>(
+    s: &NormSpec,
+    x: &[f32],
+    q0: usize,
+    lanes: usize,
+    f: impl Fn(usize, usize, usize, f32) -> [f64; N],
+) -> [[f64; LANES]; N] {
+    let mut acc = [[0.0f64; LANES]; N];
+    for p in 0..s.p {
+        let base = (p * s.q + q0) * s.r;
+        for r in 0..s.r {
+            for l in 0..lanes {
+                let i = base + l * s.r + r;
+                let t = f(l, i, r, x[i]);
+                for k in 0..N {
+                    acc[k][l] += t[k];
+                }
+            }
+        }
+    }
+    acc
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn norm_stats(
     isa: Isa,
     ctx: &ComputeContext,
@@ -309,34 +335,79 @@ pub(crate) fn norm_backward(
     let n = s.count() as f32;
     let xhat = |q: usize, i: usize| ((x[i] - st.mean[q]) - st.corr[q]) * st.rstd[q];
     let wv = |q: usize, r: usize| weight.map_or(1.0, |w| w[s.param_index(q, r)]);
-    if let Some(dx) = grads.dx {
-        // Per group: A = Σ64 ĝ, Bx = Σ64 ĝ·x̂, then dx of the group's rows.
+    let NormGrads { dx, mut dw, mut db } = grads;
+    // With per-group parameters, dw and db are per-group sums too: the pass that sums
+    // for dx computes them as well.
+    let fused = matches!(s.param, NormParam::PerQ) && dx.is_some();
+    let (pw, pb) = if fused {
+        (
+            dw.take().map(|v| SendPtr(v.as_mut_ptr())),
+            db.take().map(|v| SendPtr(v.as_mut_ptr())),
+        )
+    } else {
+        (None, None)
+    };
+    if let Some(dx) = dx {
+        // Per group: A = Σ64 ĝ, Bx = Σ64 ĝ·x̂ (and Σ64 g·x̂, Σ64 g when fused), then dx of
+        // the group's rows.
         let pd = SendPtr(dx.as_mut_ptr());
         ranges(ctx, s.q.div_ceil(LANES), 1, |b, _| {
             let q0 = b * LANES;
             let lanes = LANES.min(s.q - q0);
             // SAFETY: `isa` is the backend's; the task writes only the rows of groups
-            // q0..q0+lanes of `dx` (`P·Q·R` elements, checked by the caller).
+            // q0..q0+lanes of `dx` and, when fused, entries q0..q0+lanes of dw and db
+            // (each checked by the caller).
             unsafe {
                 on_isa(isa, || {
                     let (mut mg, mut mgx) = ([0.0f32; LANES], [0.0f32; LANES]);
-                    if stats_depend {
-                        // ĝ = g ⊗ w (or g); a per-group weight is read once per lane.
-                        let wq: [f32; LANES] = core::array::from_fn(|l| match (weight, s.param) {
-                            (Some(w), NormParam::PerQ) if l < lanes => w[q0 + l],
-                            _ => 1.0,
+                    let lane = |v: &[f32], l: usize| if l < lanes { v[q0 + l] } else { 0.0 };
+                    let mu: [f32; LANES] = core::array::from_fn(|l| lane(st.mean, l));
+                    let cc: [f32; LANES] = core::array::from_fn(|l| lane(st.corr, l));
+                    let rr: [f32; LANES] = core::array::from_fn(|l| lane(st.rstd, l));
+                    let xh = |l: usize, i: usize| ((x[i] - mu[l]) - cc[l]) * rr[l];
+                    // ĝ = g ⊗ w (or g); a per-group weight is read once per lane.
+                    let wq: [f32; LANES] = core::array::from_fn(|l| match (weight, s.param) {
+                        (Some(w), NormParam::PerQ) if l < lanes => w[q0 + l],
+                        _ => 1.0,
+                    });
+                    let per_q = matches!(s.param, NormParam::PerQ);
+                    let gh = |l: usize, r: usize, v: f32| -> f32 {
+                        match weight {
+                            Some(_) if per_q => v * wq[l],
+                            Some(_) => v * wv(q0 + l, r),
+                            None => v,
+                        }
+                    };
+                    if fused {
+                        let [a, bx, gx, g1] = sums8n::<4>(s, g, q0, lanes, |l, i, r, v| {
+                            let (h, xv) = (gh(l, r, v), xh(l, i));
+                            [
+                                f64::from(h),
+                                f64::from(h) * f64::from(xv),
+                                f64::from(v) * f64::from(xv),
+                                f64::from(v),
+                            ]
                         });
-                        let per_q = matches!(s.param, NormParam::PerQ);
-                        let gh = |l: usize, r: usize, v: f32| -> f32 {
-                            match weight {
-                                Some(_) if per_q => v * wq[l],
-                                Some(_) => v * wv(q0 + l, r),
-                                None => v,
+                        for l in 0..lanes {
+                            mg[l] = (a[l] as f32) / n;
+                            mgx[l] = (bx[l] as f32) / n;
+                        }
+                        if let Some(pw) = pw {
+                            let o = part(pw, q0, lanes);
+                            for l in 0..lanes {
+                                o[l] = canon(mode, gx[l] as f32);
                             }
-                        };
-                        let a = sums8(s, g, q0, lanes, |l, _, r, v| f64::from(gh(l, r, v)));
-                        let bx = sums8(s, g, q0, lanes, |l, i, r, v| {
-                            f64::from(gh(l, r, v)) * f64::from(xhat(q0 + l, i))
+                        }
+                        if let Some(pb) = pb {
+                            let o = part(pb, q0, lanes);
+                            for l in 0..lanes {
+                                o[l] = canon(mode, g1[l] as f32);
+                            }
+                        }
+                    } else if stats_depend {
+                        let [a, bx] = sums8n::<2>(s, g, q0, lanes, |l, i, r, v| {
+                            let h = gh(l, r, v);
+                            [f64::from(h), f64::from(h) * f64::from(xh(l, i))]
                         });
                         for l in 0..lanes {
                             mg[l] = (a[l] as f32) / n;
@@ -382,7 +453,7 @@ pub(crate) fn norm_backward(
         });
     }
     let params = s.params();
-    for (out, with_x) in [(grads.dw, true), (grads.db, false)] {
+    for (out, with_x) in [(dw, true), (db, false)] {
         let Some(out) = out else { continue };
         let term = |i: usize, q: usize| {
             if with_x {
@@ -488,6 +559,19 @@ pub(crate) fn max_pool2d(
         )
     })?;
     let (po, pa) = (SendPtr(out.as_mut_ptr()), SendPtr(argmax.as_mut_ptr()));
+    // No padding and the last tap of the last window inside the input: every window
+    // has all its taps.
+    let inside = |o: usize, st: usize, k: usize, d: usize, size: usize| {
+        o > 0
+            && (o - 1)
+                .checked_mul(st)
+                .zip((k - 1).checked_mul(d))
+                .and_then(|(a, b)| a.checked_add(b))
+                .is_some_and(|v| v < size)
+    };
+    let interior = s.padding == [0, 0]
+        && inside(s.oh, s.stride[0], s.kernel[0], s.dilation[0], s.h)
+        && inside(s.ow, s.stride[1], s.kernel[1], s.dilation[1], s.w);
     ranges(ctx, s.planes, per_task(hw), |p0, p1| {
         // SAFETY: `isa` is the backend's; the task owns planes p0..p1 of both outputs.
         unsafe {
@@ -497,6 +581,40 @@ pub(crate) fn max_pool2d(
                 for plane in p0..p1 {
                     let xp = &x[plane * hw..(plane + 1) * hw];
                     let ob = (plane - p0) * ohw;
+                    if interior {
+                        // Every window lies inside the input: visit the taps in order for a
+                        // whole output row at once (each output keeps its own sequence).
+                        for oy in 0..s.oh {
+                            let orow = &mut out[ob + oy * s.ow..ob + (oy + 1) * s.ow];
+                            let arow = &mut am[ob + oy * s.ow..ob + (oy + 1) * s.ow];
+                            for i in 0..s.kernel[0] {
+                                let r = oy * s.stride[0] + i * s.dilation[0];
+                                let xr = &xp[r * s.w..(r + 1) * s.w];
+                                for j in 0..s.kernel[1] {
+                                    let off = j * s.dilation[1];
+                                    if i == 0 && j == 0 {
+                                        for ox in 0..s.ow {
+                                            let q = ox * s.stride[1];
+                                            orow[ox] = xr[q];
+                                            arow[ox] = r * s.w + q;
+                                        }
+                                        continue;
+                                    }
+                                    for ox in 0..s.ow {
+                                        let q = ox * s.stride[1] + off;
+                                        let (v, best) = (xr[q], orow[ox]);
+                                        let take = (v > best) | v.is_nan();
+                                        orow[ox] = if take { v } else { best };
+                                        arow[ox] = if take { r * s.w + q } else { arow[ox] };
+                                    }
+                                }
+                            }
+                            for v in orow.iter_mut() {
+                                *v = canon(mode, *v);
+                            }
+                        }
+                        continue;
+                    }
                     for (oy, &(i0, i1)) in rt.iter().enumerate() {
                         for (ox, &(j0, j1)) in ct.iter().enumerate() {
                             let mut best = f32::NEG_INFINITY;
