@@ -163,6 +163,11 @@ fn suite_col2im() {
 }
 
 #[test]
+fn suite_attention_scores() {
+    suite(Kernel::AttentionScores)
+}
+
+#[test]
 fn suite_dropout_mask() {
     suite(Kernel::DropoutMask)
 }

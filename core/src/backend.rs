@@ -16,8 +16,8 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::{
-    self, AdamSpec, AdaptivePool2dSpec, AvgPool2dSpec, Col2imSpec, NormGrads, NormSpec, NormStats,
-    Pool2dSpec, SgdSpec,
+    self, AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
+    NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
 };
 use crate::mode::ComputeMode;
 pub use crate::ops::{BinaryOp, UnaryOp};
@@ -391,6 +391,20 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
     fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
         spec.check("col2im", image.len(), cols.len())?;
         kernels::col2im(self.mode(), spec, cols, image);
+        Ok(())
+    }
+
+    /// The attention scores of `docs/arithmetic.md` §5 in place: `scores` holds the
+    /// products `T` (`[rows, S]`) and receives `(T ⊗ scale)` with the mask (a layout
+    /// broadcast to `[…, L, S]` over its buffer) and the causal `−∞`.
+    fn attention_scores(
+        &self,
+        spec: &AttentionScoresSpec,
+        scores: &mut [f32],
+        mask: Option<(ScoreMask, &[f32], &Layout)>,
+    ) -> Result<()> {
+        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
+        kernels::attention_scores(self.mode(), spec, scores, mask);
         Ok(())
     }
 

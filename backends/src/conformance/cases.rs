@@ -51,6 +51,8 @@ pub enum Kernel {
     Im2col,
     /// [`Backend::col2im`](exactgrad_core::Backend::col2im).
     Col2im,
+    /// [`Backend::attention_scores`](exactgrad_core::Backend::attention_scores).
+    AttentionScores,
     /// [`Backend::dropout_mask`](exactgrad_core::Backend::dropout_mask).
     DropoutMask,
     /// [`Backend::sgd_step`](exactgrad_core::Backend::sgd_step).
@@ -61,7 +63,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in the order of the trait.
-    pub const ALL: [Kernel; 23] = [
+    pub const ALL: [Kernel; 24] = [
         Kernel::CopyStrided,
         Kernel::Unary,
         Kernel::UnaryBackward,
@@ -82,6 +84,7 @@ impl Kernel {
         Kernel::AdaptiveAvgPool2dBackward,
         Kernel::Im2col,
         Kernel::Col2im,
+        Kernel::AttentionScores,
         Kernel::DropoutMask,
         Kernel::SgdStep,
         Kernel::AdamStep,
@@ -110,6 +113,7 @@ impl Kernel {
             Kernel::AdaptiveAvgPool2dBackward => "adaptive_avg_pool2d_backward",
             Kernel::Im2col => "im2col",
             Kernel::Col2im => "col2im",
+            Kernel::AttentionScores => "attention_scores",
             Kernel::DropoutMask => "dropout_mask",
             Kernel::SgdStep => "sgd_step",
             Kernel::AdamStep => "adam_step",

@@ -12,8 +12,8 @@
 
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::{
-    AdamSpec, AdaptivePool2dSpec, AvgPool2dSpec, Col2imSpec, NormGrads, NormParam, NormSpec,
-    NormStats, Pool2dSpec, SgdSpec,
+    AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
+    NormParam, NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
 };
 use exactgrad_core::{Backend, BinaryOp, Layout, Shape, UnaryOp};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -478,6 +478,38 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         Box::new(move |out| {
             let cols = vec![1.0f32; 144];
             b1.col2im(&col, &cols, &mut out[..d1.len() - 1])
+        }),
+    );
+    let spec = AttentionScoresSpec {
+        rows: 4,
+        l: 2,
+        s: 4,
+        scale: 1.0,
+        causal: true,
+    };
+    let b1 = b.clone();
+    add(
+        "attention_scores: scores length",
+        Box::new(move |out| b1.attention_scores(&spec, &mut out[..15], None)),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "attention_scores: mask past its buffer",
+        Box::new(move |out| {
+            let lay = Layout::contiguous([4, 4]);
+            b1.attention_scores(
+                &spec,
+                &mut out[..16],
+                Some((ScoreMask::Allow, &d1[..15], &lay)),
+            )
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "attention_scores: mask of another shape",
+        Box::new(move |out| {
+            let lay = Layout::contiguous([2, 8]);
+            b1.attention_scores(&spec, &mut out[..16], Some((ScoreMask::Block, &d1, &lay)))
         }),
     );
     let b1 = b.clone();

@@ -34,7 +34,8 @@
 //! bounds.
 //!
 //! The kit's files: `invalid.rs` holds the invalid-argument probes; `training.rs` the
-//! cases of the training kernels (normalisation, pooling, im2col/col2im, dropout masks,
+//! cases of the training kernels (normalisation, pooling, im2col/col2im, attention
+//! scores, dropout masks,
 //! optimizer updates), whose several outputs are compared concatenated; `cases.rs` generates the cases (kernels, operator lists, special
 //! values, random shapes, views and operands, [`Config`]); `check.rs` builds each case's
 //! inputs, runs the kernel on the backend and the reference and compares the bits (from
@@ -175,6 +176,10 @@ macro_rules! conformance_tests {
             #[test]
             fn col2im() {
                 run(Kernel::Col2im)
+            }
+            #[test]
+            fn attention_scores() {
+                run(Kernel::AttentionScores)
             }
             #[test]
             fn dropout_mask() {

@@ -3,10 +3,10 @@
 //! (statistics, argmax indices, gradients, updated state) is compared on all of them,
 //! concatenated in a fixed order; argmax indices enter as two f32 bit patterns each.
 
-use super::cases::Kernel;
+use super::cases::{Kernel, View};
 use exactgrad_core::kernels::{
-    pool_out_size, AdamSpec, AdaptivePool2dSpec, AvgPool2dSpec, Col2imSpec, NormGrads, NormParam,
-    NormSpec, NormStats, Pool2dSpec, SgdSpec,
+    pool_out_size, AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec,
+    NormGrads, NormParam, NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
 };
 use exactgrad_core::{Backend, Philox, Result};
 use std::format;
@@ -40,6 +40,9 @@ pub enum TrainCall {
     Im2col(Col2imSpec),
     /// `col2im`.
     Col2im(Col2imSpec),
+    /// `attention_scores`, with a mask of the given kind read through a view of shape
+    /// `[batch, L, S]` (broadcast dimensions and strides as the kit's views).
+    AttentionScores(AttentionScoresSpec, Option<(ScoreMask, View)>),
     /// `dropout_mask(key, p, scale, start)` over `len` elements.
     DropoutMask {
         /// Stream key.
@@ -72,6 +75,7 @@ impl TrainCall {
             TrainCall::AdaptiveAvgPool2dBackward(..) => Kernel::AdaptiveAvgPool2dBackward,
             TrainCall::Im2col(..) => Kernel::Im2col,
             TrainCall::Col2im(..) => Kernel::Col2im,
+            TrainCall::AttentionScores(..) => Kernel::AttentionScores,
             TrainCall::DropoutMask { .. } => Kernel::DropoutMask,
             TrainCall::SgdStep(..) => Kernel::SgdStep,
             TrainCall::AdamStep(..) => Kernel::AdamStep,
@@ -241,6 +245,30 @@ pub fn random_call(kernel: Kernel, rng: &mut Philox, big: bool) -> TrainCall {
         }
         Kernel::Im2col => TrainCall::Im2col(col_spec(rng, big)),
         Kernel::Col2im => TrainCall::Col2im(col_spec(rng, big)),
+        Kernel::AttentionScores => {
+            let (batch, l, s) = (
+                below(rng, 4),
+                1 + below(rng, 20),
+                below(rng, if big { 700 } else { 40 }),
+            );
+            let spec = AttentionScoresSpec {
+                rows: batch * l,
+                l,
+                s,
+                scale: [0.125, 1.0, rng.uniform(-2.0, 2.0)][below(rng, 3)],
+                causal: below(rng, 2) == 0,
+            };
+            let mask = (below(rng, 4) != 0).then(|| {
+                let kind = [ScoreMask::Additive, ScoreMask::Allow, ScoreMask::Block][below(rng, 3)];
+                let mut v = View::random(&[batch, l, s], rng);
+                // Masks are often broadcast over queries (key padding) or batches.
+                if below(rng, 2) == 0 {
+                    v.expand[1] = true;
+                }
+                (kind, v)
+            });
+            TrainCall::AttentionScores(spec, mask)
+        }
         Kernel::DropoutMask => TrainCall::DropoutMask {
             key: rng.next_u64(),
             p: [0.0, 0.1, 0.5, 0.9, 1.0, rng.next_f32()][below(rng, 6)],
@@ -368,6 +396,23 @@ pub fn inputs<R: Backend>(
             vec![vals(0, s.c * s.kh * s.kw * s.oh * s.ow)],
             s.c * s.h * s.w,
         ),
+        TrainCall::AttentionScores(s, mask) => {
+            let mut bufs = vec![vals(0, s.rows * s.s)];
+            if let Some((kind, v)) = mask {
+                let (_, len) = v.layout();
+                let mut m = vals(1, len);
+                if *kind != ScoreMask::Additive {
+                    // Half zeros, so that both branches of the boolean masks run.
+                    for (i, x) in m.iter_mut().enumerate() {
+                        if i % 2 == 0 {
+                            *x = 0.0;
+                        }
+                    }
+                }
+                bufs.push(m);
+            }
+            (bufs, s.rows * s.s)
+        }
         TrainCall::DropoutMask { len, .. } => (Vec::new(), *len),
         TrainCall::SgdStep(_, n) => (vec![vals(0, *n), vals(1, *n), vals(2, *n)], 2 * n),
         TrainCall::AdamStep(_, n) => (
@@ -462,6 +507,16 @@ pub fn run<B: Backend>(
         }
         TrainCall::Im2col(s) => backend.im2col(s, &b[0], &mut out)?,
         TrainCall::Col2im(s) => backend.col2im(s, &b[0], &mut out)?,
+        TrainCall::AttentionScores(s, mask) => {
+            out.copy_from_slice(&b[0]);
+            match mask {
+                Some((kind, v)) => {
+                    let (lay, _) = v.layout();
+                    backend.attention_scores(s, &mut out, Some((*kind, &b[1], &lay)))?
+                }
+                None => backend.attention_scores(s, &mut out, None)?,
+            }
+        }
         TrainCall::DropoutMask { key, p, start, .. } => {
             let scale = 1.0f32 / (1.0f32 - p);
             backend.dropout_mask(*key, *p, scale, *start, &mut out)?

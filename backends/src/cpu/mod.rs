@@ -35,8 +35,8 @@ use core::fmt;
 use core::marker::PhantomData;
 use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
 use exactgrad_core::kernels::{
-    AdamSpec, AdaptivePool2dSpec, AvgPool2dSpec, Col2imSpec, NormGrads, NormSpec, NormStats,
-    Pool2dSpec, SgdSpec,
+    AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
+    NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
 };
 use exactgrad_core::{check, Result};
 use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
@@ -791,6 +791,17 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
     fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
         spec.check("col2im", image.len(), cols.len())?;
         train::col2im(self.isa, &self.ctx, M::MODE, spec, cols, image);
+        Ok(())
+    }
+
+    fn attention_scores(
+        &self,
+        spec: &AttentionScoresSpec,
+        scores: &mut [f32],
+        mask: Option<(ScoreMask, &[f32], &Layout)>,
+    ) -> Result<()> {
+        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
+        train::attention_scores(self.isa, &self.ctx, M::MODE, spec, scores, mask);
         Ok(())
     }
 

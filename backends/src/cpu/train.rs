@@ -17,7 +17,8 @@ use exactgrad_core::kernels::{
     canon, taps_inside, AdamSpec, AdaptivePool2dSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
     NormParam, NormSpec, NormStats, Pool2dSpec, SgdSpec,
 };
-use exactgrad_core::{ComputeMode, Error, Result};
+use exactgrad_core::kernels::{AttentionScoresSpec, ScoreMask};
+use exactgrad_core::{ComputeMode, Error, Layout, Result};
 
 /// Elements per parallel chunk of the element-wise training kernels.
 const CHUNK: usize = 1 << 14;
@@ -1005,6 +1006,57 @@ pub(crate) fn col2im(
                     }
                     for v in plane.iter_mut() {
                         *v = canon(mode, *v);
+                    }
+                }
+            })
+        }
+    });
+}
+
+// ----- attention scores ------------------------------------------------------------------
+
+/// The storage index of element `(row, 0)` of a layout whose last dimension is the row.
+fn row_offset(lay: &Layout, mut row: usize) -> usize {
+    let mut off = lay.offset;
+    for d in (0..lay.rank().saturating_sub(1)).rev() {
+        let n = lay.shape[d].max(1);
+        off += (row % n) * lay.strides[d];
+        row /= n;
+    }
+    off
+}
+
+pub(crate) fn attention_scores(
+    isa: Isa,
+    ctx: &ComputeContext,
+    mode: ComputeMode,
+    s: &AttentionScoresSpec,
+    scores: &mut [f32],
+    mask: Option<(ScoreMask, &[f32], &Layout)>,
+) {
+    let cols = s.s.max(1);
+    let rows_per = per_task(cols);
+    ctx.for_each_chunk(scores, rows_per * cols, |ci, chunk| {
+        // SAFETY: `isa` is the backend's; the mask layout lies inside its buffer and has
+        // the scores' shape (checked by the caller), so every index read is in bounds.
+        unsafe {
+            on_isa(isa, || {
+                for (k, row_v) in chunk.chunks_mut(cols).enumerate() {
+                    let row = ci * rows_per + k;
+                    match mask {
+                        None => {
+                            for (j, v) in row_v.iter_mut().enumerate() {
+                                *v = canon(mode, s.element(row, j, *v, None));
+                            }
+                        }
+                        Some((kind, m, lay)) => {
+                            let off = row_offset(lay, row);
+                            let sl = lay.strides.last().copied().unwrap_or(0);
+                            for (j, v) in row_v.iter_mut().enumerate() {
+                                let mv = m[off + j * sl];
+                                *v = canon(mode, s.element(row, j, *v, Some((kind, mv))));
+                            }
+                        }
                     }
                 }
             })

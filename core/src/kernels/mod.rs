@@ -1,8 +1,8 @@
 //! The training kernels of the [`Backend`](crate::Backend) trait beyond products and
-//! element-wise operations: normalisation, pooling, im2col/col2im, dropout masks and the
-//! optimizer updates. Each has a spec struct grouping its sizes (with a `check` that
+//! element-wise operations: normalisation, pooling, im2col/col2im, the scores of
+//! attention, dropout masks and the optimizer updates. Each has a spec struct grouping its sizes (with a `check` that
 //! validates the buffers in checked arithmetic) and a **reference definition** here:
-//! plain, allocation-free loops in the order of `docs/arithmetic.md` §5 and
+//! plain loops in the order of `docs/arithmetic.md` §5 and
 //! `docs/conv.md` §1–2, which are the default bodies of the trait methods (so
 //! `ScalarRefBackend` runs them unchanged) and the bits every override must reproduce in
 //! exact mode. Sums are Σ64 (f64, from `+0`, increasing element order, rounded once);
@@ -10,10 +10,12 @@
 //! are mode-independent except that exact mode writes every NaN result as the canonical
 //! NaN (`docs/arithmetic.md` §1, rule 4).
 
+mod attention;
 mod norm;
 mod optim;
 mod pool;
 
+pub use attention::{AttentionScoresSpec, ScoreMask};
 pub use norm::{NormGrads, NormParam, NormSpec, NormStats};
 pub use optim::{AdamSpec, SgdSpec};
 pub use pool::{
@@ -21,6 +23,7 @@ pub use pool::{
     AvgPool2dSpec, Col2imSpec, Pool2dSpec,
 };
 
+pub(crate) use attention::attention_scores;
 pub(crate) use norm::{norm_backward, norm_forward, norm_stats};
 pub(crate) use optim::{adam_step, sgd_step};
 pub(crate) use pool::{
