@@ -25,38 +25,37 @@ const CHUNK: usize = 1 << 14;
 /// Groups whose sums advance together.
 const LANES: usize = 8;
 
-/// Runs `f` compiled with the target features of `isa`.
+/// Runs `$body` compiled with the target features of `isa`: one closure per path (so each
+/// has one call site and is inlined into the function that carries the features).
 ///
-/// # Safety
-/// `isa` must be supported by this CPU.
-#[inline(always)]
-unsafe fn on_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        // SAFETY: the caller guarantees the path's features (AVX-512F, AVX2 + FMA; the
-        // others need only the baseline). The code compiled under them is plain Rust
-        // whose float operations are unchanged by the features (no contraction).
-        unsafe {
-            match isa {
-                Isa::Avx512 => avx512(f),
-                Isa::Avx2 => avx2(f),
-                _ => f(),
+/// Must be used inside `unsafe`: `isa` must be supported by this CPU.
+macro_rules! on_isa {
+    ($isa:expr, $body:block) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            // The features of the path, supported by this CPU (the caller's contract);
+            // the code compiled under them is plain Rust whose float operations the
+            // features do not change (no contraction).
+            match $isa {
+                Isa::Avx512 => avx512(|| $body),
+                Isa::Avx2 => avx2(|| $body),
+                _ => (|| $body)(),
             }
         }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = isa;
-        f()
-    }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = $isa;
+            (|| $body)()
+        }
+    }};
 }
 
 /// Splits `0..n` into tasks of `per` items and runs `f(start, end)` for each on `ctx`.
@@ -163,7 +162,7 @@ pub(crate) fn norm_stats(
         // SAFETY: `isa` is the backend's (supported); the task owns groups q0..q0+lanes
         // of the three outputs (each `Q` long, checked by the caller).
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let (mean, corr, sq) = (
                     part(pm, q0, lanes),
                     part(pc, q0, lanes),
@@ -293,7 +292,7 @@ pub(crate) fn norm_forward(
         // SAFETY: `isa` is the backend's; the task owns rows r0..r1 of `out` (`P·Q·R`
         // elements, checked by the caller).
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let out = part(po, r0 * s.r, (r1 - r0) * s.r);
                 for row in r0..r1 {
                     let q = row % s.q;
@@ -359,7 +358,7 @@ pub(crate) fn norm_backward(
             // q0..q0+lanes of `dx` and, when fused, entries q0..q0+lanes of dw and db
             // (each checked by the caller).
             unsafe {
-                on_isa(isa, || {
+                on_isa!(isa, {
                     let (mut mg, mut mgx) = ([0.0f32; LANES], [0.0f32; LANES]);
                     let lane = |v: &[f32], l: usize| if l < lanes { v[q0 + l] } else { 0.0 };
                     let mu: [f32; LANES] = core::array::from_fn(|l| lane(st.mean, l));
@@ -429,21 +428,27 @@ pub(crate) fn norm_backward(
                                 let xr = &x[base + k..base + k + len];
                                 let dr = &mut d[k..k + len];
                                 let w = RowParam::of(s, weight, q, k, len);
-                                let ghat = |i: usize| match &w {
-                                    RowParam::None => gr[i],
-                                    RowParam::Scalar(w) => gr[i] * *w,
-                                    RowParam::Slice(w) => gr[i] * w[i],
-                                };
-                                if stats_depend {
-                                    let (a, b) = (mg[l], mgx[l]);
-                                    for i in 0..len {
-                                        let xh = ((xr[i] - mu) - c) * rs;
-                                        dr[i] = canon(mode, ((ghat(i) - a) - xh * b) * rs);
-                                    }
-                                } else {
-                                    for i in 0..len {
-                                        dr[i] = canon(mode, ghat(i) * rs);
-                                    }
+                                // One loop per form of ĝ, so that each vectorises.
+                                macro_rules! dx_loop {
+                                    ($gh:expr) => {
+                                        if stats_depend {
+                                            let (a, b) = (mg[l], mgx[l]);
+                                            for i in 0..len {
+                                                let xh = ((xr[i] - mu) - c) * rs;
+                                                let g = $gh(i);
+                                                dr[i] = canon(mode, ((g - a) - xh * b) * rs);
+                                            }
+                                        } else {
+                                            for i in 0..len {
+                                                dr[i] = canon(mode, $gh(i) * rs);
+                                            }
+                                        }
+                                    };
+                                }
+                                match w {
+                                    RowParam::None => dx_loop!(|i: usize| gr[i]),
+                                    RowParam::Scalar(w) => dx_loop!(|i: usize| gr[i] * w),
+                                    RowParam::Slice(w) => dx_loop!(|i: usize| gr[i] * w[i]),
                                 }
                                 k += len;
                             }
@@ -471,7 +476,7 @@ pub(crate) fn norm_backward(
                     let lanes = LANES.min(s.q - q0);
                     // SAFETY: `isa` is the backend's; the task owns outputs q0..q0+lanes.
                     unsafe {
-                        on_isa(isa, || {
+                        on_isa!(isa, {
                             let acc = sums8(s, g, q0, lanes, |l, i, _, _| term(i, q0 + l));
                             let o = part(po, q0, lanes);
                             for l in 0..lanes {
@@ -488,7 +493,7 @@ pub(crate) fn norm_backward(
                 ranges(ctx, params, per, |k0, k1| {
                     // SAFETY: `isa` is the backend's; the task owns outputs k0..k1.
                     unsafe {
-                        on_isa(isa, || {
+                        on_isa!(isa, {
                             let mut acc = [0.0f64; 256];
                             let acc = &mut acc[..k1 - k0];
                             for p in 0..s.p {
@@ -573,10 +578,11 @@ pub(crate) fn max_pool2d(
     let interior = s.padding == [0, 0]
         && inside(s.oh, s.stride[0], s.kernel[0], s.dilation[0], s.h)
         && inside(s.ow, s.stride[1], s.kernel[1], s.dilation[1], s.w);
+    let two_by_two = interior && s.kernel == [2, 2] && s.stride == [2, 2] && s.dilation == [1, 1];
     ranges(ctx, s.planes, per_task(hw), |p0, p1| {
         // SAFETY: `isa` is the backend's; the task owns planes p0..p1 of both outputs.
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let out = part(po, p0 * ohw, (p1 - p0) * ohw);
                 let am = part(pa, p0 * ohw, (p1 - p0) * ohw);
                 for plane in p0..p1 {
@@ -588,6 +594,34 @@ pub(crate) fn max_pool2d(
                         for oy in 0..s.oh {
                             let orow = &mut out[ob + oy * s.ow..ob + (oy + 1) * s.ow];
                             let arow = &mut am[ob + oy * s.ow..ob + (oy + 1) * s.ow];
+                            if two_by_two {
+                                // The 2×2, stride-2 window: taps (0,0), (0,1), (1,0), (1,1).
+                                let r0 = 2 * oy;
+                                let x0 = &xp[r0 * s.w..(r0 + 1) * s.w];
+                                let x1 = &xp[(r0 + 1) * s.w..(r0 + 2) * s.w];
+                                let sel = |take: bool, v: f32, b: f32, i: usize, a: usize| {
+                                    let m32 = (take as u32).wrapping_neg();
+                                    let m = (take as usize).wrapping_neg();
+                                    (
+                                        f32::from_bits((v.to_bits() & m32) | (b.to_bits() & !m32)),
+                                        (i & m) | (a & !m),
+                                    )
+                                };
+                                for ox in 0..s.ow {
+                                    let q = 2 * ox;
+                                    let (mut best, mut at) = (x0[q], r0 * s.w + q);
+                                    for (v, idx) in [
+                                        (x0[q + 1], r0 * s.w + q + 1),
+                                        (x1[q], (r0 + 1) * s.w + q),
+                                        (x1[q + 1], (r0 + 1) * s.w + q + 1),
+                                    ] {
+                                        (best, at) = sel((v > best) | v.is_nan(), v, best, idx, at);
+                                    }
+                                    orow[ox] = canon(mode, best);
+                                    arow[ox] = at;
+                                }
+                                continue;
+                            }
                             for i in 0..s.kernel[0] {
                                 let r = oy * s.stride[0] + i * s.dilation[0];
                                 let xr = &xp[r * s.w..(r + 1) * s.w];
@@ -603,10 +637,18 @@ pub(crate) fn max_pool2d(
                                     }
                                     for ox in 0..s.ow {
                                         let q = ox * s.stride[1] + off;
-                                        let (v, best) = (xr[q], orow[ox]);
+                                        // SAFETY: interior windows: `q ≤ (OW − 1)·sw +
+                                        // (KW − 1)·dw < W = xr.len()`.
+                                        let v = *xr.get_unchecked(q);
+                                        let best = orow[ox];
+                                        // Bit selects: `v` when greater or NaN.
                                         let take = (v > best) | v.is_nan();
-                                        orow[ox] = if take { v } else { best };
-                                        arow[ox] = if take { r * s.w + q } else { arow[ox] };
+                                        let m32 = (take as u32).wrapping_neg();
+                                        let m = (take as usize).wrapping_neg();
+                                        orow[ox] = f32::from_bits(
+                                            (v.to_bits() & m32) | (best.to_bits() & !m32),
+                                        );
+                                        arow[ox] = ((r * s.w + q) & m) | (arow[ox] & !m);
                                     }
                                 }
                             }
@@ -745,7 +787,7 @@ fn avg_forward(
     ranges(ctx, planes, per_task(hw), |p0, p1| {
         // SAFETY: `isa` is the backend's; the task owns planes p0..p1 of `out`.
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let out = part(po, p0 * ohw, (p1 - p0) * ohw);
                 for plane in p0..p1 {
                     let xp = &x[plane * hw..(plane + 1) * hw];
@@ -788,7 +830,7 @@ fn avg_backward(
     ranges(ctx, planes, per_task(hw), |p0, p1| {
         // SAFETY: `isa` is the backend's; the task owns planes p0..p1 of `gx`.
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let gx = part(pg, p0 * hw, (p1 - p0) * hw);
                 gx.fill(0.0);
                 for plane in p0..p1 {
@@ -880,7 +922,7 @@ pub(crate) fn im2col(isa: Isa, ctx: &ComputeContext, s: &Col2imSpec, x: &[f32], 
         // SAFETY: `isa` is the backend's; the task owns rows r0..r1 of `cols`; every
         // source index lies inside the checked image (`Col2imSpec::source`).
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let out = part(pc, r0 * p, (r1 - r0) * p);
                 for row in r0..r1 {
                     let (c, i, j) = (row / (s.kh * s.kw), (row / s.kw) % s.kh, row % s.kw);
@@ -949,7 +991,7 @@ pub(crate) fn col2im(
         // SAFETY: `isa` is the backend's; the task owns channels c0..c1 of `image`; the
         // checked spec keeps every source inside its plane.
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let img = part(pi, c0 * h * w, (c1 - c0) * h * w);
                 img.fill(0.0);
                 for c in c0..c1 {
@@ -1040,7 +1082,7 @@ pub(crate) fn attention_scores(
         // SAFETY: `isa` is the backend's; the mask layout lies inside its buffer and has
         // the scores' shape (checked by the caller), so every index read is in bounds.
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 for (k, row_v) in chunk.chunks_mut(cols).enumerate() {
                     let row = ci * rows_per + k;
                     match mask {
@@ -1095,7 +1137,7 @@ pub(crate) fn sgd_step(
         // SAFETY: `isa` is the backend's; the task owns elements a..b of `param` and of
         // the momentum buffer (as long as `param` when present, checked by the caller).
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let p = part(pp, a, b - a);
                 let g = &grad[a..b];
                 if with_buf {
@@ -1138,7 +1180,7 @@ pub(crate) fn adam_step(
         // SAFETY: `isa` is the backend's; the task owns elements a..b of every buffer
         // (all as long as `param`, `vmax` only with AMSGrad; checked by the caller).
         unsafe {
-            on_isa(isa, || {
+            on_isa!(isa, {
                 let (p, m, v) = (part(pp, a, b - a), part(pm, a, b - a), part(pv, a, b - a));
                 let g = &grad[a..b];
                 if s.amsgrad {
