@@ -20,7 +20,9 @@
 //!
 //! `tools/bench_torch.py --shapes models` times the same work in PyTorch. At the end the
 //! bench prints one summary line per benchmark in the format of that script: the median,
-//! fastest and slowest of the individually timed calls of the measured samples, in ms.
+//! fastest and slowest of the individually timed calls of the measured samples, in ms,
+//! and the median CPU time of the calling thread per call, which at one thread
+//! is the work's CPU time and is not inflated by other processes on a loaded machine.
 
 use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
@@ -47,11 +49,21 @@ const ENC_SEQ: usize = 64;
 const CONV_BATCH: usize = 32;
 const CONV_HW: [usize; 2] = [32, 32];
 
+/// The calling thread's CPU time in ns, or `None` where it is not available. At one
+/// thread this is the CPU time of the work, which other processes on a loaded machine do
+/// not inflate.
+fn thread_cpu_ns() -> Option<u64> {
+    cpu_time::ThreadTime::try_now()
+        .ok()
+        .map(|t| t.as_duration().as_nanos() as u64)
+}
+
 /// Times the work `make()` returns, once per criterion iteration, and returns the summary
 /// line. The work is built only when the benchmark runs (not when a filter leaves it out),
 /// so a profile of one benchmark holds that benchmark's work and its setup only once.
 fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -> String {
     let samples: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
+    let cpu: RefCell<Vec<Vec<f64>>> = RefCell::new(Vec::new());
     let mut make = Some(make);
     let mut work: Option<F> = None;
     c.bench_function(label, |b| {
@@ -61,13 +73,19 @@ fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -
         let Some(f) = work.as_mut() else { return };
         b.iter_custom(|iters| {
             let mut calls = Vec::with_capacity(iters as usize);
+            let mut cpu_ms = Vec::with_capacity(iters as usize);
             for _ in 0..iters {
+                let c0 = thread_cpu_ns();
                 let t = Instant::now();
                 f();
                 calls.push(t.elapsed());
+                if let (Some(a), Some(b)) = (c0, thread_cpu_ns()) {
+                    cpu_ms.push(b.saturating_sub(a) as f64 / 1e6);
+                }
             }
             let total = calls.iter().sum();
             samples.borrow_mut().push(calls);
+            cpu.borrow_mut().push(cpu_ms);
             total
         })
     });
@@ -84,8 +102,24 @@ fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -
     if ms.is_empty() {
         return format!("{label:<44} (filtered out)");
     }
+    let mut cpu_ms: Vec<f64> = cpu
+        .into_inner()
+        .iter()
+        .rev()
+        .take(SAMPLES)
+        .flatten()
+        .copied()
+        .collect();
+    cpu_ms.sort_by(f64::total_cmp);
+    // The calling thread's CPU time (the whole work's at one thread; at more threads
+    // only the caller's share).
+    let cpu_note = if cpu_ms.is_empty() {
+        String::new()
+    } else {
+        format!("   caller cpu median {:.3} ms", cpu_ms[cpu_ms.len() / 2])
+    };
     format!(
-        "{label:<44} median {:9.3} ms   (min {:.3}, max {:.3}, {} calls)",
+        "{label:<44} median {:9.3} ms   (min {:.3}, max {:.3}, {} calls){cpu_note}",
         ms[ms.len() / 2],
         ms[0],
         ms[ms.len() - 1],
