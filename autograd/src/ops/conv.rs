@@ -4,15 +4,16 @@
 //! The orders of every sum are written down in `docs/conv.md` §1 (normative):
 //!
 //! - **im2col** gathers, for one batch item, the column matrix `[C·KH·KW, OH·OW]` (row
-//!   `(c, kh, kw)`, column `(oh, ow)`, both row-major) as a strided view of the padded
-//!   input copied with the backend's `copy_strided` kernel;
+//!   `(c, kh, kw)`, column `(oh, ow)`, both row-major) with the backend's `im2col` kernel
+//!   (a contiguous input), or as a strided view of the padded input copied with its
+//!   `copy_strided` kernel;
 //! - **forward**: per item one batched backend `matmul` over the groups, `out[n, g] =
 //!   W_g · cols_{n, g}` (`[O/G, K] · [K, OH·OW]`, `K = C/G·KH·KW`), then `⊕ bias[o]`;
 //! - **grad weight**: per item `g_{n, g} · cols_{n, g}ᵀ` (canonical GEMM, `k = OH·OW`),
 //!   the items' contributions added in item order into an accumulator starting at `+0`;
-//! - **grad input**: per item `W_gᵀ · g_{n, g}` (canonical GEMM, `k = O/G`), then col2im:
-//!   each input element starts at `+0` and adds its contributions in increasing column
-//!   order `(oh, ow)`;
+//! - **grad input**: per item `W_gᵀ · g_{n, g}` (canonical GEMM, `k = O/G`), then the
+//!   backend's col2im kernel: each input element starts at `+0` and adds its
+//!   contributions in increasing column order `(oh, ow)`;
 //! - **grad bias**: Σ64 over `(n, oh, ow)` in row-major order.
 //!
 //! Pooling is in [`super::pool`], constant padding (which the im2col source uses) in

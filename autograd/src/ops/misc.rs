@@ -2,8 +2,9 @@
 //!
 //! Arithmetic (see `docs/arithmetic.md`, "Normalisation, dropout, embedding, attention"):
 //! - dropout multiplies each element by its mask value (`1 ⊘ (1 ⊖ p)` or `0`) with the
-//!   backend's multiply kernel, forward and backward; the mask depends only on the key
-//!   drawn from the generator and the element's row-major index;
+//!   backend's multiply kernel, forward and backward; the mask (the backend's
+//!   `dropout_mask` kernel) depends only on the key drawn from the generator and the
+//!   element's row-major index;
 //! - embedding and index_select copy bits; their backward adds the gradient rows of all
 //!   positions that picked the same row in f64, in increasing position order, and rounds
 //!   once (Σ64);

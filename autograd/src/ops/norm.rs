@@ -3,8 +3,8 @@
 //!
 //! All three normalise the elements of a contiguous `[P, Q, R]` view of the input over
 //! `P` and `R`, one statistics group per `q` (batch_norm: `[N, C, spatial]`; layer_norm:
-//! `[1, outer, normalized]`; group_norm: `[1, N·G, (C/G)·spatial]`), in scalar code with
-//! the following order (`⊕ ⊖ ⊗ ⊘` single f32 operations, `Σ64` the f64 sum in increasing
+//! `[1, outer, normalized]`; group_norm: `[1, N·G, (C/G)·spatial]`), on the backend's
+//! `norm_stats`, `norm_forward` and `norm_backward` kernels, with the following order (`⊕ ⊖ ⊗ ⊘` single f32 operations, `Σ64` the f64 sum in increasing
 //! row-major element order rounded once, `n = P·R` converted to f32):
 //!
 //! forward, per group `q`:
@@ -27,8 +27,9 @@
 //! 3. `dw = Σ64 (g·x̂)` (f64 products), `db = Σ64 g`, each over the elements that share
 //!    the parameter, in increasing row-major order.
 //!
-//! NaN results are canonical in exact mode. The same scalar code runs for every backend,
-//! so the bits never depend on the backend or thread count.
+//! NaN results are canonical in exact mode. The kernels' reference definitions
+//! (`exactgrad_core::kernels`) are this order as plain loops; every backend gives their
+//! bits, so the result never depends on the backend or thread count.
 //!
 //! The optional arguments are named fields of [`BatchNormOptions`], [`LayerNormOptions`]
 //! and [`GroupNormOptions`] (PyTorch's defaults), so that the running statistics and the

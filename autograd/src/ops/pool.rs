@@ -1,8 +1,9 @@
 //! Pooling: `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d`, each with its backward
 //! rule.
 //!
-//! Scalar loops in a fixed order, identical for every backend; the window rules and the
-//! orders of every sum are in `docs/conv.md` §2 (normative).
+//! The backend's pooling kernels (`Backend::max_pool2d`, `avg_pool2d`,
+//! `adaptive_avg_pool2d` and their backward rules); the window rules and the orders of
+//! every sum are in `docs/conv.md` §2 (normative).
 
 use super::fmt_pair;
 use crate::engine::record;

@@ -113,7 +113,7 @@ impl Pool {
             return;
         }
         let s = &*self.shared;
-        // SAFETY (of the transmute): only the lifetime is erased. A helper dereferences
+        // SAFETY: the transmute only erases the lifetime. A helper dereferences
         // the pointer only between joining this region and leaving it, and this function
         // does not return before every helper that joined has left.
         let f_static: *const (dyn Fn(usize) + Sync) = unsafe {

@@ -11,6 +11,9 @@
 //! groups, planes, channels or element chunks whose sizes are constants of the kernel
 //! and the shape.
 
+// Lane loops index several arrays by the lane number.
+#![allow(clippy::needless_range_loop)]
+
 use super::{ComputeContext, Isa, SendPtr};
 use alloc::vec::Vec;
 use exactgrad_core::kernels::{
@@ -41,19 +44,22 @@ macro_rules! on_isa {
             unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
                 f()
             }
+            fn baseline<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
             // The features of the path, supported by this CPU (the caller's contract);
             // the code compiled under them is plain Rust whose float operations the
             // features do not change (no contraction).
             match $isa {
                 Isa::Avx512 => avx512(|| $body),
                 Isa::Avx2 => avx2(|| $body),
-                _ => (|| $body)(),
+                _ => baseline(|| $body),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = $isa;
-            (|| $body)()
+            $body
         }
     }};
 }
@@ -224,6 +230,7 @@ fn row_runs(s: &NormSpec) -> usize {
 }
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn norm_row(
     mode: ComputeMode,
     x: &[f32],
