@@ -21,7 +21,7 @@
 //! `tools/bench_torch.py --shapes models` times the same work in PyTorch. At the end the
 //! bench prints one summary line per benchmark in the format of that script: the median,
 //! fastest and slowest of the individually timed calls of the measured samples, in ms,
-//! and the median CPU time of the calling thread per call, which at one thread
+//! and the mean CPU time of the calling thread per call, which at one thread
 //! is the work's CPU time and is not inflated by other processes on a loaded machine.
 
 use criterion::Criterion;
@@ -102,7 +102,7 @@ fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -
     if ms.is_empty() {
         return format!("{label:<44} (filtered out)");
     }
-    let mut cpu_ms: Vec<f64> = cpu
+    let cpu_ms: Vec<f64> = cpu
         .into_inner()
         .iter()
         .rev()
@@ -110,13 +110,16 @@ fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -
         .flatten()
         .copied()
         .collect();
-    cpu_ms.sort_by(f64::total_cmp);
-    // The calling thread's CPU time (the whole work's at one thread; at more threads
-    // only the caller's share).
+    // The calling thread's mean CPU time per call (the whole work's at one thread; at
+    // more threads only the caller's share). The mean, because some systems account
+    // thread CPU time in scheduler ticks, which a median would round.
     let cpu_note = if cpu_ms.is_empty() {
         String::new()
     } else {
-        format!("   caller cpu median {:.3} ms", cpu_ms[cpu_ms.len() / 2])
+        format!(
+            "   caller cpu mean {:.3} ms",
+            cpu_ms.iter().sum::<f64>() / cpu_ms.len() as f64
+        )
     };
     format!(
         "{label:<44} median {:9.3} ms   (min {:.3}, max {:.3}, {} calls){cpu_note}",
