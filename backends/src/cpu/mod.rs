@@ -15,6 +15,7 @@
 //! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
 //! copy, select, sums, softmax).
 
+mod buffers;
 pub mod elementwise;
 mod gemm;
 mod pool;
@@ -31,9 +32,10 @@ use alloc::string::String;
 use alloc::sync::Arc;
 
 use alloc::vec::Vec;
+pub use buffers::CpuStorage;
 use core::fmt;
 use core::marker::PhantomData;
-use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
+use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::{
     AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
     NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
@@ -120,6 +122,7 @@ pub struct UnsupportedIsa {
 pub struct ComputeContext {
     threads: usize,
     pool: Option<pool::Pool>,
+    buffers: Arc<buffers::BufferCache>,
 }
 
 impl fmt::Debug for ComputeContext {
@@ -145,7 +148,11 @@ impl ComputeContext {
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         let pool = (threads > 1).then(|| pool::Pool::new(threads - 1));
-        Self { threads, pool }
+        Self {
+            threads,
+            pool,
+            buffers: Arc::default(),
+        }
     }
 
     /// Number of threads.
@@ -493,7 +500,7 @@ fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [Vec<usize>; 
 }
 
 impl<M: CpuMode> Backend for CpuBackend<M> {
-    type Storage = Vec<f32>;
+    type Storage = CpuStorage;
 
     fn name(&self) -> String {
         alloc::format!("{}/{}/{}t", M::MODE, self.isa, self.ctx.threads)
@@ -503,12 +510,16 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         M::MODE
     }
 
-    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
-        try_zeroed_vec("zeros", len)
+    fn zeros(&self, len: usize) -> Result<CpuStorage> {
+        buffers::buffer(&self.ctx.buffers, "zeros", len, true)
     }
 
-    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
-        Ok(data)
+    fn uninit(&self, len: usize) -> Result<CpuStorage> {
+        buffers::buffer(&self.ctx.buffers, "uninit", len, false)
+    }
+
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<CpuStorage> {
+        Ok(CpuStorage::new(data, &self.ctx.buffers))
     }
 
     fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
