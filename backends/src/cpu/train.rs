@@ -1092,18 +1092,49 @@ pub(crate) fn attention_scores(
             on_isa!(isa, {
                 for (k, row_v) in chunk.chunks_mut(cols).enumerate() {
                     let row = ci * rows_per + k;
+                    // Scores past `lim` are causally masked (`j > i`).
+                    let lim = if s.causal {
+                        row % s.l.max(1)
+                    } else {
+                        usize::MAX
+                    };
+                    let fin =
+                        |j: usize, x: f32| canon(mode, if j > lim { f32::NEG_INFINITY } else { x });
+                    let scale = s.scale;
                     match mask {
                         None => {
                             for (j, v) in row_v.iter_mut().enumerate() {
-                                *v = canon(mode, s.element(row, j, *v, None));
+                                *v = fin(j, *v * scale);
                             }
                         }
                         Some((kind, m, lay)) => {
                             let off = row_offset(lay, row);
                             let sl = lay.strides.last().copied().unwrap_or(0);
-                            for (j, v) in row_v.iter_mut().enumerate() {
-                                let mv = m[off + j * sl];
-                                *v = canon(mode, s.element(row, j, *v, Some((kind, mv))));
+                            let mv = |j: usize| m[off + j * sl];
+                            match kind {
+                                ScoreMask::Additive => {
+                                    for (j, v) in row_v.iter_mut().enumerate() {
+                                        *v = fin(j, *v * scale + mv(j));
+                                    }
+                                }
+                                ScoreMask::Allow => {
+                                    for (j, v) in row_v.iter_mut().enumerate() {
+                                        let x = *v * scale;
+                                        *v = fin(
+                                            j,
+                                            if mv(j) == 0.0 { f32::NEG_INFINITY } else { x },
+                                        );
+                                    }
+                                }
+                                ScoreMask::Block => {
+                                    for (j, v) in row_v.iter_mut().enumerate() {
+                                        let x = *v * scale;
+                                        *v = fin(
+                                            j,
+                                            if mv(j) != 0.0 { f32::NEG_INFINITY } else { x },
+                                        );
+                                    }
+                                }
                             }
                         }
                     }
