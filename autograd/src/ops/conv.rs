@@ -419,6 +419,47 @@ fn group_spec(
     }
 }
 
+/// Column elements a block of items may hold at once (8 MiB of f32).
+const COL_BUDGET: usize = 1 << 21;
+
+/// Items whose columns are gathered together and whose products run as one batched
+/// `matmul` (fewer and larger kernel calls): with one group, as many as fit in
+/// [`COL_BUDGET`]; with several groups one (the batch is then the groups). Each output
+/// still sees the canonical GEMM of its own item, so the block size changes no bits.
+fn items_per_block(g: &ConvGeom) -> usize {
+    if g.groups != 1 {
+        return 1;
+    }
+    let per_item = (g.c * g.kh * g.kw * g.p()).max(1);
+    (COL_BUDGET / per_item).clamp(1, g.n.max(1))
+}
+
+/// The product spec of a block of `items` items: with one item the per-group spec of
+/// [`group_spec`]; with more (one group) the items are the batch, `a` and `b` advancing
+/// by `a_item` and `b_item` elements per item.
+#[allow(clippy::too_many_arguments)]
+fn block_spec(
+    g: &ConvGeom,
+    items: usize,
+    (m, k, n): (usize, usize, usize),
+    (a_offset, a_strides, a_item): (usize, [usize; 3], usize),
+    (b_offset, b_strides, b_item): (usize, [usize; 3], usize),
+) -> MatmulSpec {
+    if items == 1 {
+        return group_spec(g, m, k, n, a_offset, a_strides, b_offset, b_strides);
+    }
+    MatmulSpec {
+        batch: items,
+        m,
+        k,
+        n,
+        a_offset,
+        a_strides: [a_item, a_strides[1], a_strides[2]],
+        b_offset,
+        b_strides: [b_item, b_strides[1], b_strides[2]],
+    }
+}
+
 /// `Σ64` over `(n, oh, ow)` of a contiguous `[N, O, OH, OW]` gradient: the bias gradient.
 fn bias_grad<B: Backend>(g: &Tensor<B>) -> Result<Tensor<B>> {
     sum_unrecorded(g, &[true, false, true, true])
@@ -440,27 +481,31 @@ fn conv2d_core<B: Backend>(
         let src = ColSource::new(x, &g)?;
         let w_c = dense(w)?;
         let (sd, wd) = (src.tensor().read()?, w_c.read()?);
-        let mut cols = be.uninit(ck * p)?;
-        let spec = group_spec(
-            &g,
-            og,
-            k,
-            p,
-            w_c.layout().offset,
-            [og * k, k, 1],
-            0,
-            [k * p, p, 1],
-        );
-        for n in 0..g.n {
-            src.gather(be, sd.as_ref(), &g, n, cols.as_mut())?;
+        let nb = items_per_block(&g);
+        let mut cols = be.uninit(nb * ck * p)?;
+        let mut n0 = 0;
+        while n0 < g.n {
+            let items = nb.min(g.n - n0);
+            for i in 0..items {
+                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+                src.gather(be, sd.as_ref(), &g, n0 + i, c)?;
+            }
             if og * p > 0 {
+                let spec = block_spec(
+                    &g,
+                    items,
+                    (og, k, p),
+                    (w_c.layout().offset, [og * k, k, 1], 0),
+                    (0, [k * p, p, 1], ck * p),
+                );
                 be.matmul(
                     &spec,
                     wd.as_ref(),
-                    cols.as_ref(),
-                    &mut out.as_mut()[n * o * p..(n + 1) * o * p],
+                    &cols.as_ref()[..items * ck * p],
+                    &mut out.as_mut()[n0 * o * p..(n0 + items) * o * p],
                 )?;
             }
+            n0 += items;
         }
     }
     let shape = Shape::from([g.n, o, g.oh, g.ow]);
@@ -526,27 +571,36 @@ fn conv_grad_input<B: Backend>(
     let mut gx = be.uninit(g.n * chw)?;
     let w_c = dense(w)?;
     let (gd, wd) = (gy.read()?, w_c.read()?);
-    let mut cols = be.uninit(ck * p)?;
-    for n in 0..g.n {
+    let nb = items_per_block(g);
+    let mut cols = be.uninit(nb * ck * p)?;
+    let mut n0 = 0;
+    while n0 < g.n {
+        let items = nb.min(g.n - n0);
         if ck * p > 0 {
             // a = W_gᵀ [K, O/G]: element (r, c) of group gi at gi·(O/G)·K + c·K + r.
-            let spec = group_spec(
+            let spec = block_spec(
                 g,
-                k,
-                og,
-                p,
-                w_c.layout().offset,
-                [og * k, 1, k],
-                gy.layout().offset + n * o * p,
-                [og * p, p, 1],
+                items,
+                (k, og, p),
+                (w_c.layout().offset, [og * k, 1, k], 0),
+                (gy.layout().offset + n0 * o * p, [og * p, p, 1], o * p),
             );
-            be.matmul(&spec, wd.as_ref(), gd.as_ref(), cols.as_mut())?;
+            be.matmul(
+                &spec,
+                wd.as_ref(),
+                gd.as_ref(),
+                &mut cols.as_mut()[..items * ck * p],
+            )?;
         }
-        be.col2im(
-            &col_spec(g),
-            cols.as_ref(),
-            &mut gx.as_mut()[n * chw..(n + 1) * chw],
-        )?;
+        for i in 0..items {
+            let n = n0 + i;
+            be.col2im(
+                &col_spec(g),
+                &cols.as_ref()[i * ck * p..(i + 1) * ck * p],
+                &mut gx.as_mut()[n * chw..(n + 1) * chw],
+            )?;
+        }
+        n0 += items;
     }
     Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]))
 }
@@ -563,27 +617,40 @@ fn conv_grad_weight<B: Backend>(
     let mut gw = super::zeroed_vec("conv2d", o * k)?;
     let src = ColSource::new(x, g)?;
     let (gd, sd) = (gy.read()?, src.tensor().read()?);
-    let mut cols = be.uninit(ck * p)?;
-    let mut part = be.zeros(o * k)?;
-    for n in 0..g.n {
-        src.gather(be, sd.as_ref(), g, n, cols.as_mut())?;
+    let nb = items_per_block(g);
+    let mut cols = be.uninit(nb * ck * p)?;
+    let mut part = be.zeros(nb * o * k)?;
+    let mut n0 = 0;
+    while n0 < g.n {
+        let items = nb.min(g.n - n0);
+        for i in 0..items {
+            let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+            src.gather(be, sd.as_ref(), g, n0 + i, c)?;
+        }
         if o * k > 0 {
             // b = cols_gᵀ [OH·OW, K]: element (r, c) of group gi at gi·K·P + c·P + r.
-            let spec = group_spec(
+            let spec = block_spec(
                 g,
-                og,
-                p,
-                k,
-                gy.layout().offset + n * o * p,
-                [og * p, p, 1],
-                0,
-                [k * p, 1, p],
+                items,
+                (og, p, k),
+                (gy.layout().offset + n0 * o * p, [og * p, p, 1], o * p),
+                (0, [k * p, 1, p], ck * p),
             );
-            be.matmul(&spec, gd.as_ref(), cols.as_ref(), part.as_mut())?;
+            be.matmul(
+                &spec,
+                gd.as_ref(),
+                &cols.as_ref()[..items * ck * p],
+                &mut part.as_mut()[..items * o * k],
+            )?;
         }
-        for (acc, &v) in gw.iter_mut().zip(part.as_ref()) {
-            *acc += v;
+        // The items' contributions in item order.
+        for i in 0..items {
+            let pi = &part.as_ref()[i * o * k..(i + 1) * o * k];
+            for (acc, &v) in gw.iter_mut().zip(pi) {
+                *acc += v;
+            }
         }
+        n0 += items;
     }
     canon_all(be.mode(), &mut gw);
     Tensor::from_vec(be, gw, [o, g.c / g.groups, g.kh, g.kw])
