@@ -419,8 +419,8 @@ fn group_spec(
     }
 }
 
-/// Column elements a block of items may hold at once (8 MiB of f32).
-const COL_BUDGET: usize = 1 << 21;
+/// Column elements a block of items may hold at once (512 KiB of f32, about a core's L2).
+const COL_BUDGET: usize = 1 << 17;
 
 /// Items whose columns are gathered together and whose products run as one batched
 /// `matmul` (fewer and larger kernel calls): with one group, as many as fit in
