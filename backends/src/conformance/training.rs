@@ -126,7 +126,7 @@ fn norm_spec(rng: &mut Philox, big: bool) -> NormSpec {
 }
 
 fn pool_spec(rng: &mut Philox, big: bool, dilated: bool) -> Pool2dSpec {
-    let planes = 1 + below(rng, if big { 40 } else { 5 });
+    let planes = 1 + below(rng, if big { 300 } else { 5 });
     let (h, w) = (1 + below(rng, 20), 1 + below(rng, 20));
     let kernel = [1 + below(rng, 4), 1 + below(rng, 4)];
     let stride = [1 + below(rng, 3), 1 + below(rng, 3)];
@@ -231,7 +231,7 @@ pub fn random_call(kernel: Kernel, rng: &mut Philox, big: bool) -> TrainCall {
         }
         Kernel::AdaptiveAvgPool2d | Kernel::AdaptiveAvgPool2dBackward => {
             let spec = AdaptivePool2dSpec {
-                planes: 1 + below(rng, if big { 40 } else { 5 }),
+                planes: 1 + below(rng, if big { 300 } else { 5 }),
                 h: 1 + below(rng, 20),
                 w: 1 + below(rng, 20),
                 oh: 1 + below(rng, 8),
