@@ -18,8 +18,8 @@ fn values(seed: u64) -> Vec<f32> {
     (0..ROWS * COLS)
         .map(|i| match i % 17 {
             3 => -0.0,
-            11 if seed % 3 == 0 => f32::INFINITY,
-            13 if seed % 5 == 0 => f32::NAN,
+            11 if seed.is_multiple_of(3) => f32::INFINITY,
+            13 if seed.is_multiple_of(5) => f32::NAN,
             _ => r.uniform(-2.0, 2.0),
         })
         .collect()

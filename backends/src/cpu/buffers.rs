@@ -25,10 +25,13 @@ pub const MIN_LEN: usize = 1 << 12;
 /// At most this many bytes of free buffers are kept per compute context.
 pub const MAX_BYTES: usize = 512 << 20;
 
+/// Free buffers by length, and their total size in bytes.
+type FreeLists = (HashMap<usize, Vec<Vec<f32>>>, usize);
+
 /// Free buffers by length.
 #[derive(Default)]
 pub(crate) struct BufferCache {
-    free: Mutex<(HashMap<usize, Vec<Vec<f32>>>, usize)>,
+    free: Mutex<FreeLists>,
 }
 
 impl BufferCache {
