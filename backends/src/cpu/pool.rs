@@ -12,9 +12,9 @@
 //! after the caller returns. Which thread runs which task is free; each task writes only
 //! its own outputs, so the results never depend on it.
 //!
-//! A helper that finishes a region spins for [`SPIN`] iterations waiting for the next one
-//! (the gaps between the kernels of a training step are short), then parks on a condition
-//! variable. One region runs at a time: a caller that finds the pool busy (another thread
+//! A helper that finishes a region spins for [`SPIN_TIME`] waiting for the next one (the
+//! serial stretches between the kernels of a training step are shorter), then parks on a
+//! condition variable. One region runs at a time: a caller that finds the pool busy (another thread
 //! is in a region of the same context, or a task calls a kernel itself) runs its tasks
 //! on its own thread, with the same results.
 
@@ -22,9 +22,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-/// Spin iterations of an idle helper before it parks (a few tens of microseconds).
+/// Spin iterations of a caller waiting for helpers before it yields its time slice.
 const SPIN: u32 = 1 << 14;
+
+/// How long an idle helper spins before it parks: longer than the serial stretches
+/// between the kernels of a training step, so that they do not each cost a wake-up.
+const SPIN_TIME: Duration = Duration::from_millis(1);
 
 /// A region's function with its lifetime erased; valid while the region runs.
 #[derive(Clone, Copy)]
@@ -179,10 +184,14 @@ fn helper(s: &Shared) {
     let mut seen = s.state.load(Ordering::Acquire) & !(ACTIVE | CLOSED);
     loop {
         let mut spins = 0u32;
+        let idle_since = Instant::now();
         let mut st = s.state.load(Ordering::Acquire);
-        while st & !(ACTIVE | CLOSED) == seen && spins < SPIN {
+        while st & !(ACTIVE | CLOSED) == seen {
             core::hint::spin_loop();
-            spins += 1;
+            spins = spins.wrapping_add(1);
+            if spins % 256 == 0 && idle_since.elapsed() > SPIN_TIME {
+                break;
+            }
             st = s.state.load(Ordering::Acquire);
         }
         if st & !(ACTIVE | CLOSED) == seen {
