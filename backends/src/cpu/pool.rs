@@ -189,7 +189,7 @@ fn helper(s: &Shared) {
         while st & !(ACTIVE | CLOSED) == seen {
             core::hint::spin_loop();
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 && idle_since.elapsed() > SPIN_TIME {
+            if spins.is_multiple_of(256) && idle_since.elapsed() > SPIN_TIME {
                 break;
             }
             st = s.state.load(Ordering::Acquire);
