@@ -20,9 +20,14 @@
 //!   features, a two-layer bidirectional LSTM of 64, Linear(128, 11), log_softmax and
 //!   the mean CTC loss with input lengths 32 and target lengths 5 to 10 of labels 1…10.
 //!
+//! Each benchmark's inputs are made only when it runs (a filtered-out benchmark makes
+//! nothing), so a profile of one benchmark (`--profile-time`) holds its own work.
+//!
 //! `tools/bench_torch.py --shapes models` times the same work in PyTorch. At the end the
 //! bench prints one summary line per benchmark in the format of that script: the median,
-//! fastest and slowest of the individually timed calls of the measured samples, in ms.
+//! fastest and slowest of the individually timed calls of the measured samples, in ms,
+//! and the mean CPU time of the calling thread per call, which at one thread
+//! is the work's CPU time and is not inflated by other processes on a loaded machine.
 
 use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
@@ -62,19 +67,43 @@ const CRNN_BATCH: usize = 8;
 const CRNN_WIDTH: usize = 128;
 const CRNN_TARGETS: (usize, usize) = (5, 10);
 
-/// Times `f` once per criterion iteration and returns the summary line.
-fn bench(c: &mut Criterion, label: &str, mut f: impl FnMut()) -> String {
+/// The calling thread's CPU time in ns, or `None` where it is not available. At one
+/// thread this is the CPU time of the work, which other processes on a loaded machine do
+/// not inflate.
+fn thread_cpu_ns() -> Option<u64> {
+    cpu_time::ThreadTime::try_now()
+        .ok()
+        .map(|t| t.as_duration().as_nanos() as u64)
+}
+
+/// Times the work `make()` returns, once per criterion iteration, and returns the summary
+/// line. The work is built only when the benchmark runs (not when a filter leaves it out),
+/// so a profile of one benchmark holds that benchmark's work and its setup only once.
+fn bench<F: FnMut()>(c: &mut Criterion, label: &str, make: impl FnOnce() -> F) -> String {
     let samples: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
+    let cpu: RefCell<Vec<Vec<f64>>> = RefCell::new(Vec::new());
+    let mut make = Some(make);
+    let mut work: Option<F> = None;
     c.bench_function(label, |b| {
+        if let Some(m) = make.take() {
+            work = Some(m());
+        }
+        let Some(f) = work.as_mut() else { return };
         b.iter_custom(|iters| {
             let mut calls = Vec::with_capacity(iters as usize);
+            let mut cpu_ms = Vec::with_capacity(iters as usize);
             for _ in 0..iters {
+                let c0 = thread_cpu_ns();
                 let t = Instant::now();
                 f();
                 calls.push(t.elapsed());
+                if let (Some(a), Some(b)) = (c0, thread_cpu_ns()) {
+                    cpu_ms.push(b.saturating_sub(a) as f64 / 1e6);
+                }
             }
             let total = calls.iter().sum();
             samples.borrow_mut().push(calls);
+            cpu.borrow_mut().push(cpu_ms);
             total
         })
     });
@@ -91,8 +120,27 @@ fn bench(c: &mut Criterion, label: &str, mut f: impl FnMut()) -> String {
     if ms.is_empty() {
         return format!("{label:<44} (filtered out)");
     }
+    let cpu_ms: Vec<f64> = cpu
+        .into_inner()
+        .iter()
+        .rev()
+        .take(SAMPLES)
+        .flatten()
+        .copied()
+        .collect();
+    // The calling thread's mean CPU time per call (the whole work's at one thread; at
+    // more threads only the caller's share). The mean, because some systems account
+    // thread CPU time in scheduler ticks, which a median would round.
+    let cpu_note = if cpu_ms.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "   caller cpu mean {:.3} ms",
+            cpu_ms.iter().sum::<f64>() / cpu_ms.len() as f64
+        )
+    };
     format!(
-        "{label:<44} median {:9.3} ms   (min {:.3}, max {:.3}, {} calls)",
+        "{label:<44} median {:9.3} ms   (min {:.3}, max {:.3}, {} calls){cpu_note}",
         ms[ms.len() / 2],
         ms[0],
         ms[ms.len() - 1],
@@ -109,6 +157,10 @@ fn leaf<B: Backend>(b: &B, shape: &[usize], rng: &mut Philox) -> Tensor<B> {
 
 /// Forward and backward of one convolution (input, weight and bias require grad).
 fn conv<B: Backend>(c: &mut Criterion, b: &B, label: &str, x: [usize; 4], w: [usize; 4]) -> String {
+    bench(c, label, || conv_work(b, x, w))
+}
+
+fn conv_work<B: Backend>(b: &B, x: [usize; 4], w: [usize; 4]) -> impl FnMut() {
     let mut rng = Philox::new(1);
     let (x, w, bias) = (
         leaf(b, &x, &mut rng),
@@ -121,17 +173,21 @@ fn conv<B: Backend>(c: &mut Criterion, b: &B, label: &str, x: [usize; 4], w: [us
     };
     let y = x.conv2d(&w, Some(&bias), opts).unwrap();
     let g = Tensor::randn(b, y.shape().clone(), 0.0, 1.0, &mut rng).unwrap();
-    bench(c, label, || {
+    move || {
         for t in [&x, &w, &bias] {
             t.clear_grad();
         }
         let y = x.conv2d(&w, Some(&bias), opts).unwrap();
         y.backward(Some(&g), false).unwrap();
-    })
+    }
 }
 
 /// Forward and backward of scaled dot-product attention with a key padding mask.
 fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
+    bench(c, label, || attention_work(b))
+}
+
+fn attention_work<B: Backend>(b: &B) -> impl FnMut() {
     let mut rng = Philox::new(2);
     let hd = ENCODER.d_model / ENCODER.nhead;
     let shape = [ENC_BATCH, ENCODER.nhead, ENC_SEQ, hd];
@@ -149,7 +205,7 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
         .collect();
     let mask = Tensor::from_vec(b, keep, [ENC_BATCH, 1, 1, ENC_SEQ]).unwrap();
     let g = Tensor::randn(b, shape.to_vec(), 0.0, 1.0, &mut rng).unwrap();
-    bench(c, label, || {
+    move || {
         for t in [&q, &k, &v] {
             t.clear_grad();
         }
@@ -161,24 +217,38 @@ fn attention<B: Backend>(c: &mut Criterion, b: &B, label: &str) -> String {
             )
             .unwrap();
         o.backward(Some(&g), false).unwrap();
-    })
+    }
 }
 
 /// One training step: forward, loss, backward, Adam.
-fn step<B: Backend>(c: &mut Criterion, label: &str, case: &dyn ReferenceCase<B>) -> String {
-    let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
+fn step<B: Backend, C: ReferenceCase<B> + 'static>(
+    c: &mut Criterion,
+    label: &str,
+    make: impl FnOnce() -> C,
+) -> String {
     bench(c, label, || {
-        case.forward_backward().unwrap();
-        opt.step().unwrap();
+        let case = make();
+        let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
+        move || {
+            case.forward_backward().unwrap();
+            opt.step().unwrap();
+        }
     })
 }
 
 /// One training step with SGD (learning rate 0.01): forward, loss, backward, update.
-fn step_sgd<B: Backend>(c: &mut Criterion, label: &str, case: &dyn ReferenceCase<B>) -> String {
-    let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01)).unwrap();
+fn step_sgd<B: Backend, C: ReferenceCase<B> + 'static>(
+    c: &mut Criterion,
+    label: &str,
+    make: impl FnOnce() -> C,
+) -> String {
     bench(c, label, || {
-        case.forward_backward().unwrap();
-        opt.step().unwrap();
+        let case = make();
+        let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01)).unwrap();
+        move || {
+            case.forward_backward().unwrap();
+            opt.step().unwrap();
+        }
     })
 }
 
@@ -198,13 +268,15 @@ fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String
         [32, 16, 3, 3],
     ));
     summary.push(attention(c, b, &format!("models/attention/{tag}")));
-    let conv_net =
-        ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap();
-    summary.push(step(c, &format!("models/step/conv_net/{tag}"), &conv_net));
-    let encoder = EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap();
-    summary.push(step(c, &format!("models/step/encoder/{tag}"), &encoder));
-    let crnn = CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap();
-    summary.push(step_sgd(c, &format!("models/step/crnn/{tag}"), &crnn));
+    summary.push(step(c, &format!("models/step/conv_net/{tag}"), || {
+        ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap()
+    }));
+    summary.push(step(c, &format!("models/step/encoder/{tag}"), || {
+        EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap()
+    }));
+    summary.push(step_sgd(c, &format!("models/step/crnn/{tag}"), || {
+        CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap()
+    }));
 }
 
 fn main() {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 /// the set of unary operators (`kernel: op`) it was called with.
 #[derive(Clone, Debug, Default)]
 struct Counting {
-    calls: Arc<[AtomicUsize; 13]>,
+    calls: Arc<[AtomicUsize; Kernel::ALL.len()]>,
     ops: Arc<Mutex<BTreeSet<String>>>,
 }
 
@@ -268,6 +268,19 @@ impl Backend for ExpOffByOneUlp {
     }
 }
 
+/// The kernels the counting wrapper overrides.
+const OVERRIDDEN: [Kernel; 9] = [
+    Kernel::CopyStrided,
+    Kernel::Unary,
+    Kernel::UnaryBackward,
+    Kernel::Binary,
+    Kernel::Select,
+    Kernel::Sum,
+    Kernel::Matmul,
+    Kernel::Softmax,
+    Kernel::SoftmaxBackward,
+];
+
 fn config() -> Config {
     if cfg!(debug_assertions) {
         Config::quick()
@@ -284,11 +297,15 @@ fn a_conforming_backend_passes_and_every_kernel_is_exercised() {
     println!("{report}");
     for (kernel, cases) in &report.cases {
         assert!(*cases > 0, "no case of {kernel}");
-        assert!(
-            backend.count(*kernel) >= *cases,
-            "{kernel}: {} calls for {cases} cases",
-            backend.count(*kernel)
-        );
+        // The wrapper counts the kernels it overrides; the training kernels run the
+        // trait's default bodies (the reference definitions) unchanged.
+        if OVERRIDDEN.contains(kernel) {
+            assert!(
+                backend.count(*kernel) >= *cases,
+                "{kernel}: {} calls for {cases} cases",
+                backend.count(*kernel)
+            );
+        }
     }
     assert_eq!(report.cases.len(), Kernel::ALL.len());
 }

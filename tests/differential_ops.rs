@@ -332,6 +332,19 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
         c.case("adaptive_avg_pool2d", &[&[2, 3, 11, 7]], true, |v| {
             v[0].adaptive_avg_pool2d([4, 3])
         });
+        // Large enough that the kernels split into several tasks (planes, channels).
+        c.case(
+            "max_pool2d 2x2 split over threads",
+            &[&[4, 17, 32, 32]],
+            true,
+            |v| v[0].max_pool2d(MaxPool2dOptions::new([2, 2])),
+        );
+        c.case(
+            "avg_pool2d split over threads",
+            &[&[4, 17, 32, 32]],
+            false,
+            |v| v[0].avg_pool2d(AvgPool2dOptions::new([2, 2])),
+        );
         c.case("pad", &[&[2, 3, 5]], true, |v| {
             v[0].pad(&[1, 2, 0, 3], -0.5)
         });
@@ -369,6 +382,12 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
         c.case("batch_norm specials", &[&[6, 4, 5]], true, |v| {
             v[0].batch_norm(BatchNormOptions::training())
         });
+        c.case(
+            "batch_norm split over threads",
+            &[&[4, 19, 16, 16], &[19], &[19]],
+            false,
+            |v| v[0].batch_norm(BatchNormOptions::training().affine(&v[1], &v[2])),
+        );
         c.case("layer_norm", &[&[6, 33], &[33], &[33]], false, |v| {
             v[0].layer_norm(&[33], LayerNormOptions::default().affine(&v[1], &v[2]))
         });

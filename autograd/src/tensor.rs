@@ -536,7 +536,7 @@ impl<B: Backend> Tensor<B> {
 
     // ----- in-place operations (not recorded) ------------------------------------------
 
-    fn check_in_place(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn check_in_place(&self, op: &'static str) -> Result<()> {
         if self.is_requires_grad() && is_grad_enabled() {
             return Err(Error::InPlaceOnGrad { op });
         }

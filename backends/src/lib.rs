@@ -44,7 +44,7 @@ pub mod scalar_ref;
 pub mod transcendental;
 
 #[cfg(feature = "std")]
-pub use cpu::{ExactBackend, FastBackend, Isa};
+pub use cpu::{CpuStorage, ExactBackend, FastBackend, Isa};
 #[cfg(feature = "std")]
 pub use scalar_ref::FastScalarRefBackend;
 #[cfg(feature = "alloc")]

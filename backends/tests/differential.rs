@@ -125,6 +125,81 @@ fn suite_gru_cell_backward() {
     suite(Kernel::GruCellBackward)
 }
 
+#[test]
+fn suite_norm_stats() {
+    suite(Kernel::NormStats)
+}
+
+#[test]
+fn suite_norm_forward() {
+    suite(Kernel::NormForward)
+}
+
+#[test]
+fn suite_norm_backward() {
+    suite(Kernel::NormBackward)
+}
+
+#[test]
+fn suite_max_pool2d() {
+    suite(Kernel::MaxPool2d)
+}
+
+#[test]
+fn suite_max_pool2d_backward() {
+    suite(Kernel::MaxPool2dBackward)
+}
+
+#[test]
+fn suite_avg_pool2d() {
+    suite(Kernel::AvgPool2d)
+}
+
+#[test]
+fn suite_avg_pool2d_backward() {
+    suite(Kernel::AvgPool2dBackward)
+}
+
+#[test]
+fn suite_adaptive_avg_pool2d() {
+    suite(Kernel::AdaptiveAvgPool2d)
+}
+
+#[test]
+fn suite_adaptive_avg_pool2d_backward() {
+    suite(Kernel::AdaptiveAvgPool2dBackward)
+}
+
+#[test]
+fn suite_im2col() {
+    suite(Kernel::Im2col)
+}
+
+#[test]
+fn suite_col2im() {
+    suite(Kernel::Col2im)
+}
+
+#[test]
+fn suite_attention_scores() {
+    suite(Kernel::AttentionScores)
+}
+
+#[test]
+fn suite_dropout_mask() {
+    suite(Kernel::DropoutMask)
+}
+
+#[test]
+fn suite_sgd_step() {
+    suite(Kernel::SgdStep)
+}
+
+#[test]
+fn suite_adam_step() {
+    suite(Kernel::AdamStep)
+}
+
 /// Checks `case` on every backend of both modes.
 fn check(case: &Case) -> Result<(), TestCaseError> {
     check_case_on(exact(), &ScalarRefBackend, case)

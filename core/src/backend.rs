@@ -15,6 +15,10 @@
 //! [`MAX_ELEMENTS`], is an [`Error::Alloc`] or [`Error::TooLarge`], never an abort.
 
 use crate::error::{Error, Result};
+use crate::kernels::{
+    self, AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
+    NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
+};
 use crate::mode::ComputeMode;
 pub use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::{Layout, MAX_ELEMENTS};
@@ -295,5 +299,222 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         outputs: crate::recurrent::GruCellGradOutputs<'_>,
     ) -> Result<()> {
         crate::recurrent::gru_cell_backward(self, shape, inputs, outputs)
+    }
+
+    // ----- training kernels (`crate::kernels`) -----------------------------------------
+    //
+    // Each default body is the reference definition (`crate::kernels`): a backend that
+    // does not override a kernel computes exactly these bits.
+
+    /// Normalisation statistics per group of a contiguous `[P, Q, R]` `x`
+    /// (`docs/arithmetic.md` §5, steps 1–3): `mean = μ`, `corr = c` and `sq_sum = s2`,
+    /// `Q` elements each.
+    fn norm_stats(
+        &self,
+        spec: &NormSpec,
+        x: &[f32],
+        mean: &mut [f32],
+        corr: &mut [f32],
+        sq_sum: &mut [f32],
+    ) -> Result<()> {
+        spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
+        kernels::norm_stats(self.mode(), spec, x, mean, corr, sq_sum);
+        Ok(())
+    }
+
+    /// Normalisation output `y = ((((x ⊖ μ) ⊖ c) ⊗ r) ⊗ w) ⊕ b` (`docs/arithmetic.md` §5,
+    /// step 5), `weight` and `bias` optional.
+    fn norm_forward(
+        &self,
+        spec: &NormSpec,
+        x: &[f32],
+        stats: &NormStats<'_>,
+        weight: Option<&[f32]>,
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        spec.check_forward(
+            x.len(),
+            stats,
+            weight.map(<[f32]>::len),
+            bias.map(<[f32]>::len),
+            out.len(),
+        )?;
+        kernels::norm_forward(self.mode(), spec, x, stats, weight, bias, out);
+        Ok(())
+    }
+
+    /// Normalisation backward (`docs/arithmetic.md` §5): the gradients asked for in
+    /// `grads`; `stats_depend` when the statistics were computed from `x`. `x` may be
+    /// empty when only `db` is asked for.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_backward(
+        &self,
+        spec: &NormSpec,
+        x: &[f32],
+        g: &[f32],
+        stats: &NormStats<'_>,
+        weight: Option<&[f32]>,
+        stats_depend: bool,
+        grads: NormGrads<'_>,
+    ) -> Result<()> {
+        spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
+        kernels::norm_backward(self.mode(), spec, x, g, stats, weight, stats_depend, grads);
+        Ok(())
+    }
+
+    /// 2-D max pooling of contiguous planes (`docs/conv.md` §2): the maxima and, per
+    /// output, the flat index in its plane of the selected input (`usize::MAX` for a
+    /// window without taps).
+    fn max_pool2d(
+        &self,
+        spec: &Pool2dSpec,
+        x: &[f32],
+        out: &mut [f32],
+        argmax: &mut [usize],
+    ) -> Result<()> {
+        spec.check_max(x.len(), out.len(), argmax.len())?;
+        kernels::max_pool2d(self.mode(), spec, x, out, argmax);
+        Ok(())
+    }
+
+    /// The backward rule of [`Backend::max_pool2d`]: `gx` (overwritten) from `+0`, each
+    /// output's gradient added at its argmax in increasing output order.
+    fn max_pool2d_backward(
+        &self,
+        spec: &Pool2dSpec,
+        argmax: &[usize],
+        g: &[f32],
+        gx: &mut [f32],
+    ) -> Result<()> {
+        spec.check_max_backward(argmax.len(), g.len(), gx.len())?;
+        kernels::max_pool2d_backward(self.mode(), spec, argmax, g, gx)
+    }
+
+    /// 2-D average pooling of contiguous planes (`docs/conv.md` §2).
+    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check("avg_pool2d", x.len(), out.len())?;
+        kernels::avg_pool2d(self.mode(), spec, x, out);
+        Ok(())
+    }
+
+    /// The backward rule of [`Backend::avg_pool2d`]; `gx` is overwritten.
+    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
+        spec.check("avg_pool2d_backward", gx.len(), g.len())?;
+        kernels::avg_pool2d_backward(self.mode(), spec, g, gx);
+        Ok(())
+    }
+
+    /// 2-D adaptive average pooling of contiguous planes (`docs/conv.md` §2).
+    fn adaptive_avg_pool2d(
+        &self,
+        spec: &AdaptivePool2dSpec,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
+        kernels::adaptive_avg_pool2d(self.mode(), spec, x, out);
+        Ok(())
+    }
+
+    /// The backward rule of [`Backend::adaptive_avg_pool2d`]; `gx` is overwritten.
+    fn adaptive_avg_pool2d_backward(
+        &self,
+        spec: &AdaptivePool2dSpec,
+        g: &[f32],
+        gx: &mut [f32],
+    ) -> Result<()> {
+        spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
+        kernels::adaptive_avg_pool2d_backward(self.mode(), spec, g, gx);
+        Ok(())
+    }
+
+    /// im2col of one contiguous item `[C, H, W]` into `cols` `[C·KH·KW, OH·OW]`
+    /// (`docs/conv.md` §1), `+0` in the padding; copies bits.
+    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
+        spec.check("im2col", image.len(), cols.len())?;
+        kernels::im2col(spec, image, cols);
+        Ok(())
+    }
+
+    /// col2im of one item (`docs/conv.md` §1): `image` (overwritten) from `+0`, each
+    /// element adding its column gradients in increasing column order.
+    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
+        spec.check("col2im", image.len(), cols.len())?;
+        kernels::col2im(self.mode(), spec, cols, image);
+        Ok(())
+    }
+
+    /// The attention scores of `docs/arithmetic.md` §5 in place: `scores` holds the
+    /// products `T` (`[rows, S]`) and receives `(T ⊗ scale)` with the mask (a layout
+    /// broadcast to `[…, L, S]` over its buffer) and the causal `−∞`.
+    fn attention_scores(
+        &self,
+        spec: &AttentionScoresSpec,
+        scores: &mut [f32],
+        mask: Option<(ScoreMask, &[f32], &Layout)>,
+    ) -> Result<()> {
+        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
+        kernels::attention_scores(self.mode(), spec, scores, mask);
+        Ok(())
+    }
+
+    /// The dropout mask of `docs/arithmetic.md` §5 for elements `start …` of the stream of
+    /// `key`: `scale` where kept, `+0` elsewhere. `p` must be in `[0, 1]`.
+    fn dropout_mask(
+        &self,
+        key: u64,
+        p: f32,
+        scale: f32,
+        start: u64,
+        out: &mut [f32],
+    ) -> Result<()> {
+        kernels::check_dropout(p)?;
+        kernels::dropout_mask(key, p, scale, start, out);
+        Ok(())
+    }
+
+    /// One fused SGD update of `param` in place ([`SgdSpec`]); `momentum_buffer` is
+    /// empty without momentum.
+    fn sgd_step(
+        &self,
+        spec: &SgdSpec,
+        param: &mut [f32],
+        grad: &[f32],
+        momentum_buffer: &mut [f32],
+    ) -> Result<()> {
+        spec.check(param.len(), grad.len(), momentum_buffer.len())?;
+        kernels::sgd_step(self.mode(), spec, param, grad, momentum_buffer);
+        Ok(())
+    }
+
+    /// One fused Adam/AdamW update of `param` and its moments in place ([`AdamSpec`]);
+    /// `max_exp_avg_sq` is empty without AMSGrad.
+    fn adam_step(
+        &self,
+        spec: &AdamSpec,
+        param: &mut [f32],
+        grad: &[f32],
+        exp_avg: &mut [f32],
+        exp_avg_sq: &mut [f32],
+        max_exp_avg_sq: &mut [f32],
+    ) -> Result<()> {
+        spec.check(
+            param.len(),
+            grad.len(),
+            exp_avg.len(),
+            exp_avg_sq.len(),
+            max_exp_avg_sq.len(),
+        )?;
+        kernels::adam_step(
+            self.mode(),
+            spec,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq,
+        );
+        Ok(())
     }
 }

@@ -18,6 +18,8 @@ pub mod backend;
 pub mod check;
 pub mod error;
 pub mod hash;
+#[cfg(feature = "alloc")]
+pub mod kernels;
 pub mod mode;
 pub mod ops;
 #[cfg(feature = "alloc")]

@@ -19,11 +19,12 @@
 //! - an additive mask that requires grad gets `dS` summed (Σ64) over the dimensions it
 //!   was broadcast along.
 
-use super::{canon, sum_to};
+use super::sum_to;
 use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::kernels::{AttentionScoresSpec, ScoreMask};
 use exactgrad_core::{Backend, Layout, Shape, UnaryOp};
 use std::fmt;
 
@@ -234,43 +235,27 @@ fn attention_weights<B: Backend>(
     scale: f32,
 ) -> Result<B::Storage> {
     let Dims { batch, l, s, e, .. } = d;
-    let mode = be.mode();
     let mut scores = bmm(be, batch, l, e, s, qs, [l * e, e, 1], ks, [s * e, 1, e])?;
-    {
-        let sc = scores.as_mut();
-        // x = (T ⊗ scale) [⊕ M | −∞ where M = 0], then −∞ above the diagonal if causal.
-        let finish = |idx: usize, t: f32, m: Option<(MaskKind, f32)>| {
-            let mut x = t * scale;
-            if let Some((kind, mv)) = m {
-                x = match kind {
-                    MaskKind::Additive => x + mv,
-                    MaskKind::Allow if mv == 0.0 => f32::NEG_INFINITY,
-                    MaskKind::Block if mv != 0.0 => f32::NEG_INFINITY,
-                    MaskKind::Allow | MaskKind::Block => x,
-                };
-            }
-            if causal && idx % s > (idx / s) % l {
-                x = f32::NEG_INFINITY;
-            }
-            canon(mode, x)
-        };
-        match mask {
-            Some((kind, m, layout)) => {
-                let mut idx = 0;
-                layout.for_each_index(|mi| {
-                    sc[idx] = finish(idx, sc[idx], Some((kind, m[mi])));
-                    idx += 1;
-                });
-            }
-            None => {
-                for (idx, v) in sc.iter_mut().enumerate() {
-                    *v = finish(idx, *v, None);
-                }
-            }
-        }
-    }
+    // x = (T ⊗ scale) [⊕ M | −∞ where M = 0], then −∞ above the diagonal if causal.
+    let spec = AttentionScoresSpec {
+        rows: batch * l,
+        l,
+        s,
+        scale,
+        causal,
+    };
+    let kind = |k: MaskKind| match k {
+        MaskKind::Additive => ScoreMask::Additive,
+        MaskKind::Allow => ScoreMask::Allow,
+        MaskKind::Block => ScoreMask::Block,
+    };
+    be.attention_scores(
+        &spec,
+        scores.as_mut(),
+        mask.map(|(k, m, lay)| (kind(k), m, lay)),
+    )?;
     let rows = batch * l;
-    let mut p = be.zeros(rows * s)?;
+    let mut p = be.uninit(rows * s)?;
     if rows * s > 0 {
         be.softmax(scores.as_ref(), rows, s, false, p.as_mut())?;
     }

@@ -4,15 +4,16 @@
 //! The orders of every sum are written down in `docs/conv.md` §1 (normative):
 //!
 //! - **im2col** gathers, for one batch item, the column matrix `[C·KH·KW, OH·OW]` (row
-//!   `(c, kh, kw)`, column `(oh, ow)`, both row-major) as a strided view of the padded
-//!   input copied with the backend's `copy_strided` kernel;
+//!   `(c, kh, kw)`, column `(oh, ow)`, both row-major) with the backend's `im2col` kernel
+//!   (a contiguous input), or as a strided view of the padded input copied with its
+//!   `copy_strided` kernel;
 //! - **forward**: per item one batched backend `matmul` over the groups, `out[n, g] =
 //!   W_g · cols_{n, g}` (`[O/G, K] · [K, OH·OW]`, `K = C/G·KH·KW`), then `⊕ bias[o]`;
 //! - **grad weight**: per item `g_{n, g} · cols_{n, g}ᵀ` (canonical GEMM, `k = OH·OW`),
 //!   the items' contributions added in item order into an accumulator starting at `+0`;
-//! - **grad input**: per item `W_gᵀ · g_{n, g}` (canonical GEMM, `k = O/G`), then col2im:
-//!   each input element starts at `+0` and adds its contributions in increasing column
-//!   order `(oh, ow)`;
+//! - **grad input**: per item `W_gᵀ · g_{n, g}` (canonical GEMM, `k = O/G`), then the
+//!   backend's col2im kernel: each input element starts at `+0` and adds its
+//!   contributions in increasing column order `(oh, ow)`;
 //! - **grad bias**: Σ64 over `(n, oh, ow)` in row-major order.
 //!
 //! Pooling is in [`super::pool`], constant padding (which the im2col source uses) in
@@ -24,6 +25,7 @@ use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::{Backend, BinaryOp, Layout, Shape};
 
 // ----- options ---------------------------------------------------------------------------
@@ -339,37 +341,55 @@ fn im2col<B: Backend>(
     Ok(())
 }
 
-/// Adds item `n`'s column gradients `cols` (`[C·KH·KW, OH·OW]`) into the unpadded input
-/// gradient `gx` (`[C, H, W]` of that item, zero on entry): every element adds its
-/// contributions in increasing column order `(oh, ow)`, f32, from `+0`.
-fn col2im(cols: &[f32], g: &ConvGeom, gx: &mut [f32]) {
-    let (h, w, kh, kw, oh, ow) = (g.h, g.w, g.kh, g.kw, g.oh, g.ow);
-    let [sh, sw] = g.stride;
-    let [ph, pw] = g.padding;
-    let [dh, dw] = g.dilation;
-    let p = oh * ow;
-    for c in 0..g.c {
-        let plane = &mut gx[c * h * w..(c + 1) * h * w];
-        let rows = &cols[c * kh * kw * p..(c + 1) * kh * kw * p];
-        for y in 0..oh {
-            for x in 0..ow {
-                let col = y * ow + x;
-                for i in 0..kh {
-                    // Input row of tap i (in padded coordinates minus the padding).
-                    let r = y * sh + i * dh;
-                    if r < ph || r - ph >= h {
-                        continue;
-                    }
-                    let r = r - ph;
-                    for j in 0..kw {
-                        let q = x * sw + j * dw;
-                        if q < pw || q - pw >= w {
-                            continue;
-                        }
-                        plane[r * w + q - pw] += rows[(i * kw + j) * p + col];
-                    }
-                }
+/// The im2col/col2im spec of one item.
+fn col_spec(g: &ConvGeom) -> Col2imSpec {
+    Col2imSpec {
+        c: g.c,
+        h: g.h,
+        w: g.w,
+        kh: g.kh,
+        kw: g.kw,
+        stride: g.stride,
+        padding: g.padding,
+        dilation: g.dilation,
+        oh: g.oh,
+        ow: g.ow,
+    }
+}
+
+/// The im2col source of a convolution: the contiguous input itself, read by the
+/// backend's `im2col` kernel (which writes the padding's `+0`), or else the strided
+/// view of a padded copy read by `copy_strided` (`docs/conv.md` §1; both give the same
+/// columns).
+enum ColSource<B: Backend> {
+    Dense(Tensor<B>),
+    Strided(Tensor<B>),
+}
+
+impl<B: Backend> ColSource<B> {
+    fn new(x: &Tensor<B>, g: &ConvGeom) -> Result<Self> {
+        if x.is_contiguous() {
+            Ok(ColSource::Dense(x.clone()))
+        } else {
+            Ok(ColSource::Strided(padded_source(x, g)?))
+        }
+    }
+
+    fn tensor(&self) -> &Tensor<B> {
+        match self {
+            ColSource::Dense(t) | ColSource::Strided(t) => t,
+        }
+    }
+
+    /// Gathers item `n`'s columns from `data` (this source's storage).
+    fn gather(&self, be: &B, data: &[f32], g: &ConvGeom, n: usize, cols: &mut [f32]) -> Result<()> {
+        match self {
+            ColSource::Dense(t) => {
+                let chw = g.c * g.h * g.w;
+                let start = t.layout().offset + n * chw;
+                Ok(be.im2col(&col_spec(g), &data[start..start + chw], cols)?)
             }
+            ColSource::Strided(t) => im2col(be, data, t.layout(), g, n, cols),
         }
     }
 }
@@ -399,6 +419,47 @@ fn group_spec(
     }
 }
 
+/// Column elements a block of items may hold at once (512 KiB of f32, about a core's L2).
+const COL_BUDGET: usize = 1 << 17;
+
+/// Items whose columns are gathered together and whose products run as one batched
+/// `matmul` (fewer and larger kernel calls): with one group, as many as fit in
+/// [`COL_BUDGET`]; with several groups one (the batch is then the groups). Each output
+/// still sees the canonical GEMM of its own item, so the block size changes no bits.
+fn items_per_block(g: &ConvGeom) -> usize {
+    if g.groups != 1 {
+        return 1;
+    }
+    let per_item = (g.c * g.kh * g.kw * g.p()).max(1);
+    (COL_BUDGET / per_item).clamp(1, g.n.max(1))
+}
+
+/// The product spec of a block of `items` items: with one item the per-group spec of
+/// [`group_spec`]; with more (one group) the items are the batch, `a` and `b` advancing
+/// by `a_item` and `b_item` elements per item.
+#[allow(clippy::too_many_arguments)]
+fn block_spec(
+    g: &ConvGeom,
+    items: usize,
+    (m, k, n): (usize, usize, usize),
+    (a_offset, a_strides, a_item): (usize, [usize; 3], usize),
+    (b_offset, b_strides, b_item): (usize, [usize; 3], usize),
+) -> MatmulSpec {
+    if items == 1 {
+        return group_spec(g, m, k, n, a_offset, a_strides, b_offset, b_strides);
+    }
+    MatmulSpec {
+        batch: items,
+        m,
+        k,
+        n,
+        a_offset,
+        a_strides: [a_item, a_strides[1], a_strides[2]],
+        b_offset,
+        b_strides: [b_item, b_strides[1], b_strides[2]],
+    }
+}
+
 /// `Σ64` over `(n, oh, ow)` of a contiguous `[N, O, OH, OW]` gradient: the bias gradient.
 fn bias_grad<B: Backend>(g: &Tensor<B>) -> Result<Tensor<B>> {
     sum_unrecorded(g, &[true, false, true, true])
@@ -415,32 +476,36 @@ fn conv2d_core<B: Backend>(
     let be = x.backend();
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let mut out = be.zeros(g.n * o * p)?;
+    let mut out = be.uninit(g.n * o * p)?;
     {
-        let src = padded_source(x, &g)?;
+        let src = ColSource::new(x, &g)?;
         let w_c = dense(w)?;
-        let (sd, wd) = (src.read()?, w_c.read()?);
-        let mut cols = be.uninit(ck * p)?;
-        let spec = group_spec(
-            &g,
-            og,
-            k,
-            p,
-            w_c.layout().offset,
-            [og * k, k, 1],
-            0,
-            [k * p, p, 1],
-        );
-        for n in 0..g.n {
-            im2col(be, sd.as_ref(), src.layout(), &g, n, cols.as_mut())?;
+        let (sd, wd) = (src.tensor().read()?, w_c.read()?);
+        let nb = items_per_block(&g);
+        let mut cols = be.uninit(nb * ck * p)?;
+        let mut n0 = 0;
+        while n0 < g.n {
+            let items = nb.min(g.n - n0);
+            for i in 0..items {
+                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+                src.gather(be, sd.as_ref(), &g, n0 + i, c)?;
+            }
             if og * p > 0 {
+                let spec = block_spec(
+                    &g,
+                    items,
+                    (og, k, p),
+                    (w_c.layout().offset, [og * k, k, 1], 0),
+                    (0, [k * p, p, 1], ck * p),
+                );
                 be.matmul(
                     &spec,
                     wd.as_ref(),
-                    cols.as_ref(),
-                    &mut out.as_mut()[n * o * p..(n + 1) * o * p],
+                    &cols.as_ref()[..items * ck * p],
+                    &mut out.as_mut()[n0 * o * p..(n0 + items) * o * p],
                 )?;
             }
+            n0 += items;
         }
     }
     let shape = Shape::from([g.n, o, g.oh, g.ow]);
@@ -503,29 +568,41 @@ fn conv_grad_input<B: Backend>(
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let chw = g.c * g.h * g.w;
-    let mut gx = super::zeroed_vec("conv2d", g.n * chw)?;
+    let mut gx = be.uninit(g.n * chw)?;
     let w_c = dense(w)?;
     let (gd, wd) = (gy.read()?, w_c.read()?);
-    let mut cols = be.uninit(ck * p)?;
-    for n in 0..g.n {
+    let nb = items_per_block(g);
+    let mut cols = be.uninit(nb * ck * p)?;
+    let mut n0 = 0;
+    while n0 < g.n {
+        let items = nb.min(g.n - n0);
         if ck * p > 0 {
             // a = W_gᵀ [K, O/G]: element (r, c) of group gi at gi·(O/G)·K + c·K + r.
-            let spec = group_spec(
+            let spec = block_spec(
                 g,
-                k,
-                og,
-                p,
-                w_c.layout().offset,
-                [og * k, 1, k],
-                gy.layout().offset + n * o * p,
-                [og * p, p, 1],
+                items,
+                (k, og, p),
+                (w_c.layout().offset, [og * k, 1, k], 0),
+                (gy.layout().offset + n0 * o * p, [og * p, p, 1], o * p),
             );
-            be.matmul(&spec, wd.as_ref(), gd.as_ref(), cols.as_mut())?;
+            be.matmul(
+                &spec,
+                wd.as_ref(),
+                gd.as_ref(),
+                &mut cols.as_mut()[..items * ck * p],
+            )?;
         }
-        col2im(cols.as_ref(), g, &mut gx[n * chw..(n + 1) * chw]);
+        for i in 0..items {
+            let n = n0 + i;
+            be.col2im(
+                &col_spec(g),
+                &cols.as_ref()[i * ck * p..(i + 1) * ck * p],
+                &mut gx.as_mut()[n * chw..(n + 1) * chw],
+            )?;
+        }
+        n0 += items;
     }
-    canon_all(be.mode(), &mut gx);
-    Tensor::from_vec(be, gx, [g.n, g.c, g.h, g.w])
+    Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]))
 }
 
 /// `∂L/∂W`: per item `g_{n, g} · cols_{n, g}ᵀ` per group, added in item order from `+0`.
@@ -538,29 +615,42 @@ fn conv_grad_weight<B: Backend>(
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let mut gw = super::zeroed_vec("conv2d", o * k)?;
-    let src = padded_source(x, g)?;
-    let (gd, sd) = (gy.read()?, src.read()?);
-    let mut cols = be.uninit(ck * p)?;
-    let mut part = be.zeros(o * k)?;
-    for n in 0..g.n {
-        im2col(be, sd.as_ref(), src.layout(), g, n, cols.as_mut())?;
+    let src = ColSource::new(x, g)?;
+    let (gd, sd) = (gy.read()?, src.tensor().read()?);
+    let nb = items_per_block(g);
+    let mut cols = be.uninit(nb * ck * p)?;
+    let mut part = be.zeros(nb * o * k)?;
+    let mut n0 = 0;
+    while n0 < g.n {
+        let items = nb.min(g.n - n0);
+        for i in 0..items {
+            let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+            src.gather(be, sd.as_ref(), g, n0 + i, c)?;
+        }
         if o * k > 0 {
             // b = cols_gᵀ [OH·OW, K]: element (r, c) of group gi at gi·K·P + c·P + r.
-            let spec = group_spec(
+            let spec = block_spec(
                 g,
-                og,
-                p,
-                k,
-                gy.layout().offset + n * o * p,
-                [og * p, p, 1],
-                0,
-                [k * p, 1, p],
+                items,
+                (og, p, k),
+                (gy.layout().offset + n0 * o * p, [og * p, p, 1], o * p),
+                (0, [k * p, 1, p], ck * p),
             );
-            be.matmul(&spec, gd.as_ref(), cols.as_ref(), part.as_mut())?;
+            be.matmul(
+                &spec,
+                gd.as_ref(),
+                &cols.as_ref()[..items * ck * p],
+                &mut part.as_mut()[..items * o * k],
+            )?;
         }
-        for (acc, &v) in gw.iter_mut().zip(part.as_ref()) {
-            *acc += v;
+        // The items' contributions in item order.
+        for i in 0..items {
+            let pi = &part.as_ref()[i * o * k..(i + 1) * o * k];
+            for (acc, &v) in gw.iter_mut().zip(pi) {
+                *acc += v;
+            }
         }
+        n0 += items;
     }
     canon_all(be.mode(), &mut gw);
     Tensor::from_vec(be, gw, [o, g.c / g.groups, g.kh, g.kw])

@@ -2,8 +2,9 @@
 //!
 //! Arithmetic (see `docs/arithmetic.md`, "Normalisation, dropout, embedding, attention"):
 //! - dropout multiplies each element by its mask value (`1 ⊘ (1 ⊖ p)` or `0`) with the
-//!   backend's multiply kernel, forward and backward; the mask depends only on the key
-//!   drawn from the generator and the element's row-major index;
+//!   backend's multiply kernel, forward and backward; the mask (the backend's
+//!   `dropout_mask` kernel) depends only on the key drawn from the generator and the
+//!   element's row-major index;
 //! - embedding and index_select copy bits; their backward adds the gradient rows of all
 //!   positions that picked the same row in f64, in increasing position order, and rounds
 //!   once (Σ64);
@@ -13,37 +14,9 @@ use super::{binary_forward, canon};
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use exactgrad_core::rng::{philox4x32_10, unit_f32};
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::{Backend, BinaryOp, Philox};
 
-/// The dropout mask of `n` elements under `key`: element `i` is kept (value `scale`) iff
-/// the uniform `unit_f32(Philox::at(key, i))` is `≥ p`, otherwise it is `0`. Blocks of four
-/// words are generated at once; the result equals the word-by-word definition.
-fn dropout_mask(key: u64, n: usize, p: f32, scale: f32) -> Result<Vec<f32>> {
-    let k = [key as u32, (key >> 32) as u32];
-    let mut mask = super::try_vec("dropout", 0, |_| 0.0f32)?;
-    mask.try_reserve_exact(n)
-        .map_err(|_| exactgrad_core::Error::Alloc {
-            op: "dropout",
-            bytes: n.saturating_mul(4),
-            reason: "the allocator refused the request",
-        })?;
-    let mut block = 0u64;
-    while mask.len() < n {
-        let words = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], k);
-        for w in words {
-            if mask.len() == n {
-                break;
-            }
-            mask.push(if unit_f32(w) >= p { scale } else { 0.0 });
-        }
-        block += 1;
-    }
-    Ok(mask)
-}
-
-/// `x` viewed as `[outer, size, inner]` around dimension `dim` (saturating products:
 /// callers only index when the tensor has elements, and then every product fits).
 fn split_dims(dims: &[usize], dim: usize) -> (usize, usize, usize) {
     let outer = exactgrad_core::Shape::from(&dims[..dim]).numel();
@@ -178,11 +151,10 @@ impl<B: Backend> Tensor<B> {
         }
         let key = rng.next_u64();
         let scale = 1.0f32 / (1.0f32 - p);
-        let mask = Tensor::from_vec(
-            self.backend(),
-            dropout_mask(key, self.numel(), p, scale)?,
-            self.shape().clone(),
-        )?;
+        let be = self.backend();
+        let mask = super::new_tensor(be, op, self.shape().clone(), |m| {
+            Ok(be.dropout_mask(key, p, scale, 0, m)?)
+        })?;
         let out = binary_forward(BinaryOp::Mul, self, &mask)?;
         Ok(record(op, out, &[self], move || {
             move |g: &Tensor<B>| Ok(vec![Some(binary_forward(BinaryOp::Mul, g, &mask)?)])

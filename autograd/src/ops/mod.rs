@@ -54,6 +54,7 @@ pub mod linalg;
 pub mod loss;
 pub mod misc;
 pub mod norm;
+pub mod optim;
 pub mod pad;
 pub mod pool;
 pub mod reduce;

@@ -3,8 +3,8 @@
 //!
 //! All three normalise the elements of a contiguous `[P, Q, R]` view of the input over
 //! `P` and `R`, one statistics group per `q` (batch_norm: `[N, C, spatial]`; layer_norm:
-//! `[1, outer, normalized]`; group_norm: `[1, N·G, (C/G)·spatial]`), in scalar code with
-//! the following order (`⊕ ⊖ ⊗ ⊘` single f32 operations, `Σ64` the f64 sum in increasing
+//! `[1, outer, normalized]`; group_norm: `[1, N·G, (C/G)·spatial]`), on the backend's
+//! `norm_stats`, `norm_forward` and `norm_backward` kernels, with the following order (`⊕ ⊖ ⊗ ⊘` single f32 operations, `Σ64` the f64 sum in increasing
 //! row-major element order rounded once, `n = P·R` converted to f32):
 //!
 //! forward, per group `q`:
@@ -27,8 +27,9 @@
 //! 3. `dw = Σ64 (g·x̂)` (f64 products), `db = Σ64 g`, each over the elements that share
 //!    the parameter, in increasing row-major order.
 //!
-//! NaN results are canonical in exact mode. The same scalar code runs for every backend,
-//! so the bits never depend on the backend or thread count.
+//! NaN results are canonical in exact mode. The kernels' reference definitions
+//! (`exactgrad_core::kernels`) are this order as plain loops; every backend gives their
+//! bits, so the result never depends on the backend or thread count.
 //!
 //! The optional arguments are named fields of [`BatchNormOptions`], [`LayerNormOptions`]
 //! and [`GroupNormOptions`] (PyTorch's defaults), so that the running statistics and the
@@ -44,6 +45,7 @@ use super::canon;
 use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use exactgrad_core::kernels::{NormGrads as KernelGrads, NormParam, NormSpec, NormStats};
 use exactgrad_core::{Backend, ComputeMode};
 
 // ----- options ---------------------------------------------------------------------------
@@ -326,79 +328,36 @@ impl Geometry {
         self.p * self.r
     }
 
-    #[inline]
-    fn param_index(&self, q: usize, r: usize) -> usize {
-        match self.param {
-            ParamIndex::PerQ => q,
-            ParamIndex::PerR => r,
-            ParamIndex::Group {
-                groups,
-                cpg,
-                spatial,
-            } => (q % groups) * cpg + r / spatial.max(1),
-        }
-    }
-
-    /// Calls `f(q, r, flat index)` for every element in row-major order.
-    #[inline]
-    fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
-        let mut i = 0;
-        for _ in 0..self.p {
-            for q in 0..self.q {
-                for r in 0..self.r {
-                    f(q, r, i);
-                    i += 1;
-                }
-            }
+    /// The kernel spec of this geometry.
+    fn spec(&self) -> NormSpec {
+        NormSpec {
+            p: self.p,
+            q: self.q,
+            r: self.r,
+            param: match self.param {
+                ParamIndex::PerQ => NormParam::PerQ,
+                ParamIndex::PerR => NormParam::PerR,
+                ParamIndex::Group {
+                    groups,
+                    cpg,
+                    spatial,
+                } => NormParam::Group {
+                    groups,
+                    cpg,
+                    spatial,
+                },
+            },
         }
     }
 }
 
-/// The centring of each group: `e = (x ⊖ mean) ⊖ corr`.
-struct Center {
-    /// `μ` per group.
-    mean: Vec<f32>,
-    /// `c` per group (0 for fixed statistics).
-    corr: Vec<f32>,
-}
-
-impl Center {
-    #[inline]
-    fn apply(&self, x: f32, q: usize) -> f32 {
-        (x - self.mean[q]) - self.corr[q]
-    }
-}
-
-/// Per-group statistics of the forward pass.
+/// Per-group statistics of the forward pass: `μ`, `c`, and `s2` when computed from the
+/// input.
 struct Stats {
-    center: Center,
+    mean: Vec<f32>,
+    corr: Vec<f32>,
     /// `s2 = Σ64 e²` per group, rounded to f32.
     sq_sum: Vec<f32>,
-}
-
-/// Steps 1–3 of the forward pass: mean, its correction and the sum of squared
-/// deviations per group.
-fn batch_stats(xs: &[f32], geo: &Geometry, mode: ComputeMode) -> Stats {
-    let n = geo.count() as f32;
-    let group_sums = |f: &dyn Fn(usize, f32) -> f64| -> Vec<f32> {
-        let mut acc = vec![0.0f64; geo.q];
-        geo.for_each(|q, _, i| acc[q] += f(q, xs[i]));
-        acc.iter().map(|&s| canon(mode, s as f32)).collect()
-    };
-    let mean: Vec<f32> = group_sums(&|_, x| f64::from(x))
-        .iter()
-        .map(|&s| canon(mode, s / n))
-        .collect();
-    let corr = group_sums(&|q, x| f64::from(x - mean[q]))
-        .iter()
-        .map(|&s| canon(mode, s / n))
-        .collect();
-    let center = Center { mean, corr };
-    let sq_sum = group_sums(&|q, x| {
-        let e = f64::from(center.apply(x, q));
-        e * e
-    });
-    Stats { center, sq_sum }
 }
 
 /// `r = 1 ⊘ sqrt(σ² ⊕ eps)` per group.
@@ -408,89 +367,55 @@ fn rstd(var: &[f32], eps: f32, mode: ComputeMode) -> Vec<f32> {
         .collect()
 }
 
-/// Step 5 of the forward pass: `y = ((((x ⊖ μ) ⊖ c) ⊗ r) ⊗ w) ⊕ b`.
-fn normalize(
-    xs: &[f32],
-    geo: &Geometry,
-    center: &Center,
-    rstd: &[f32],
-    w: Option<&[f32]>,
-    b: Option<&[f32]>,
-    mode: ComputeMode,
-) -> Result<Vec<f32>> {
-    let mut out = super::zeroed_vec("normalize", xs.len())?;
-    geo.for_each(|q, r, i| {
-        let mut y = center.apply(xs[i], q) * rstd[q];
-        if let Some(w) = w {
-            y *= w[geo.param_index(q, r)];
-        }
-        if let Some(b) = b {
-            y += b[geo.param_index(q, r)];
-        }
-        out[i] = canon(mode, y);
-    });
-    Ok(out)
-}
-
 /// The gradients of input, weight and bias, each when needed.
-type NormGrads = (Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<f32>>);
+type NormGrads<B> = (Option<Tensor<B>>, Option<Tensor<B>>, Option<Tensor<B>>);
 
-/// Gradients of a normalisation (see the module documentation for the formulas).
-/// `stats_depend` says whether `μ` and `r` were computed from `x` (training) or are
-/// constants (evaluation with running statistics).
+/// Gradients of a normalisation on the backend's `norm_backward` kernel (see the module
+/// documentation for the formulas). `stats_depend` says whether `μ` and `r` were
+/// computed from `x` (training) or are constants (evaluation with running statistics).
 #[allow(clippy::too_many_arguments)]
-fn normalize_backward(
+fn normalize_backward<B: Backend>(
+    be: &B,
     gs: &[f32],
     xs: &[f32],
     geo: &Geometry,
-    center: &Center,
-    rstd: &[f32],
+    stats: (&[f32], &[f32], &[f32]),
     w: Option<&[f32]>,
     stats_depend: bool,
     need: [bool; 3],
-    mode: ComputeMode,
-) -> Result<NormGrads> {
-    let xhat = |q: usize, i: usize| center.apply(xs[i], q) * rstd[q];
-    let ghat = |q: usize, r: usize, i: usize| match w {
-        Some(w) => gs[i] * w[geo.param_index(q, r)],
-        None => gs[i],
+    shapes: [&exactgrad_core::Shape; 3],
+) -> Result<NormGrads<B>> {
+    let spec = geo.spec();
+    let mut dx = need[0].then(|| be.uninit(gs.len())).transpose()?;
+    let mut dw = need[1].then(|| be.uninit(geo.params)).transpose()?;
+    let mut db = need[2].then(|| be.uninit(geo.params)).transpose()?;
+    let (mean, corr, rs) = stats;
+    be.norm_backward(
+        &spec,
+        xs,
+        gs,
+        &NormStats {
+            mean,
+            corr,
+            rstd: rs,
+        },
+        w,
+        stats_depend,
+        KernelGrads {
+            dx: dx.as_mut().map(|v| v.as_mut()),
+            dw: dw.as_mut().map(|v| v.as_mut()),
+            db: db.as_mut().map(|v| v.as_mut()),
+        },
+    )?;
+    let wrap = |v: Option<B::Storage>, shape: &exactgrad_core::Shape| {
+        v.map(|v| Tensor::from_storage(be, v, shape.clone()))
+            .transpose()
     };
-    let dx = need[0].then(|| -> Result<Vec<f32>> {
-        let mut dx = super::zeroed_vec("normalize", xs.len())?;
-        if stats_depend {
-            let n = geo.count() as f32;
-            let mut sum_g = vec![0.0f64; geo.q];
-            let mut sum_gx = vec![0.0f64; geo.q];
-            geo.for_each(|q, r, i| {
-                let gh = ghat(q, r, i);
-                sum_g[q] += f64::from(gh);
-                sum_gx[q] += f64::from(gh) * f64::from(xhat(q, i));
-            });
-            let mean_g: Vec<f32> = sum_g.iter().map(|&s| (s as f32) / n).collect();
-            let mean_gx: Vec<f32> = sum_gx.iter().map(|&s| (s as f32) / n).collect();
-            geo.for_each(|q, r, i| {
-                let v = ((ghat(q, r, i) - mean_g[q]) - xhat(q, i) * mean_gx[q]) * rstd[q];
-                dx[i] = canon(mode, v);
-            });
-        } else {
-            geo.for_each(|q, r, i| dx[i] = canon(mode, ghat(q, r, i) * rstd[q]));
-        }
-        Ok(dx)
-    });
-    let dx = dx.transpose()?;
-    let dw = need[1].then(|| {
-        let mut acc = vec![0.0f64; geo.params];
-        geo.for_each(|q, r, i| {
-            acc[geo.param_index(q, r)] += f64::from(gs[i]) * f64::from(xhat(q, i));
-        });
-        acc.iter().map(|&s| canon(mode, s as f32)).collect()
-    });
-    let db = need[2].then(|| {
-        let mut acc = vec![0.0f64; geo.params];
-        geo.for_each(|q, r, i| acc[geo.param_index(q, r)] += f64::from(gs[i]));
-        acc.iter().map(|&s| canon(mode, s as f32)).collect()
-    });
-    Ok((dx, dw, db))
+    Ok((
+        wrap(dx, shapes[0])?,
+        wrap(dw, shapes[1])?,
+        wrap(db, shapes[2])?,
+    ))
 }
 
 /// Checks that an optional parameter tensor has exactly `dims`.
@@ -533,32 +458,54 @@ fn norm_op<B: Backend>(
     let w = weight.map(Tensor::to_vec).transpose()?;
     let b = bias.map(Tensor::to_vec).transpose()?;
     let stats_depend = fixed.is_none();
+    let spec = geo.spec();
     // The running statistics are updated after the input's storage is released (they
     // could share it).
-    let (y, center, rs, sq_sum) = x.with_contiguous(|xs| {
-        let (center, var, sq_sum) = match fixed {
+    let (y, stats, rs) = x.with_contiguous(|xs| -> Result<_> {
+        let (stats, var) = match fixed {
             Some((mean, var)) => {
                 let corr = vec![0.0; mean.len()];
-                (Center { mean, corr }, var, None)
+                (
+                    Stats {
+                        mean,
+                        corr,
+                        sq_sum: Vec::new(),
+                    },
+                    var,
+                )
             }
             None => {
-                let stats = batch_stats(xs, &geo, mode);
+                let mut st = Stats {
+                    mean: vec![0.0; geo.q],
+                    corr: vec![0.0; geo.q],
+                    sq_sum: vec![0.0; geo.q],
+                };
+                be.norm_stats(&spec, xs, &mut st.mean, &mut st.corr, &mut st.sq_sum)?;
                 let n = geo.count() as f32;
-                let var = stats.sq_sum.iter().map(|&s| canon(mode, s / n)).collect();
-                (stats.center, var, Some(stats.sq_sum))
+                let var = st.sq_sum.iter().map(|&s| canon(mode, s / n)).collect();
+                (st, var)
             }
         };
         let rs = rstd(&var, eps, mode);
-        let y = normalize(xs, &geo, &center, &rs, w.as_deref(), b.as_deref(), mode);
-        (y, center, rs, sq_sum)
-    })?;
-    let y = y?;
-    if let Some(sq_sum) = sq_sum {
-        let stats = Stats { center, sq_sum };
+        let mut y = be.uninit(xs.len())?;
+        be.norm_forward(
+            &spec,
+            xs,
+            &NormStats {
+                mean: &stats.mean,
+                corr: &stats.corr,
+                rstd: &rs,
+            },
+            w.as_deref(),
+            b.as_deref(),
+            y.as_mut(),
+        )?;
+        Ok((y, stats, rs))
+    })??;
+    if stats_depend {
         on_stats(&stats)?;
-        return norm_record(op, x, geo, weight, bias, y, stats.center, rs, stats_depend);
     }
-    norm_record(op, x, geo, weight, bias, y, center, rs, stats_depend)
+    norm_record(op, x, geo, weight, bias, y, stats, rs, stats_depend)
 }
 
 /// Records a normalisation's output `y` with its backward rule.
@@ -569,14 +516,13 @@ fn norm_record<B: Backend>(
     geo: Geometry,
     weight: Option<&Tensor<B>>,
     bias: Option<&Tensor<B>>,
-    y: Vec<f32>,
-    center: Center,
+    y: B::Storage,
+    stats: Stats,
     rs: Vec<f32>,
     stats_depend: bool,
 ) -> Result<Tensor<B>> {
     let be = x.backend();
-    let mode = be.mode();
-    let out = Tensor::from_vec(be, y, x.shape().clone())?;
+    let out = Tensor::from_storage(be, y, x.shape().clone())?;
     let mut inputs = vec![x];
     inputs.extend(weight);
     inputs.extend(bias);
@@ -589,6 +535,7 @@ fn norm_record<B: Backend>(
     let b_shape = bias.map(|t| t.shape().clone());
     let x_keep = x.clone();
     let w_keep = weight.cloned();
+    let Stats { mean, corr, .. } = stats;
     Ok(record(op, out, &inputs, move || {
         // The rule reads x (for x̂) unless only the bias needs a gradient, and w for dx.
         let saved_x = (need[0] || need[1]).then(|| Saved::new(op, &x_keep));
@@ -604,52 +551,48 @@ fn norm_record<B: Backend>(
                 Some(s) => Some(s.get()?.to_vec()?),
                 None => None,
             };
+            let empty = exactgrad_core::Shape::from([0usize]);
+            let shapes = [
+                &shape,
+                w_shape.as_ref().unwrap_or(&empty),
+                b_shape.as_ref().unwrap_or(&empty),
+            ];
+            let stats = (&mean[..], &corr[..], &rs[..]);
             let (dx, dw, db) = g.with_contiguous(|gs| -> Result<_> {
                 match &saved_x {
                     Some(sx) => sx.get()?.with_contiguous(|xs| {
                         normalize_backward(
+                            be,
                             gs,
                             xs,
                             &geo,
-                            &center,
-                            &rs,
+                            stats,
                             w.as_deref(),
                             stats_depend,
                             need,
-                            mode,
+                            shapes,
                         )
                     })?,
                     // Only the bias: x̂ is not needed.
-                    None => {
-                        let zeros = super::zeroed_vec(op, gs.len())?;
-                        normalize_backward(
-                            gs,
-                            &zeros,
-                            &geo,
-                            &center,
-                            &rs,
-                            None,
-                            stats_depend,
-                            [false, false, need[2]],
-                            mode,
-                        )
-                    }
+                    None => normalize_backward(
+                        be,
+                        gs,
+                        &[],
+                        &geo,
+                        stats,
+                        None,
+                        stats_depend,
+                        [false, false, need[2]],
+                        shapes,
+                    ),
                 }
             })??;
-            let mut grads = vec![dx
-                .map(|v| Tensor::from_vec(be, v, shape.clone()))
-                .transpose()?];
-            if let Some(shape) = &w_shape {
-                grads.push(
-                    dw.map(|v| Tensor::from_vec(be, v, shape.clone()))
-                        .transpose()?,
-                );
+            let mut grads = vec![dx];
+            if w_shape.is_some() {
+                grads.push(dw);
             }
-            if let Some(shape) = &b_shape {
-                grads.push(
-                    db.map(|v| Tensor::from_vec(be, v, shape.clone()))
-                        .transpose()?,
-                );
+            if b_shape.is_some() {
+                grads.push(db);
             }
             Ok(grads)
         }
@@ -736,7 +679,7 @@ impl<B: Backend> Tensor<B> {
                 let n = geo.count() as f32;
                 let keep = 1.0f32 - momentum;
                 if let Some(rm) = running_mean {
-                    let c = &stats.center;
+                    let c = stats;
                     rm.map_in_place(op, |i, r| {
                         canon(mode, keep * r + momentum * (c.mean[i] + c.corr[i]))
                     })?;

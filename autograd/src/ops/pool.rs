@@ -1,13 +1,15 @@
 //! Pooling: `max_pool2d`, `avg_pool2d` and `adaptive_avg_pool2d`, each with its backward
 //! rule.
 //!
-//! Scalar loops in a fixed order, identical for every backend; the window rules and the
-//! orders of every sum are in `docs/conv.md` §2 (normative).
+//! The backend's pooling kernels (`Backend::max_pool2d`, `avg_pool2d`,
+//! `adaptive_avg_pool2d` and their backward rules); the window rules and the orders of
+//! every sum are in `docs/conv.md` §2 (normative).
 
-use super::{canon, canon_all, fmt_pair};
+use super::fmt_pair;
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use exactgrad_core::kernels::{pool_out_size, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
 use exactgrad_core::Backend;
 
 // ----- options ---------------------------------------------------------------------------
@@ -110,54 +112,21 @@ struct PoolGeom {
     dilation: [usize; 2],
 }
 
-/// PyTorch's pooling output size: floor (or ceil) of `(in + 2p − d(k−1) − 1) / s` plus 1;
-/// in ceil mode a last window that would start at or past `in + p` is dropped. Computed
-/// without overflow for any `usize` arguments (`k`, `s`, `d` ≥ 1); a result below 1 is
-/// returned as 0.
-fn pool_out_size(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> u128 {
-    let (input, k, s, p, d) = (input as u128, k as u128, s as u128, p as u128, d as u128);
-    let padded = input + 2 * p;
-    // The dilated kernel d·(k − 1) + 1; when it exceeds the padded input by more than a
-    // stride the output is empty in both modes.
-    let Some(eff) = d.checked_mul(k - 1).and_then(|e| e.checked_add(1)) else {
-        return 0;
-    };
-    let slack = if ceil { s - 1 } else { 0 };
-    if eff > padded + slack {
-        return 0;
+impl PoolGeom {
+    /// The kernel spec of this geometry.
+    fn spec(&self) -> Pool2dSpec {
+        Pool2dSpec {
+            planes: self.planes,
+            h: self.h,
+            w: self.w,
+            oh: self.oh,
+            ow: self.ow,
+            kernel: self.kernel,
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+        }
     }
-    // Now every quantity is below 2^67.
-    let mut out = (padded + slack - eff) / s + 1;
-    if ceil && (out - 1) * s >= input + p {
-        out -= 1;
-    }
-    out
-}
-
-/// The taps `[lo, hi)` of a window (start `o·s`, taps `i·d`, in padded coordinates) whose
-/// positions `o·s + i·d − p` fall inside `[0, size)`: the loop bounds of a window, so that
-/// the work is bounded by the input and not by the kernel size.
-fn taps_inside(o: usize, s: usize, d: usize, p: usize, k: usize, size: usize) -> (usize, usize) {
-    let (o, s, d, p, k, size) = (
-        o as u128,
-        s as u128,
-        d as u128,
-        p as u128,
-        k as u128,
-        size as u128,
-    );
-    let start = o * s; // < 2^67: o < out ≤ padded / s + 1
-    let lo = if start >= p {
-        0
-    } else {
-        (p - start).div_ceil(d)
-    };
-    let hi = if p + size > start {
-        ((p + size - 1 - start) / d + 1).min(k)
-    } else {
-        0
-    };
-    (lo.min(k) as usize, hi.max(lo.min(k)) as usize)
 }
 
 /// Checks a pooling input (3-D or 4-D, non-empty channel and spatial dimensions); returns
@@ -266,60 +235,6 @@ fn pool_geom(
     })
 }
 
-/// The rows (or columns) `[start, end)` of one average-pooling window along a dimension
-/// and the window length clamped to the padded input (PyTorch's `pool_size` factor).
-fn avg_window(o: usize, size: usize, k: usize, s: usize, p: usize) -> (usize, usize, u128) {
-    // o < out ≤ (size + 2p) / s + 1, so every quantity is far below 2^127.
-    let (o, size, k, s, p) = (o as i128, size as i128, k as i128, s as i128, p as i128);
-    let start = o * s - p;
-    let end = (start + k).min(size + p);
-    let span = (end - start).max(0) as u128;
-    (
-        start.clamp(0, size) as usize,
-        end.clamp(0, size) as usize,
-        span,
-    )
-}
-
-/// The windows of an average pooling: per output row and column the clipped range
-/// `[start, end)` and the span clipped to the padded input.
-struct AvgPlan {
-    rows: Vec<(usize, usize, u128)>,
-    cols: Vec<(usize, usize, u128)>,
-    count_include_pad: bool,
-    divisor_override: Option<usize>,
-}
-
-impl AvgPlan {
-    /// `(r0, r1, c0, c1)`: the input rows and columns of window `(oy, ox)`.
-    fn window(&self, oy: usize, ox: usize) -> (usize, usize, usize, usize) {
-        let ((r0, r1, _), (c0, c1, _)) = (self.rows[oy], self.cols[ox]);
-        (r0, r1, c0, c1)
-    }
-
-    /// PyTorch's divisor of window `(oy, ox)`.
-    fn divisor(&self, oy: usize, ox: usize) -> f32 {
-        let ((r0, r1, rs), (c0, c1, cs)) = (self.rows[oy], self.cols[ox]);
-        match self.divisor_override {
-            Some(d) => d as f32,
-            // Spans are at most the kernel sizes; their product fits in u128 and is
-            // rounded once to f32.
-            None if self.count_include_pad => rs.saturating_mul(cs) as f32,
-            None => ((r1 - r0) * (c1 - c0)) as f32,
-        }
-    }
-}
-
-/// `[start, end)` of adaptive window `i` of `out` over `size`: `floor(i·size/out)` to
-/// `ceil((i+1)·size/out)`.
-fn adaptive_window(i: usize, size: usize, out: usize) -> (usize, usize) {
-    let (i, size, out) = (i as u128, size as u128, out as u128);
-    (
-        (i * size / out) as usize,
-        ((i + 1) * size).div_ceil(out) as usize,
-    )
-}
-
 /// Wraps a 4-D pooling result back to 3-D when the input was unbatched.
 fn unbatch<B: Backend>(y: Tensor<B>, unbatched: bool) -> Result<Tensor<B>> {
     if unbatched {
@@ -353,63 +268,25 @@ impl<B: Backend> Tensor<B> {
             opts.ceil_mode,
         )?;
         let be = x.backend();
-        let mode = be.mode();
-        let (hw, ohw) = (pg.h * pg.w, pg.oh * pg.ow);
-        let mut out = super::zeroed_vec(op, pg.planes * ohw)?;
+        let spec = pg.spec();
+        let ohw = pg.oh * pg.ow;
         let mut argmax = super::try_vec(op, pg.planes * ohw, |_| usize::MAX)?;
-        let xs = x.to_vec()?;
-        let [kh, kw] = pg.kernel;
-        let [sh, sw] = pg.stride;
-        let [ph, pw] = pg.padding;
-        let [dh, dw] = pg.dilation;
-        // The taps of each window row and column that land inside the input (the others
-        // are padding and skipped), so the loops never run over a huge kernel.
-        let row_taps = super::try_vec(op, pg.oh, |oy| taps_inside(oy, sh, dh, ph, kh, pg.h))?;
-        let col_taps = super::try_vec(op, pg.ow, |ox| taps_inside(ox, sw, dw, pw, kw, pg.w))?;
-        for plane in 0..pg.planes {
-            let xp = &xs[plane * hw..(plane + 1) * hw];
-            for (oy, &(i0, i1)) in row_taps.iter().enumerate() {
-                for (ox, &(j0, j1)) in col_taps.iter().enumerate() {
-                    let mut best = f32::NEG_INFINITY;
-                    let mut at = usize::MAX;
-                    for i in i0..i1 {
-                        let r = oy * sh + i * dh - ph;
-                        for j in j0..j1 {
-                            let q = ox * sw + j * dw - pw;
-                            let idx = r * pg.w + q;
-                            let v = xp[idx];
-                            if at == usize::MAX || v > best || v.is_nan() {
-                                best = v;
-                                at = idx;
-                            }
-                        }
-                    }
-                    let o = plane * ohw + oy * pg.ow + ox;
-                    out[o] = canon(mode, best);
-                    argmax[o] = at;
-                }
-            }
-        }
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([pg.oh, pg.ow]);
-        let y = Tensor::from_vec(be, out, dims)?;
+        let y = super::new_tensor(be, op, dims.into(), |out| {
+            x.with_contiguous(|xs| be.max_pool2d(&spec, xs, out, &mut argmax))??;
+            Ok(())
+        })?;
         let y = record(op, y, &[&x], move || {
             move |gy: &Tensor<B>| {
-                let gv = gy.to_vec()?;
-                let mut gx = super::zeroed_vec(op, pg.planes * hw)?;
-                for plane in 0..pg.planes {
-                    let gxp = &mut gx[plane * hw..(plane + 1) * hw];
-                    for j in plane * ohw..(plane + 1) * ohw {
-                        if argmax[j] != usize::MAX {
-                            gxp[argmax[j]] += gv[j];
-                        }
-                    }
-                }
                 let be = gy.backend();
-                canon_all(be.mode(), &mut gx);
                 let mut dims = gy.dims()[..2].to_vec();
                 dims.extend([pg.h, pg.w]);
-                Ok(vec![Some(Tensor::from_vec(be, gx, dims)?)])
+                let gx = super::new_tensor(be, op, dims.into(), |gx| {
+                    gy.with_contiguous(|gv| be.max_pool2d_backward(&spec, &argmax, gv, gx))??;
+                    Ok(())
+                })?;
+                Ok(vec![Some(gx)])
             }
         });
         unbatch(y, unbatched)
@@ -439,68 +316,27 @@ impl<B: Backend> Tensor<B> {
             opts.ceil_mode,
         )?;
         let be = x.backend();
-        let mode = be.mode();
-        let (hw, ohw) = (pg.h * pg.w, pg.oh * pg.ow);
-        let mut out = super::zeroed_vec(op, pg.planes * ohw)?;
-        let plan = AvgPlan {
-            rows: super::try_vec(op, pg.oh, |o| {
-                avg_window(o, pg.h, pg.kernel[0], pg.stride[0], pg.padding[0])
-            })?,
-            cols: super::try_vec(op, pg.ow, |o| {
-                avg_window(o, pg.w, pg.kernel[1], pg.stride[1], pg.padding[1])
-            })?,
+        let spec = AvgPool2dSpec {
+            pool: pg.spec(),
             count_include_pad: opts.count_include_pad,
             divisor_override: opts.divisor_override,
         };
-        let xs = x.to_vec()?;
-        for plane in 0..pg.planes {
-            let xp = &xs[plane * hw..(plane + 1) * hw];
-            for oy in 0..pg.oh {
-                for ox in 0..pg.ow {
-                    let (r0, r1, c0, c1) = plan.window(oy, ox);
-                    if r0 >= r1 || c0 >= c1 {
-                        continue;
-                    }
-                    let mut s = 0.0f64;
-                    for r in r0..r1 {
-                        for c in c0..c1 {
-                            s += f64::from(xp[r * pg.w + c]);
-                        }
-                    }
-                    out[plane * ohw + oy * pg.ow + ox] =
-                        canon(mode, (s as f32) / plan.divisor(oy, ox));
-                }
-            }
-        }
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([pg.oh, pg.ow]);
-        let y = Tensor::from_vec(be, out, dims)?;
+        let y = super::new_tensor(be, op, dims.into(), |out| {
+            x.with_contiguous(|xs| be.avg_pool2d(&spec, xs, out))??;
+            Ok(())
+        })?;
         let y = record(op, y, &[&x], move || {
             move |gy: &Tensor<B>| {
-                let gv = gy.to_vec()?;
-                let mut gx = super::zeroed_vec(op, pg.planes * hw)?;
-                for plane in 0..pg.planes {
-                    let gxp = &mut gx[plane * hw..(plane + 1) * hw];
-                    for oy in 0..pg.oh {
-                        for ox in 0..pg.ow {
-                            let (r0, r1, c0, c1) = plan.window(oy, ox);
-                            if r0 >= r1 || c0 >= c1 {
-                                continue;
-                            }
-                            let d = gv[plane * ohw + oy * pg.ow + ox] / plan.divisor(oy, ox);
-                            for r in r0..r1 {
-                                for c in c0..c1 {
-                                    gxp[r * pg.w + c] += d;
-                                }
-                            }
-                        }
-                    }
-                }
                 let be = gy.backend();
-                canon_all(be.mode(), &mut gx);
                 let mut dims = gy.dims()[..2].to_vec();
                 dims.extend([pg.h, pg.w]);
-                Ok(vec![Some(Tensor::from_vec(be, gx, dims)?)])
+                let gx = super::new_tensor(be, op, dims.into(), |gx| {
+                    gy.with_contiguous(|gv| be.avg_pool2d_backward(&spec, gv, gx))??;
+                    Ok(())
+                })?;
+                Ok(vec![Some(gx)])
             }
         });
         unbatch(y, unbatched)
@@ -520,53 +356,29 @@ impl<B: Backend> Tensor<B> {
         let planes = x.dims()[0] * x.dims()[1];
         exactgrad_core::Shape::from([x.dims()[0], x.dims()[1], oh, ow]).numel_for(op)?;
         let be = x.backend();
-        let mode = be.mode();
-        let (hw, ohw) = (h * w, oh * ow);
-        let mut out = super::zeroed_vec(op, planes * ohw)?;
-        let rows = super::try_vec(op, oh, |i| adaptive_window(i, h, oh))?;
-        let cols = super::try_vec(op, ow, |i| adaptive_window(i, w, ow))?;
-        let xs = x.to_vec()?;
-        for plane in 0..planes {
-            let xp = &xs[plane * hw..(plane + 1) * hw];
-            for (oy, &(r0, r1)) in rows.iter().enumerate() {
-                for (ox, &(c0, c1)) in cols.iter().enumerate() {
-                    let mut s = 0.0f64;
-                    for r in r0..r1 {
-                        for c in c0..c1 {
-                            s += f64::from(xp[r * w + c]);
-                        }
-                    }
-                    let count = ((r1 - r0) * (c1 - c0)) as f32;
-                    out[plane * ohw + oy * ow + ox] = canon(mode, (s as f32) / count);
-                }
-            }
-        }
+        let spec = AdaptivePool2dSpec {
+            planes,
+            h,
+            w,
+            oh,
+            ow,
+        };
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([oh, ow]);
-        let y = Tensor::from_vec(be, out, dims)?;
+        let y = super::new_tensor(be, op, dims.into(), |out| {
+            x.with_contiguous(|xs| be.adaptive_avg_pool2d(&spec, xs, out))??;
+            Ok(())
+        })?;
         let y = record(op, y, &[&x], move || {
             move |gy: &Tensor<B>| {
-                let gv = gy.to_vec()?;
-                let mut gx = super::zeroed_vec(op, planes * hw)?;
-                for plane in 0..planes {
-                    let gxp = &mut gx[plane * hw..(plane + 1) * hw];
-                    for (oy, &(r0, r1)) in rows.iter().enumerate() {
-                        for (ox, &(c0, c1)) in cols.iter().enumerate() {
-                            let count = ((r1 - r0) * (c1 - c0)) as f32;
-                            let d = gv[plane * ohw + oy * ow + ox] / count;
-                            for r in r0..r1 {
-                                for c in c0..c1 {
-                                    gxp[r * w + c] += d;
-                                }
-                            }
-                        }
-                    }
-                }
                 let be = gy.backend();
-                canon_all(be.mode(), &mut gx);
                 let mut dims = gy.dims()[..2].to_vec();
                 dims.extend([h, w]);
-                Ok(vec![Some(Tensor::from_vec(be, gx, dims)?)])
+                let gx = super::new_tensor(be, op, dims.into(), |gx| {
+                    gy.with_contiguous(|gv| be.adaptive_avg_pool2d_backward(&spec, gv, gx))??;
+                    Ok(())
+                })?;
+                Ok(vec![Some(gx)])
             }
         });
         unbatch(y, unbatched)

@@ -2,6 +2,7 @@
 //! shapes, strided views and broadcast operands, and the [`Case`]s of a kernel for a
 //! [`Config`] ([`random_case`], [`kernel_cases`]).
 
+pub use super::training::TrainCall;
 use exactgrad_core::{BinaryOp, Layout, Philox, UnaryOp};
 use std::fmt;
 use std::string::{String, ToString};
@@ -36,11 +37,41 @@ pub enum Kernel {
     GruCell,
     /// [`Backend::gru_cell_backward`](exactgrad_core::Backend::gru_cell_backward).
     GruCellBackward,
+    /// [`Backend::norm_stats`](exactgrad_core::Backend::norm_stats).
+    NormStats,
+    /// [`Backend::norm_forward`](exactgrad_core::Backend::norm_forward).
+    NormForward,
+    /// [`Backend::norm_backward`](exactgrad_core::Backend::norm_backward).
+    NormBackward,
+    /// [`Backend::max_pool2d`](exactgrad_core::Backend::max_pool2d).
+    MaxPool2d,
+    /// [`Backend::max_pool2d_backward`](exactgrad_core::Backend::max_pool2d_backward).
+    MaxPool2dBackward,
+    /// [`Backend::avg_pool2d`](exactgrad_core::Backend::avg_pool2d).
+    AvgPool2d,
+    /// [`Backend::avg_pool2d_backward`](exactgrad_core::Backend::avg_pool2d_backward).
+    AvgPool2dBackward,
+    /// [`Backend::adaptive_avg_pool2d`](exactgrad_core::Backend::adaptive_avg_pool2d).
+    AdaptiveAvgPool2d,
+    /// [`Backend::adaptive_avg_pool2d_backward`](exactgrad_core::Backend::adaptive_avg_pool2d_backward).
+    AdaptiveAvgPool2dBackward,
+    /// [`Backend::im2col`](exactgrad_core::Backend::im2col).
+    Im2col,
+    /// [`Backend::col2im`](exactgrad_core::Backend::col2im).
+    Col2im,
+    /// [`Backend::attention_scores`](exactgrad_core::Backend::attention_scores).
+    AttentionScores,
+    /// [`Backend::dropout_mask`](exactgrad_core::Backend::dropout_mask).
+    DropoutMask,
+    /// [`Backend::sgd_step`](exactgrad_core::Backend::sgd_step).
+    SgdStep,
+    /// [`Backend::adam_step`](exactgrad_core::Backend::adam_step).
+    AdamStep,
 }
 
 impl Kernel {
     /// Every kernel, in the order of the trait.
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 28] = [
         Kernel::CopyStrided,
         Kernel::Unary,
         Kernel::UnaryBackward,
@@ -54,6 +85,21 @@ impl Kernel {
         Kernel::LstmCellBackward,
         Kernel::GruCell,
         Kernel::GruCellBackward,
+        Kernel::NormStats,
+        Kernel::NormForward,
+        Kernel::NormBackward,
+        Kernel::MaxPool2d,
+        Kernel::MaxPool2dBackward,
+        Kernel::AvgPool2d,
+        Kernel::AvgPool2dBackward,
+        Kernel::AdaptiveAvgPool2d,
+        Kernel::AdaptiveAvgPool2dBackward,
+        Kernel::Im2col,
+        Kernel::Col2im,
+        Kernel::AttentionScores,
+        Kernel::DropoutMask,
+        Kernel::SgdStep,
+        Kernel::AdamStep,
     ];
 
     /// The kernel's method name.
@@ -72,6 +118,21 @@ impl Kernel {
             Kernel::LstmCellBackward => "lstm_cell_backward",
             Kernel::GruCell => "gru_cell",
             Kernel::GruCellBackward => "gru_cell_backward",
+            Kernel::NormStats => "norm_stats",
+            Kernel::NormForward => "norm_forward",
+            Kernel::NormBackward => "norm_backward",
+            Kernel::MaxPool2d => "max_pool2d",
+            Kernel::MaxPool2dBackward => "max_pool2d_backward",
+            Kernel::AvgPool2d => "avg_pool2d",
+            Kernel::AvgPool2dBackward => "avg_pool2d_backward",
+            Kernel::AdaptiveAvgPool2d => "adaptive_avg_pool2d",
+            Kernel::AdaptiveAvgPool2dBackward => "adaptive_avg_pool2d_backward",
+            Kernel::Im2col => "im2col",
+            Kernel::Col2im => "col2im",
+            Kernel::AttentionScores => "attention_scores",
+            Kernel::DropoutMask => "dropout_mask",
+            Kernel::SgdStep => "sgd_step",
+            Kernel::AdamStep => "adam_step",
         }
     }
 }
@@ -297,6 +358,8 @@ impl Operand {
 /// One kernel call of the suite, with the recipe of its inputs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Call {
+    /// A training kernel (normalisation, pooling, im2col/col2im, dropout, optimizers).
+    Train(TrainCall),
     /// `copy_strided` of a view.
     CopyStrided {
         /// The source view.
@@ -421,6 +484,7 @@ impl Call {
             Call::Softmax { .. } => Kernel::Softmax,
             Call::SoftmaxBackward { .. } => Kernel::SoftmaxBackward,
             Call::RecurrentCell { kernel, .. } => *kernel,
+            Call::Train(t) => t.kernel(),
         }
     }
 
@@ -596,6 +660,7 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
         }
         Kernel::Softmax | Kernel::SoftmaxBackward => {
             let mut s = [random_len(rng), random_len(rng)];
+            // (the training kernels are below)
             if big {
                 s[0] = s[0].max(1) * 64;
             }
@@ -619,6 +684,7 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
         Kernel::LstmCell | Kernel::LstmCellBackward | Kernel::GruCell | Kernel::GruCellBackward => {
             random_cell_call(kernel, rng, limit)
         }
+        k => Call::Train(super::training::random_call(k, rng, big)),
     };
     Case {
         call,

@@ -5,10 +5,16 @@
 //! pass through the safe API: output buffers of the wrong length, layouts whose offset
 //! or strides reach past the buffer (also by overflowing `usize`), strides that do not
 //! match the rank, mismatched broadcast shapes, `rows × cols` that overflows, and
-//! product specs whose operands do not fit their buffers. Each call runs under
+//! product specs whose operands do not fit their buffers; for the training kernels also
+//! specs whose sizes overflow or do not fit, argmax indices outside their plane, a
+//! dropout probability outside `[0, 1]` and missing optimizer state. Each call runs under
 //! `catch_unwind`; it passes when the kernel returns an error.
 
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::kernels::{
+    AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
+    NormParam, NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
+};
 use exactgrad_core::recurrent::{
     CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
     LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
@@ -39,8 +45,7 @@ fn layout(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
 fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     let data = vec![1.0f32; 16];
     let mut v: Vec<Probe> = Vec::new();
-    let mut add =
-        |what: &'static str, f: Box<dyn Fn(&mut [f32]) -> _>| v.push(Probe { what, run: f });
+    let mut add = |what: &'static str, f: KernelCall| v.push(Probe { what, run: f });
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "copy_strided: offset past the buffer",
@@ -213,11 +218,12 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
         "softmax: rows × cols past the buffer",
         Box::new(move |out| b1.softmax(&d1, 4, 8, true, &mut out[..16])),
     );
-    let (b1, d1) = (b.clone(), data);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "softmax_backward: gradient length",
         Box::new(move |out| b1.softmax_backward(&d1, &d1[..8], 4, 4, false, &mut out[..16])),
     );
+    training_probes(b, &data, &mut add);
     v.extend(cell_probes(b));
     v
 }
@@ -375,12 +381,366 @@ fn cell_probes<B: Backend>(b: &B) -> Vec<Probe> {
     v
 }
 
+/// The probes of the training kernels (`exactgrad_core::kernels`).
+fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static str, KernelCall)) {
+    let norm = NormSpec {
+        p: 2,
+        q: 2,
+        r: 4,
+        param: NormParam::PerQ,
+    };
+    let huge = NormSpec {
+        p: usize::MAX,
+        q: 2,
+        r: 2,
+        ..norm
+    };
+    let stats =
+        |d: &[f32]| -> [Vec<f32>; 3] { [d[..2].to_vec(), d[..2].to_vec(), d[..2].to_vec()] };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_stats: input length",
+        Box::new(move |out| {
+            let (m, rest) = out.split_at_mut(2);
+            let (c, q) = rest.split_at_mut(2);
+            b1.norm_stats(&norm, &d1[..15], m, c, &mut q[..2])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_stats: P·Q·R overflowing usize",
+        Box::new(move |out| {
+            let (m, rest) = out.split_at_mut(2);
+            let (c, q) = rest.split_at_mut(2);
+            b1.norm_stats(&huge, &d1, m, c, &mut q[..2])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_stats: group layout not matching R",
+        Box::new(move |out| {
+            let bad = NormSpec {
+                p: 1,
+                q: 2,
+                r: 8,
+                param: NormParam::Group {
+                    groups: 2,
+                    cpg: 3,
+                    spatial: 2,
+                },
+            };
+            let (m, rest) = out.split_at_mut(2);
+            let (c, q) = rest.split_at_mut(2);
+            b1.norm_stats(&bad, &d1, m, c, &mut q[..2])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_forward: weight length",
+        Box::new(move |out| {
+            let [m, c, r] = stats(&d1);
+            let st = NormStats {
+                mean: &m,
+                corr: &c,
+                rstd: &r,
+            };
+            b1.norm_forward(&norm, &d1, &st, Some(&d1[..3]), None, &mut out[..16])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_forward: statistics length",
+        Box::new(move |out| {
+            let [m, c, _] = stats(&d1);
+            let st = NormStats {
+                mean: &m,
+                corr: &c,
+                rstd: &d1[..1],
+            };
+            b1.norm_forward(&norm, &d1, &st, None, None, &mut out[..16])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_backward: dx length",
+        Box::new(move |out| {
+            let [m, c, r] = stats(&d1);
+            let st = NormStats {
+                mean: &m,
+                corr: &c,
+                rstd: &r,
+            };
+            let grads = NormGrads {
+                dx: Some(&mut out[..15]),
+                dw: None,
+                db: None,
+            };
+            b1.norm_backward(&norm, &d1, &d1, &st, None, true, grads)
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "norm_backward: no input for dw",
+        Box::new(move |out| {
+            let [m, c, r] = stats(&d1);
+            let st = NormStats {
+                mean: &m,
+                corr: &c,
+                rstd: &r,
+            };
+            let grads = NormGrads {
+                dx: None,
+                dw: Some(&mut out[..2]),
+                db: None,
+            };
+            b1.norm_backward(&norm, &[], &d1, &st, None, true, grads)
+        }),
+    );
+    let pool = Pool2dSpec {
+        planes: 1,
+        h: 4,
+        w: 4,
+        oh: 2,
+        ow: 2,
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+    };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "max_pool2d: argmax length",
+        Box::new(move |out| b1.max_pool2d(&pool, &d1, &mut out[..4], &mut [0usize; 3])),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "max_pool2d: zero kernel",
+        Box::new(move |out| {
+            let bad = Pool2dSpec {
+                kernel: [0, 2],
+                ..pool
+            };
+            b1.max_pool2d(&bad, &d1, &mut out[..4], &mut [0usize; 4])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "max_pool2d: windows overflowing usize",
+        Box::new(move |out| {
+            let bad = Pool2dSpec {
+                padding: [usize::MAX, 0],
+                ..pool
+            };
+            b1.max_pool2d(&bad, &d1, &mut out[..4], &mut [0usize; 4])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "max_pool2d_backward: argmax index outside its plane",
+        Box::new(move |out| {
+            b1.max_pool2d_backward(&pool, &[0, 1, 16, 3], &d1[..4], &mut out[..16])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "max_pool2d_backward: gradient length",
+        Box::new(move |out| b1.max_pool2d_backward(&pool, &[0, 1, 2, 3], &d1[..3], &mut out[..16])),
+    );
+    let avg = AvgPool2dSpec {
+        pool,
+        count_include_pad: true,
+        divisor_override: None,
+    };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "avg_pool2d: output length",
+        Box::new(move |out| b1.avg_pool2d(&avg, &d1, &mut out[..5])),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "avg_pool2d: divisor_override 0",
+        Box::new(move |out| {
+            let bad = AvgPool2dSpec {
+                divisor_override: Some(0),
+                ..avg
+            };
+            b1.avg_pool2d(&bad, &d1, &mut out[..4])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "avg_pool2d_backward: input-gradient length",
+        Box::new(move |out| b1.avg_pool2d_backward(&avg, &d1[..4], &mut out[..15])),
+    );
+    let ad = AdaptivePool2dSpec {
+        planes: 1,
+        h: 4,
+        w: 4,
+        oh: 3,
+        ow: 3,
+    };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "adaptive_avg_pool2d: output length",
+        Box::new(move |out| b1.adaptive_avg_pool2d(&ad, &d1, &mut out[..8])),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "adaptive_avg_pool2d: planes × h × w overflowing usize",
+        Box::new(move |out| {
+            let bad = AdaptivePool2dSpec {
+                planes: usize::MAX,
+                h: 2,
+                ..ad
+            };
+            b1.adaptive_avg_pool2d(&bad, &d1, &mut out[..9])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "adaptive_avg_pool2d_backward: gradient length",
+        Box::new(move |out| b1.adaptive_avg_pool2d_backward(&ad, &d1[..8], &mut out[..16])),
+    );
+    let col = Col2imSpec {
+        c: 1,
+        h: 4,
+        w: 4,
+        kh: 3,
+        kw: 3,
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        oh: 4,
+        ow: 4,
+    };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "im2col: columns length",
+        Box::new(move |out| b1.im2col(&col, &d1, &mut out[..63])),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "im2col: windows past the padded input",
+        Box::new(move |out| {
+            let bad = Col2imSpec {
+                oh: 5,
+                ow: 2,
+                ..col
+            };
+            b1.im2col(&bad, &d1, &mut out[..90])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "col2im: image length",
+        Box::new(move |out| {
+            let cols = vec![1.0f32; 144];
+            b1.col2im(&col, &cols, &mut out[..d1.len() - 1])
+        }),
+    );
+    let spec = AttentionScoresSpec {
+        rows: 4,
+        l: 2,
+        s: 4,
+        scale: 1.0,
+        causal: true,
+    };
+    let b1 = b.clone();
+    add(
+        "attention_scores: scores length",
+        Box::new(move |out| b1.attention_scores(&spec, &mut out[..15], None)),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "attention_scores: mask past its buffer",
+        Box::new(move |out| {
+            let lay = Layout::contiguous([4, 4]);
+            b1.attention_scores(
+                &spec,
+                &mut out[..16],
+                Some((ScoreMask::Allow, &d1[..15], &lay)),
+            )
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "attention_scores: mask of another shape",
+        Box::new(move |out| {
+            let lay = Layout::contiguous([2, 8]);
+            b1.attention_scores(&spec, &mut out[..16], Some((ScoreMask::Block, &d1, &lay)))
+        }),
+    );
+    let b1 = b.clone();
+    add(
+        "dropout_mask: p above 1",
+        Box::new(move |out| b1.dropout_mask(7, 1.5, 1.0, 0, &mut out[..8])),
+    );
+    let b1 = b.clone();
+    add(
+        "dropout_mask: p NaN",
+        Box::new(move |out| b1.dropout_mask(7, f32::NAN, 1.0, 0, &mut out[..8])),
+    );
+    let sgd = SgdSpec {
+        neg_lr: -0.1,
+        weight_decay: None,
+        momentum: Some(0.9),
+        dampening: 1.0,
+        nesterov: false,
+        first: false,
+        maximize: false,
+    };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "sgd_step: momentum buffer missing",
+        Box::new(move |out| b1.sgd_step(&sgd, &mut out[..16], &d1, &mut [])),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "sgd_step: gradient length",
+        Box::new(move |out| {
+            let (p, buf) = out.split_at_mut(16);
+            b1.sgd_step(&sgd, p, &d1[..15], &mut buf[..16])
+        }),
+    );
+    let adam = AdamSpec {
+        neg_step: -0.001,
+        w1: 0.1,
+        beta2: 0.999,
+        w2: 0.001,
+        bc2_sqrt: 1.0,
+        eps: 1e-8,
+        weight_decay: None,
+        decay: None,
+        amsgrad: true,
+        maximize: false,
+    };
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "adam_step: AMSGrad without max_exp_avg_sq",
+        Box::new(move |out| {
+            let (p, rest) = out.split_at_mut(8);
+            let (m, v) = rest.split_at_mut(8);
+            b1.adam_step(&adam, p, &d1[..8], m, &mut v[..8], &mut [])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "adam_step: moment length",
+        Box::new(move |out| {
+            let (p, rest) = out.split_at_mut(8);
+            let (m, rest) = rest.split_at_mut(7);
+            let (v, x) = rest.split_at_mut(8);
+            b1.adam_step(&adam, p, &d1[..8], m, v, &mut x[..8])
+        }),
+    );
+}
+
 /// Runs every invalid call on `backend`; returns how many were refused, or a message
 /// naming the first call that was accepted or panicked.
 pub fn check_invalid_arguments<B: Backend>(backend: &B) -> Result<usize, String> {
     let all = probes(backend);
     for p in &all {
-        let mut out = vec![0.0f32; 64];
+        let mut out = vec![0.0f32; 256];
         match catch_unwind(AssertUnwindSafe(|| (p.run)(&mut out))) {
             Ok(Err(_)) => {}
             Ok(Ok(())) => {

@@ -33,7 +33,10 @@
 //! wrong lengths, mismatched shapes), so that no safe call can read or write out of
 //! bounds.
 //!
-//! The kit's files: `invalid.rs` holds the invalid-argument probes; `cases.rs` generates the cases (kernels, operator lists, special
+//! The kit's files: `invalid.rs` holds the invalid-argument probes; `training.rs` the
+//! cases of the training kernels (normalisation, pooling, im2col/col2im, attention
+//! scores, dropout masks,
+//! optimizer updates), whose several outputs are compared concatenated; `cases.rs` generates the cases (kernels, operator lists, special
 //! values, random shapes, views and operands, [`Config`]); `check.rs` builds each case's
 //! inputs, runs the kernel on the backend and the reference and compares the bits (from
 //! [`check_case`] to [`check_backend`]); `report.rs` holds [`Mismatch`] and [`Report`]
@@ -44,10 +47,11 @@ mod cases;
 mod check;
 mod invalid;
 mod report;
+mod training;
 
 pub use cases::{
     kernel_cases, random_case, random_len, random_shape, unary_ops, values, Call, Case, Config,
-    Kernel, Operand, Specials, View, BINARY_OPS, LANE_WIDTHS, SPECIAL_BITS,
+    Kernel, Operand, Specials, TrainCall, View, BINARY_OPS, LANE_WIDTHS, SPECIAL_BITS,
 };
 pub use check::{
     assert_conforms, check_backend, check_backends, check_case, check_case_on, check_kernel,
@@ -144,6 +148,66 @@ macro_rules! conformance_tests {
             #[test]
             fn gru_cell_backward() {
                 run(Kernel::GruCellBackward)
+            }
+            #[test]
+            fn norm_stats() {
+                run(Kernel::NormStats)
+            }
+            #[test]
+            fn norm_forward() {
+                run(Kernel::NormForward)
+            }
+            #[test]
+            fn norm_backward() {
+                run(Kernel::NormBackward)
+            }
+            #[test]
+            fn max_pool2d() {
+                run(Kernel::MaxPool2d)
+            }
+            #[test]
+            fn max_pool2d_backward() {
+                run(Kernel::MaxPool2dBackward)
+            }
+            #[test]
+            fn avg_pool2d() {
+                run(Kernel::AvgPool2d)
+            }
+            #[test]
+            fn avg_pool2d_backward() {
+                run(Kernel::AvgPool2dBackward)
+            }
+            #[test]
+            fn adaptive_avg_pool2d() {
+                run(Kernel::AdaptiveAvgPool2d)
+            }
+            #[test]
+            fn adaptive_avg_pool2d_backward() {
+                run(Kernel::AdaptiveAvgPool2dBackward)
+            }
+            #[test]
+            fn im2col() {
+                run(Kernel::Im2col)
+            }
+            #[test]
+            fn col2im() {
+                run(Kernel::Col2im)
+            }
+            #[test]
+            fn attention_scores() {
+                run(Kernel::AttentionScores)
+            }
+            #[test]
+            fn dropout_mask() {
+                run(Kernel::DropoutMask)
+            }
+            #[test]
+            fn sgd_step() {
+                run(Kernel::SgdStep)
+            }
+            #[test]
+            fn adam_step() {
+                run(Kernel::AdamStep)
             }
             #[test]
             fn invalid_arguments() {

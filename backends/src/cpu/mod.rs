@@ -15,12 +15,15 @@
 //! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
 //! copy, select, sums, softmax).
 
+mod buffers;
 pub mod elementwise;
 mod gemm;
+mod pool;
 mod recurrent;
 mod rows;
 pub(crate) mod simd;
 mod simd64;
+mod train;
 pub mod vector_forms;
 
 use crate::lane::{Exact, Fast};
@@ -30,9 +33,14 @@ use alloc::string::String;
 use alloc::sync::Arc;
 
 use alloc::vec::Vec;
+pub use buffers::CpuStorage;
 use core::fmt;
 use core::marker::PhantomData;
-use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
+use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::kernels::{
+    AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
+    NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
+};
 use exactgrad_core::recurrent::{
     self as rec, CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
     LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
@@ -113,10 +121,13 @@ pub struct UnsupportedIsa {
     pub mode: ComputeMode,
 }
 
-/// The threads of a compute context: its own rayon pool (never the global one).
+/// The threads of a compute context: its own pool (never a global one) of `threads − 1`
+/// helpers, the calling thread being the last (`docs/threads.md`, "The pool of a compute
+/// context").
 pub struct ComputeContext {
     threads: usize,
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<pool::Pool>,
+    buffers: Arc<buffers::BufferCache>,
 }
 
 impl fmt::Debug for ComputeContext {
@@ -127,23 +138,40 @@ impl fmt::Debug for ComputeContext {
     }
 }
 
+/// A raw pointer that may cross threads: the base of a buffer whose disjoint parts the
+/// tasks of one parallel region write.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: used only to hand disjoint parts of one buffer to the tasks of a region, each
+// task writing its own part (every user states which part in its SAFETY comment).
+unsafe impl<T: Send> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
 impl ComputeContext {
     /// A context running kernels on `threads` threads (at least 1; 1 runs on the caller).
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
-        let pool = (threads > 1).then(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(|i| alloc::format!("exactgrad-{i}"))
-                .build()
-                .expect("exactgrad: cannot start the compute thread pool")
-        });
-        Self { threads, pool }
+        let pool = (threads > 1).then(|| pool::Pool::new(threads - 1));
+        Self {
+            threads,
+            pool,
+            buffers: Arc::default(),
+        }
     }
 
     /// Number of threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Runs `f(i)` for every task `i < tasks` on this context's threads (the caller
+    /// included), in any order and on any thread; returns when all have run.
+    pub fn run(&self, tasks: usize, f: impl Fn(usize) + Sync) {
+        match &self.pool {
+            Some(pool) if tasks > 1 => pool.run(tasks, &f),
+            _ => (0..tasks).for_each(f),
+        }
     }
 
     /// Runs `f(chunk_index, chunk)` over `out` cut into chunks of `chunk` elements (the
@@ -156,15 +184,23 @@ impl ComputeContext {
         f: impl Fn(usize, &mut [f32]) + Sync + Send,
     ) {
         let chunk = chunk.max(1);
-        match &self.pool {
-            Some(pool) if out.len() > chunk => pool.install(|| {
-                use rayon::prelude::*;
-                out.par_chunks_mut(chunk)
-                    .enumerate()
-                    .for_each(|(i, c)| f(i, c));
-            }),
-            _ => out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c)),
+        let len = out.len();
+        let tasks = len.div_ceil(chunk);
+        if self.pool.is_none() || tasks <= 1 {
+            out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+            return;
         }
+        let base = SendPtr(out.as_mut_ptr());
+        self.run(tasks, |i| {
+            let s = i * chunk;
+            let n = chunk.min(len - s);
+            let b = base;
+            // SAFETY: `s + n ≤ len`, and task `i` is the only one to touch elements
+            // `s … s + n − 1` of `out`, which outlives the region (`run` returns after
+            // every task).
+            let c = unsafe { core::slice::from_raw_parts_mut(b.0.add(s), n) };
+            f(i, c);
+        });
     }
 }
 
@@ -469,7 +505,7 @@ fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [Vec<usize>; 
 }
 
 impl<M: CpuMode> Backend for CpuBackend<M> {
-    type Storage = Vec<f32>;
+    type Storage = CpuStorage;
 
     fn name(&self) -> String {
         alloc::format!("{}/{}/{}t", M::MODE, self.isa, self.ctx.threads)
@@ -479,12 +515,16 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         M::MODE
     }
 
-    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
-        try_zeroed_vec("zeros", len)
+    fn zeros(&self, len: usize) -> Result<CpuStorage> {
+        buffers::buffer(&self.ctx.buffers, "zeros", len, true)
     }
 
-    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
-        Ok(data)
+    fn uninit(&self, len: usize) -> Result<CpuStorage> {
+        buffers::buffer(&self.ctx.buffers, "uninit", len, false)
+    }
+
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<CpuStorage> {
+        Ok(CpuStorage::new(data, &self.ctx.buffers))
     }
 
     fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
@@ -680,6 +720,213 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
     ) -> Result<()> {
         rec::check_gru_cell_backward(shape, &inputs, &outputs)?;
         recurrent::gru_cell_backward::<M>(self.isa, &self.ctx, shape, inputs, outputs);
+        Ok(())
+    }
+
+    fn norm_stats(
+        &self,
+        spec: &NormSpec,
+        x: &[f32],
+        mean: &mut [f32],
+        corr: &mut [f32],
+        sq_sum: &mut [f32],
+    ) -> Result<()> {
+        spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
+        train::norm_stats(self.isa, &self.ctx, M::MODE, spec, x, mean, corr, sq_sum);
+        Ok(())
+    }
+
+    fn norm_forward(
+        &self,
+        spec: &NormSpec,
+        x: &[f32],
+        stats: &NormStats<'_>,
+        weight: Option<&[f32]>,
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        spec.check_forward(
+            x.len(),
+            stats,
+            weight.map(<[f32]>::len),
+            bias.map(<[f32]>::len),
+            out.len(),
+        )?;
+        train::norm_forward(
+            self.isa,
+            &self.ctx,
+            M::MODE,
+            spec,
+            x,
+            stats,
+            weight,
+            bias,
+            out,
+        );
+        Ok(())
+    }
+
+    fn norm_backward(
+        &self,
+        spec: &NormSpec,
+        x: &[f32],
+        g: &[f32],
+        stats: &NormStats<'_>,
+        weight: Option<&[f32]>,
+        stats_depend: bool,
+        grads: NormGrads<'_>,
+    ) -> Result<()> {
+        spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
+        train::norm_backward(
+            self.isa,
+            &self.ctx,
+            M::MODE,
+            spec,
+            x,
+            g,
+            stats,
+            weight,
+            stats_depend,
+            grads,
+        );
+        Ok(())
+    }
+
+    fn max_pool2d(
+        &self,
+        spec: &Pool2dSpec,
+        x: &[f32],
+        out: &mut [f32],
+        argmax: &mut [usize],
+    ) -> Result<()> {
+        spec.check_max(x.len(), out.len(), argmax.len())?;
+        train::max_pool2d(self.isa, &self.ctx, M::MODE, spec, x, out, argmax)
+    }
+
+    fn max_pool2d_backward(
+        &self,
+        spec: &Pool2dSpec,
+        argmax: &[usize],
+        g: &[f32],
+        gx: &mut [f32],
+    ) -> Result<()> {
+        spec.check_max_backward(argmax.len(), g.len(), gx.len())?;
+        train::max_pool2d_backward(&self.ctx, M::MODE, spec, argmax, g, gx)
+    }
+
+    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check("avg_pool2d", x.len(), out.len())?;
+        train::avg_pool2d(self.isa, &self.ctx, M::MODE, spec, x, out)
+    }
+
+    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
+        spec.check("avg_pool2d_backward", gx.len(), g.len())?;
+        train::avg_pool2d_backward(self.isa, &self.ctx, M::MODE, spec, g, gx)
+    }
+
+    fn adaptive_avg_pool2d(
+        &self,
+        spec: &AdaptivePool2dSpec,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
+        train::adaptive_avg_pool2d(self.isa, &self.ctx, M::MODE, spec, x, out)
+    }
+
+    fn adaptive_avg_pool2d_backward(
+        &self,
+        spec: &AdaptivePool2dSpec,
+        g: &[f32],
+        gx: &mut [f32],
+    ) -> Result<()> {
+        spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
+        train::adaptive_avg_pool2d_backward(self.isa, &self.ctx, M::MODE, spec, g, gx)
+    }
+
+    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
+        spec.check("im2col", image.len(), cols.len())?;
+        train::im2col(self.isa, &self.ctx, spec, image, cols);
+        Ok(())
+    }
+
+    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
+        spec.check("col2im", image.len(), cols.len())?;
+        train::col2im(self.isa, &self.ctx, M::MODE, spec, cols, image);
+        Ok(())
+    }
+
+    fn attention_scores(
+        &self,
+        spec: &AttentionScoresSpec,
+        scores: &mut [f32],
+        mask: Option<(ScoreMask, &[f32], &Layout)>,
+    ) -> Result<()> {
+        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
+        train::attention_scores(self.isa, &self.ctx, M::MODE, spec, scores, mask);
+        Ok(())
+    }
+
+    fn dropout_mask(
+        &self,
+        key: u64,
+        p: f32,
+        scale: f32,
+        start: u64,
+        out: &mut [f32],
+    ) -> Result<()> {
+        exactgrad_core::kernels::check_dropout(p)?;
+        train::dropout_mask(&self.ctx, key, p, scale, start, out);
+        Ok(())
+    }
+
+    fn sgd_step(
+        &self,
+        spec: &SgdSpec,
+        param: &mut [f32],
+        grad: &[f32],
+        momentum_buffer: &mut [f32],
+    ) -> Result<()> {
+        spec.check(param.len(), grad.len(), momentum_buffer.len())?;
+        train::sgd_step(
+            self.isa,
+            &self.ctx,
+            M::MODE,
+            spec,
+            param,
+            grad,
+            momentum_buffer,
+        );
+        Ok(())
+    }
+
+    fn adam_step(
+        &self,
+        spec: &AdamSpec,
+        param: &mut [f32],
+        grad: &[f32],
+        exp_avg: &mut [f32],
+        exp_avg_sq: &mut [f32],
+        max_exp_avg_sq: &mut [f32],
+    ) -> Result<()> {
+        spec.check(
+            param.len(),
+            grad.len(),
+            exp_avg.len(),
+            exp_avg_sq.len(),
+            max_exp_avg_sq.len(),
+        )?;
+        train::adam_step(
+            self.isa,
+            &self.ctx,
+            M::MODE,
+            spec,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq,
+        );
         Ok(())
     }
 }

@@ -370,19 +370,24 @@ fn for_each_row_chunk<T: Send>(
     f: impl Fn(usize, T) + Sync + Send,
 ) {
     let per = rows_per_chunk(width);
-    match &ctx.pool {
-        Some(pool) if batch > per => pool.install(|| {
-            use rayon::prelude::*;
-            chunks
-                .into_par_iter()
-                .enumerate()
-                .for_each(|(k, c)| f(k * per, c));
-        }),
-        _ => chunks
+    if ctx.pool.is_none() || batch <= per {
+        chunks
             .into_iter()
             .enumerate()
-            .for_each(|(k, c)| f(k * per, c)),
+            .for_each(|(k, c)| f(k * per, c));
+        return;
     }
+    // Each task takes its own chunk out of its slot (one task per slot).
+    let slots: Vec<std::sync::Mutex<Option<T>>> = chunks
+        .into_iter()
+        .map(|c| std::sync::Mutex::new(Some(c)))
+        .collect();
+    ctx.run(slots.len(), |k| {
+        let taken = slots[k].lock().ok().and_then(|mut s| s.take());
+        if let Some(c) = taken {
+            f(k * per, c);
+        }
+    });
 }
 
 /// Cuts `s` (rows of `row` elements) into chunks of `per` rows.

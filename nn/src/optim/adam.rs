@@ -4,6 +4,7 @@ use super::{check_non_negative, check_params, powi_f64, Optimizer};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::{no_grad, Tensor};
+use exactgrad_core::kernels::AdamSpec;
 use exactgrad_core::Backend;
 
 /// Hyper-parameters of [`Adam`], with PyTorch's defaults.
@@ -228,6 +229,33 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
             }
             let Some(st) = slot.as_mut() else { continue };
             st.step += 1;
+            if p.supports_fused_step(&g) {
+                // One fused kernel: the same f32 operations, element by element.
+                let bias_correction1 = 1.0 - powi_f64(beta1, st.step);
+                let bias_correction2 = 1.0 - powi_f64(beta2, st.step);
+                let spec = AdamSpec {
+                    neg_step: (-(c.lr / bias_correction1)) as f32,
+                    w1: (1.0 - beta1) as f32,
+                    beta2: beta2 as f32,
+                    w2: (1.0 - beta2) as f32,
+                    bc2_sqrt: bias_correction2.sqrt() as f32,
+                    eps: c.eps as f32,
+                    weight_decay: (c.weight_decay != 0.0 && !c.decoupled_weight_decay)
+                        .then_some(c.weight_decay as f32),
+                    decay: (c.weight_decay != 0.0 && c.decoupled_weight_decay)
+                        .then_some((1.0 - c.lr * c.weight_decay) as f32),
+                    amsgrad: c.amsgrad,
+                    maximize: c.maximize,
+                };
+                p.adam_step_(
+                    &g,
+                    &st.exp_avg,
+                    &st.exp_avg_sq,
+                    st.max_exp_avg_sq.as_ref(),
+                    &spec,
+                )?;
+                continue;
+            }
             let mut d = if c.maximize { g.neg()? } else { g };
             if c.weight_decay != 0.0 {
                 if c.decoupled_weight_decay {

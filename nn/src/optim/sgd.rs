@@ -4,6 +4,7 @@ use super::{check_non_negative, check_params, Optimizer};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::{no_grad, Tensor};
+use exactgrad_core::kernels::SgdSpec;
 use exactgrad_core::Backend;
 
 /// Hyper-parameters of [`Sgd`], with PyTorch's defaults.
@@ -110,6 +111,29 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
         let c = self.config;
         for (p, buf) in self.params.iter().zip(&mut self.momentum_buffers) {
             let Some(g) = p.grad() else { continue };
+            if p.supports_fused_step(&g) && buf.as_ref().is_none_or(|b| b.is_contiguous()) {
+                // One fused kernel: the same f32 operations, element by element.
+                let first = c.momentum != 0.0 && buf.is_none();
+                if first {
+                    *buf = Some(Tensor::zeros(p.backend(), p.shape().clone())?);
+                }
+                let spec = SgdSpec {
+                    neg_lr: (-c.lr) as f32,
+                    weight_decay: (c.weight_decay != 0.0).then_some(c.weight_decay as f32),
+                    momentum: (c.momentum != 0.0).then_some(c.momentum as f32),
+                    dampening: (1.0 - c.dampening) as f32,
+                    nesterov: c.nesterov,
+                    first,
+                    maximize: c.maximize,
+                };
+                let b = if c.momentum != 0.0 {
+                    buf.as_ref()
+                } else {
+                    None
+                };
+                p.sgd_step_(&g, b, &spec)?;
+                continue;
+            }
             let mut d = if c.maximize { g.neg()? } else { g };
             if c.weight_decay != 0.0 {
                 d = d.add(&p.mul_scalar(c.weight_decay as f32)?)?;

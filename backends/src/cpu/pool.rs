@@ -1,0 +1,286 @@
+//! The thread pool of a compute context: the caller plus `threads − 1` helpers that spin
+//! briefly, then park (`docs/threads.md`, "The pool of a compute context").
+//!
+//! A parallel region is a number of tasks `0 … n−1` and a function of the task index.
+//! The caller publishes the region, wakes the helpers only if one is parked, and then
+//! works on it itself: every thread (caller included) claims the next task index from one
+//! atomic counter until none is left. A helper *joins* a region before it reads the
+//! region's function and *leaves* it when no task is left; once the caller has run out of
+//! tasks it *closes* the region (no helper joins any more) and waits only for the helpers
+//! that joined, so a helper that is not running at that moment (a machine with more
+//! threads than free cores) never delays it. Nothing refers to the region's function
+//! after the caller returns. Which thread runs which task is free; each task writes only
+//! its own outputs, so the results never depend on it.
+//!
+//! A helper that finishes a region spins for [`SPIN_TIME`] waiting for the next one (the
+//! serial stretches between the kernels of a training step are shorter), then parks on a
+//! condition variable. One region runs at a time: a caller that finds the pool busy (another thread
+//! is in a region of the same context, or a task calls a kernel itself) runs its tasks
+//! on its own thread, with the same results.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Spin iterations of a caller waiting for helpers before it yields its time slice.
+const SPIN: u32 = 1 << 14;
+
+/// How long an idle helper spins before it parks: longer than the serial stretches
+/// between the kernels of a training step, so that they do not each cost a wake-up.
+const SPIN_TIME: Duration = Duration::from_millis(1);
+
+/// A region's function with its lifetime erased; valid while the region runs.
+#[derive(Clone, Copy)]
+struct Job {
+    f: *const (dyn Fn(usize) + Sync),
+    tasks: usize,
+}
+
+/// Bits of [`Shared::state`]: the count of helpers in the region (low 32 bits), the
+/// closed flag, and the region's epoch above it.
+const ACTIVE: u64 = (1 << 32) - 1;
+const CLOSED: u64 = 1 << 32;
+const EPOCH: u64 = 1 << 33;
+
+/// State shared by the caller and the helpers.
+struct Shared {
+    /// The current region: epoch (incremented by each new region and by shutdown),
+    /// closed flag and the number of helpers that joined it and have not left.
+    state: AtomicU64,
+    /// The current region's function; written by the caller before it publishes the
+    /// epoch, read by a helper after it joined.
+    job: Mutex<Option<Job>>,
+    /// The next task index to claim.
+    next: AtomicUsize,
+    /// Helpers parked (or about to park) on `wake`.
+    sleeping: AtomicUsize,
+    /// Set when a task panicked on a helper.
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+// SAFETY: the raw pointer in `job` is only dereferenced by helpers while the region that
+// published it runs (the caller waits for every helper to check in before returning), and
+// it points to a `Sync` function, so sharing it between threads is sound.
+unsafe impl Send for Shared {}
+// SAFETY: as above; every other field is itself `Sync`.
+unsafe impl Sync for Shared {}
+
+/// A pool of `threads − 1` helper threads; the caller of [`Pool::run`] is the last one.
+pub(crate) struct Pool {
+    shared: Arc<Shared>,
+    busy: AtomicBool,
+    helpers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Starts `helpers` helper threads.
+    pub(crate) fn new(helpers: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            state: AtomicU64::new(CLOSED),
+            job: Mutex::new(None),
+            next: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let helpers = (0..helpers)
+            .map(|i| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(alloc::format!("exactgrad-{i}"))
+                    .spawn(move || helper(&s))
+                    .expect("exactgrad: cannot start a compute thread")
+            })
+            .collect();
+        Pool {
+            shared,
+            busy: AtomicBool::new(false),
+            helpers,
+        }
+    }
+
+    /// Runs `f(i)` for every `i < tasks` on the caller and the helpers.
+    pub(crate) fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if tasks <= 1
+            || self
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            (0..tasks).for_each(f);
+            return;
+        }
+        let s = &*self.shared;
+        // SAFETY: the transmute only erases the lifetime. A helper dereferences
+        // the pointer only between joining this region and leaving it, and this function
+        // does not return before every helper that joined has left.
+        let f_static: *const (dyn Fn(usize) + Sync) = unsafe {
+            core::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(
+                f as *const _,
+            )
+        };
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(Job { f: f_static, tasks });
+        s.next.store(0, Ordering::Relaxed);
+        // A new epoch, open, no helper in it (the previous region left none).
+        let epoch = (s.state.load(Ordering::Relaxed) & !(ACTIVE | CLOSED)).wrapping_add(EPOCH);
+        s.state.store(epoch, Ordering::SeqCst);
+        if s.sleeping.load(Ordering::SeqCst) > 0 {
+            let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| loop {
+            let i = s.next.fetch_add(1, Ordering::Relaxed);
+            if i >= tasks {
+                break;
+            }
+            f(i);
+        }));
+        // Close the region, then wait for the helpers that joined it to leave.
+        let mut st = s.state.fetch_or(CLOSED, Ordering::AcqRel) | CLOSED;
+        let mut spins = 0u32;
+        while st & ACTIVE != 0 {
+            if spins < SPIN {
+                spins += 1;
+                core::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            st = s.state.load(Ordering::Acquire);
+        }
+        self.busy.store(false, Ordering::Release);
+        if let Err(p) = mine {
+            std::panic::resume_unwind(p);
+        }
+        if s.panicked.swap(false, Ordering::AcqRel) {
+            panic!("exactgrad: a compute task panicked on a pool thread");
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        s.shutdown.store(true, Ordering::SeqCst);
+        s.state.fetch_add(EPOCH, Ordering::SeqCst);
+        {
+            let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        for h in self.helpers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The loop of a helper thread.
+fn helper(s: &Shared) {
+    let mut seen = s.state.load(Ordering::Acquire) & !(ACTIVE | CLOSED);
+    loop {
+        let mut spins = 0u32;
+        let idle_since = Instant::now();
+        let mut st = s.state.load(Ordering::Acquire);
+        while st & !(ACTIVE | CLOSED) == seen {
+            core::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) && idle_since.elapsed() > SPIN_TIME {
+                break;
+            }
+            st = s.state.load(Ordering::Acquire);
+        }
+        if st & !(ACTIVE | CLOSED) == seen {
+            let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleeping.fetch_add(1, Ordering::SeqCst);
+            loop {
+                st = s.state.load(Ordering::SeqCst);
+                if st & !(ACTIVE | CLOSED) != seen || s.shutdown.load(Ordering::SeqCst) {
+                    break;
+                }
+                g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            s.sleeping.fetch_sub(1, Ordering::SeqCst);
+        }
+        if s.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        // Join the region unless it is closed (or replaced meanwhile: then look again).
+        let joined = loop {
+            if st & CLOSED != 0 {
+                break false;
+            }
+            match s
+                .state
+                .compare_exchange_weak(st, st + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break true,
+                Err(now) if now & !(ACTIVE | CLOSED) == st & !(ACTIVE | CLOSED) => st = now,
+                Err(now) => {
+                    st = now;
+                    break false;
+                }
+            }
+        };
+        if !joined {
+            // A closed region is done; a newer one is taken on the next turn.
+            if st & CLOSED != 0 {
+                seen = st & !(ACTIVE | CLOSED);
+            }
+            continue;
+        }
+        seen = st & !(ACTIVE | CLOSED);
+        let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(job) = job {
+            let r = catch_unwind(AssertUnwindSafe(|| loop {
+                let i = s.next.fetch_add(1, Ordering::Relaxed);
+                if i >= job.tasks {
+                    break;
+                }
+                // SAFETY: this helper joined the region, and its caller keeps the
+                // function alive until every helper that joined has left (below).
+                unsafe { (*job.f)(i) };
+            }));
+            if r.is_err() {
+                s.panicked.store(true, Ordering::Release);
+            }
+        }
+        s.state.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once_for_many_regions() {
+        let pool = Pool::new(2);
+        for tasks in [0usize, 1, 2, 3, 17, 1000] {
+            for _ in 0..50 {
+                let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(tasks, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn helpers_wake_after_parking_and_nested_regions_run_inline() {
+        let pool = Pool::new(1);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let total = AtomicUsize::new(0);
+        pool.run(4, &|_| {
+            pool.run(3, &|_| {
+                total.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 12);
+    }
+}
