@@ -852,10 +852,10 @@ fn pool_and_pad_errors() {
     assert_eq!(e.dims(), [0, 4, 3, 3]);
 }
 
-// ----- conv_transpose2d: the order of docs/conv.md §2 and the errors -----------------------
+// ----- conv_transpose2d: the order of docs/conv.md §6 and the errors -----------------------
 
 /// conv_transpose2d forward and every gradient by direct loops following `docs/conv.md`
-/// §2, for comparison with the operator's bits.
+/// §6, for comparison with the operator's bits.
 #[allow(clippy::too_many_arguments)]
 fn direct_conv_transpose2d(
     x: &[f32],
@@ -972,7 +972,7 @@ fn direct_conv_transpose2d(
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// conv_transpose2d's forward and gradients are exactly the orders of `docs/conv.md` §2.
+    /// conv_transpose2d's forward and gradients are exactly the orders of `docs/conv.md` §6.
     #[test]
     fn conv_transpose2d_follows_the_documented_order(
         n in 1usize..4, groups in 1usize..3, cig in 1usize..4, cog in 1usize..3,

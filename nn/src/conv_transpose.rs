@@ -13,7 +13,7 @@ use std::fmt;
 ///
 /// Parameters: `weight` of shape `[C_in, C_out / groups, KH, KW]` (PyTorch's layout for
 /// transposed convolutions) and, unless built without one, `bias` of shape `[C_out]`.
-/// The product runs on [`Tensor::conv_transpose2d`] (`docs/conv.md` §2).
+/// The product runs on [`Tensor::conv_transpose2d`] (`docs/conv.md` §6).
 pub struct ConvTranspose2d<B: Backend> {
     weight: Tensor<B>,
     bias: Option<Tensor<B>>,

@@ -17,7 +17,7 @@
 //!   contributions in increasing column order `(oh, ow)`;
 //! - **grad bias**: Σ64 over `(n, oh, ow)` in row-major order.
 //!
-//! `conv_transpose2d` (`docs/conv.md` §2) is the input-gradient computation of the
+//! `conv_transpose2d` (`docs/conv.md` §6) is the input-gradient computation of the
 //! convolution whose output has the transposed input's shape: forward = grad input
 //! (`Wᵀ · x` then col2im), ∂x = the convolution forward of the gradient, ∂W = grad weight
 //! with `x` and the gradient in swapped roles, ∂b = Σ64 over `(n, h, w)`.
@@ -719,7 +719,7 @@ fn conv_grad_weight<B: Backend>(
 /// Checks the arguments of a transposed 2-D convolution on 4-D `x` `[N, C_in, H, W]` and
 /// `w` `[C_in, C_out/G, KH, KW]` and returns the geometry of the convolution it is the
 /// adjoint of: input `[N, C_out, H_out, W_out]`, weight `[C_in, C_out/G, KH, KW]`,
-/// output `[N, C_in, H, W]` (`docs/conv.md` §2).
+/// output `[N, C_in, H, W]` (`docs/conv.md` §6).
 fn conv_transpose_geom(
     orig_x: &[usize],
     x: &[usize],
@@ -885,7 +885,7 @@ fn conv_transpose_geom(
 
 /// The recorded transposed convolution of 4-D `x` `[N, C_in, H, W]` with `w`
 /// `[C_in, C_out/G, KH, KW]`: the input gradient of the convolution `g` describes
-/// (`docs/conv.md` §2), then `⊕ bias`.
+/// (`docs/conv.md` §6), then `⊕ bias`.
 fn conv_transpose2d_core<B: Backend>(
     x: &Tensor<B>,
     w: &Tensor<B>,
@@ -1056,7 +1056,7 @@ impl<B: Backend> Tensor<B> {
     ///
     /// Computed with the convolution's kernels in swapped roles: per group the columns
     /// `Wᵀ · x` (canonical GEMM) scattered by col2im, then the bias; the orders of every
-    /// sum, forward and backward, are in `docs/conv.md` §2. Errors: input not 3-D or 4-D,
+    /// sum, forward and backward, are in `docs/conv.md` §6. Errors: input not 3-D or 4-D,
     /// weight not 4-D, input channels ≠ weight dim 0, groups not dividing them, a bias
     /// that is not `[C_out]`, zero stride, dilation, groups or kernel size, an output
     /// padding not below the stride or the dilation, an empty height or width and an
