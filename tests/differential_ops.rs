@@ -88,6 +88,14 @@ impl<B: Backend> Cases<'_, B> {
 
 /// A named operator of one operand.
 type UnaryCase<B> = (&'static str, fn(&Tensor<B>) -> Result<Tensor<B>>);
+/// A named conv_transpose2d case: input shape, weight shape, specials, options.
+type TransposedCase = (
+    &'static str,
+    Vec<usize>,
+    [usize; 4],
+    bool,
+    exactgrad::autograd::ConvTranspose2dOptions,
+);
 /// A named operator of two operands.
 type BinaryCase<B> = (
     &'static str,
@@ -298,7 +306,7 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
         // conv_transpose2d: stride with output padding, groups, dilation, padding; a
         // transposed input view; unbatched; specials in the input.
         use exactgrad::autograd::ConvTranspose2dOptions;
-        let ct: [(&str, Vec<usize>, [usize; 4], bool, ConvTranspose2dOptions); 4] = [
+        let ct: [TransposedCase; 4] = [
             (
                 "stride output_padding groups",
                 vec![2, 6, 7, 5],
