@@ -287,3 +287,28 @@ fn a_lane_type_cannot_be_reached_from_safe_code() {
         );
     }
 }
+
+#[test]
+fn slicing_an_empty_tensor_with_a_dimension_beyond_isize_max_is_exact() {
+    // An empty tensor may have a dimension larger than isize::MAX (its element count is
+    // 0); slice and narrow clamp their bounds against it without converting it to isize.
+    let big = usize::MAX - 1;
+    let x = T::zeros(&B, [0, 1]).unwrap().expand(&[0, big]).unwrap();
+    assert_eq!(x.slice(1, 0, 5, 1).unwrap().dims(), [0, 5]);
+    assert_eq!(x.slice(1, -3, -1, 1).unwrap().dims(), [0, 2]);
+    // isize::MAX is below the size: an end, not a clamp.
+    assert_eq!(x.slice(1, -3, isize::MAX, 1).unwrap().dims(), [0, 0]);
+    assert_eq!(
+        x.slice(1, 1, isize::MAX, 1).unwrap().dims(),
+        [0, isize::MAX as usize - 1]
+    );
+    // Start big − 2^63, end big − 1, every second element.
+    let len = (big - 1 - (big - (1 << 63))).div_ceil(2);
+    assert_eq!(x.slice(1, isize::MIN, -1, 2).unwrap().dims(), [0, len]);
+    assert_eq!(x.narrow(1, 0, 1 << 63).unwrap().dims(), [0, 1 << 63]);
+    assert_eq!(x.narrow(1, 2, big - 2).unwrap().dims(), [0, big - 2]);
+    assert_err("narrow", x.narrow(1, 2, big - 1));
+    let pieces = x.chunk(2, 1).unwrap();
+    let sizes: Vec<usize> = pieces.iter().map(|p| p.dims()[1]).collect();
+    assert_eq!(sizes, [big / 2, big / 2]);
+}
