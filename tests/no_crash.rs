@@ -312,3 +312,57 @@ fn slicing_an_empty_tensor_with_a_dimension_beyond_isize_max_is_exact() {
     let sizes: Vec<usize> = pieces.iter().map(|p| p.dims()[1]).collect();
     assert_eq!(sizes, [big / 2, big / 2]);
 }
+
+#[test]
+fn normalising_an_empty_input_with_huge_dimensions_or_group_counts_returns_promptly() {
+    within(Duration::from_secs(20), || {
+        type Norm = Box<dyn Fn(&T) -> exactgrad::Result<T>>;
+        let cases: Vec<(Vec<usize>, Norm)> = vec![
+            (
+                vec![1, 0],
+                Box::new(|x: &T| x.group_norm(usize::MAX, GroupNormOptions::default())),
+            ),
+            (
+                vec![3, 0, 2],
+                Box::new(|x: &T| x.group_norm(1 << 62, GroupNormOptions::default())),
+            ),
+            (
+                vec![0, 4, 1 << 40, 1 << 40],
+                Box::new(|x: &T| x.group_norm(2, GroupNormOptions::default())),
+            ),
+            (
+                vec![1 << 40, 1 << 40, 0],
+                Box::new(|x: &T| x.layer_norm(&[0], LayerNormOptions::default())),
+            ),
+            (
+                vec![0, 1 << 40, 1 << 40],
+                Box::new(|x: &T| x.layer_norm(&[1 << 40, 1 << 40], LayerNormOptions::default())),
+            ),
+            (
+                vec![1 << 60, 0, 3],
+                Box::new(|x: &T| x.batch_norm(BatchNormOptions::training())),
+            ),
+            (
+                vec![1 << 40, 0, 1 << 40],
+                Box::new(|x: &T| x.batch_norm(BatchNormOptions::training())),
+            ),
+        ];
+        for (shape, f) in cases {
+            let x = T::zeros(&B, shape.clone())
+                .unwrap()
+                .requires_grad()
+                .unwrap();
+            let y = f(&x).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+            assert_eq!(y.dims(), shape);
+            y.sum().unwrap().backward(None, false).unwrap();
+            assert_eq!(x.grad().unwrap().dims(), shape);
+        }
+        // A small empty input keeps working, with affine parameters of its shape.
+        let x = T::zeros(&B, [2, 0]).unwrap();
+        let (w, b) = (T::ones(&B, [0]).unwrap(), T::zeros(&B, [0]).unwrap());
+        let y = x
+            .layer_norm(&[0], LayerNormOptions::default().affine(&w, &b))
+            .unwrap();
+        assert_eq!(y.dims(), [2, 0]);
+    });
+}
