@@ -366,3 +366,21 @@ fn normalising_an_empty_input_with_huge_dimensions_or_group_counts_returns_promp
         assert_eq!(y.dims(), [2, 0]);
     });
 }
+
+#[test]
+fn a_convolution_layer_whose_fan_in_overflows_is_an_error() {
+    // in_channels · KH · KW overflows usize: refused (the weight cannot exist), in debug
+    // builds too, where the product used to panic.
+    let mut rng = Philox::new(1);
+    for (c, k) in [
+        (usize::MAX, [3, 3]),
+        (1, [1 << 40, 1 << 40]),
+        (1 << 62, [2, 4]),
+    ] {
+        let e = assert_err(
+            "Conv2d::new",
+            exactgrad::nn::Conv2d::new(&B, c, 1, k, &mut rng),
+        );
+        assert!(e.contains("Conv2d") || e.contains("elements"), "{e}");
+    }
+}
