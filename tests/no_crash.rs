@@ -384,3 +384,68 @@ fn a_convolution_layer_whose_fan_in_overflows_is_an_error() {
         assert!(e.contains("Conv2d") || e.contains("elements"), "{e}");
     }
 }
+
+#[test]
+fn a_size_one_dimension_with_a_stride_near_usize_max_is_walked_without_overflow() {
+    // A step past the end leaves one element whose stride saturates at usize::MAX; the
+    // element walks (copies, element-wise kernels, in-place writes, slice backward) never
+    // add that stride, in debug builds too.
+    fn run<Bk: Backend>(b: &Bk) {
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let x = Tensor::from_vec(b, v, [3, 4])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let row = x.slice(0, 1, 3, usize::MAX).unwrap();
+        assert_eq!(row.layout().strides, [usize::MAX, 1]);
+        assert_eq!(row.to_vec().unwrap(), [4.0, 5.0, 6.0, 7.0]);
+        let col = row.t().unwrap().slice(1, 0, 1, usize::MAX).unwrap();
+        assert_eq!(col.to_vec().unwrap(), [4.0, 5.0, 6.0, 7.0]);
+        let y = row.mul(&row.t().unwrap().t().unwrap()).unwrap();
+        assert_eq!(y.to_vec().unwrap(), [16.0, 25.0, 36.0, 49.0]);
+        y.sum().unwrap().backward(None, false).unwrap();
+        let g = x.grad().unwrap().to_vec().unwrap();
+        assert_eq!(&g[4..8], [8.0, 10.0, 12.0, 14.0]);
+        assert!(g[..4].iter().chain(&g[8..]).all(|&v| v == 0.0));
+        let z = Tensor::zeros(b, [3, 4]).unwrap();
+        z.slice(0, 2, 3, usize::MAX).unwrap().fill_(1.0).unwrap();
+        assert_eq!(z.sum().unwrap().item().unwrap(), 4.0);
+    }
+    // The kernels themselves, given such layouts directly.
+    fn kernels<Bk: Backend>(b: &Bk) {
+        let data: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        let row = Layout {
+            shape: Shape::from([1, 4]),
+            strides: vec![usize::MAX, 1],
+            offset: 4,
+        };
+        let col = Layout {
+            shape: Shape::from([4, 1]),
+            strides: vec![1, usize::MAX],
+            offset: 0,
+        };
+        let mut out = [0.0f32; 4];
+        b.copy_strided(&data, &row, &mut out).unwrap();
+        assert_eq!(out, [4.0, 5.0, 6.0, 7.0]);
+        let plain = Layout::contiguous([1, 4]);
+        b.binary(BinaryOp::Add, &data, &row, &data, &plain, &mut out)
+            .unwrap();
+        assert_eq!(out, [4.0, 6.0, 8.0, 10.0]);
+        let ones = [1.0f32; 4];
+        b.select(&ones, &plain, &data, &row, &data, &plain, &mut out)
+            .unwrap();
+        assert_eq!(out, [4.0, 5.0, 6.0, 7.0]);
+        b.sum(&data, &col, &[true, false], &mut out[..1]).unwrap();
+        assert_eq!(out[0], 6.0);
+        b.sum(&data, &col, &[false, true], &mut out).unwrap();
+        assert_eq!(out, [0.0, 1.0, 2.0, 3.0]);
+    }
+    run(&ScalarRefBackend);
+    kernels(&ScalarRefBackend);
+    for isa in Isa::ALL {
+        if let Ok(b) = ExactBackend::with_isa(isa, 1) {
+            run(&b);
+            kernels(&b);
+        }
+    }
+}
