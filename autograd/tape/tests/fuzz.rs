@@ -678,7 +678,10 @@ proptest! {
 /// The programs reach every operator, every status, and exact programs compared with
 /// the eager engine (so that the property above tests them).
 #[test]
-#[cfg_attr(miri, ignore = "3000 programs and their models take minutes under Miri")]
+#[cfg_attr(
+    miri,
+    ignore = "3000 programs and their models take minutes under Miri"
+)]
 fn programs_reach_every_outcome() {
     use proptest::strategy::ValueTree;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
