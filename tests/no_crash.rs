@@ -287,3 +287,165 @@ fn a_lane_type_cannot_be_reached_from_safe_code() {
         );
     }
 }
+
+#[test]
+fn slicing_an_empty_tensor_with_a_dimension_beyond_isize_max_is_exact() {
+    // An empty tensor may have a dimension larger than isize::MAX (its element count is
+    // 0); slice and narrow clamp their bounds against it without converting it to isize.
+    let big = usize::MAX - 1;
+    let x = T::zeros(&B, [0, 1]).unwrap().expand(&[0, big]).unwrap();
+    assert_eq!(x.slice(1, 0, 5, 1).unwrap().dims(), [0, 5]);
+    assert_eq!(x.slice(1, -3, -1, 1).unwrap().dims(), [0, 2]);
+    // isize::MAX is below the size: an end, not a clamp.
+    assert_eq!(x.slice(1, -3, isize::MAX, 1).unwrap().dims(), [0, 0]);
+    assert_eq!(
+        x.slice(1, 1, isize::MAX, 1).unwrap().dims(),
+        [0, isize::MAX as usize - 1]
+    );
+    // Start big − 2^63, end big − 1, every second element.
+    let len = (big - 1 - (big - (1 << 63))).div_ceil(2);
+    assert_eq!(x.slice(1, isize::MIN, -1, 2).unwrap().dims(), [0, len]);
+    assert_eq!(x.narrow(1, 0, 1 << 63).unwrap().dims(), [0, 1 << 63]);
+    assert_eq!(x.narrow(1, 2, big - 2).unwrap().dims(), [0, big - 2]);
+    assert_err("narrow", x.narrow(1, 2, big - 1));
+    let pieces = x.chunk(2, 1).unwrap();
+    let sizes: Vec<usize> = pieces.iter().map(|p| p.dims()[1]).collect();
+    assert_eq!(sizes, [big / 2, big / 2]);
+}
+
+#[test]
+fn normalising_an_empty_input_with_huge_dimensions_or_group_counts_returns_promptly() {
+    within(Duration::from_secs(20), || {
+        type Norm = Box<dyn Fn(&T) -> exactgrad::Result<T>>;
+        let cases: Vec<(Vec<usize>, Norm)> = vec![
+            (
+                vec![1, 0],
+                Box::new(|x: &T| x.group_norm(usize::MAX, GroupNormOptions::default())),
+            ),
+            (
+                vec![3, 0, 2],
+                Box::new(|x: &T| x.group_norm(1 << 62, GroupNormOptions::default())),
+            ),
+            (
+                vec![0, 4, 1 << 40, 1 << 40],
+                Box::new(|x: &T| x.group_norm(2, GroupNormOptions::default())),
+            ),
+            (
+                vec![1 << 40, 1 << 40, 0],
+                Box::new(|x: &T| x.layer_norm(&[0], LayerNormOptions::default())),
+            ),
+            (
+                vec![0, 1 << 40, 1 << 40],
+                Box::new(|x: &T| x.layer_norm(&[1 << 40, 1 << 40], LayerNormOptions::default())),
+            ),
+            (
+                vec![1 << 60, 0, 3],
+                Box::new(|x: &T| x.batch_norm(BatchNormOptions::training())),
+            ),
+            (
+                vec![1 << 40, 0, 1 << 40],
+                Box::new(|x: &T| x.batch_norm(BatchNormOptions::training())),
+            ),
+        ];
+        for (shape, f) in cases {
+            let x = T::zeros(&B, shape.clone())
+                .unwrap()
+                .requires_grad()
+                .unwrap();
+            let y = f(&x).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+            assert_eq!(y.dims(), shape);
+            y.sum().unwrap().backward(None, false).unwrap();
+            assert_eq!(x.grad().unwrap().dims(), shape);
+        }
+        // A small empty input keeps working, with affine parameters of its shape.
+        let x = T::zeros(&B, [2, 0]).unwrap();
+        let (w, b) = (T::ones(&B, [0]).unwrap(), T::zeros(&B, [0]).unwrap());
+        let y = x
+            .layer_norm(&[0], LayerNormOptions::default().affine(&w, &b))
+            .unwrap();
+        assert_eq!(y.dims(), [2, 0]);
+    });
+}
+
+#[test]
+fn a_convolution_layer_whose_fan_in_overflows_is_an_error() {
+    // in_channels · KH · KW overflows usize: refused (the weight cannot exist), in debug
+    // builds too, where the product used to panic.
+    let mut rng = Philox::new(1);
+    for (c, k) in [
+        (usize::MAX, [3, 3]),
+        (1, [1 << 40, 1 << 40]),
+        (1 << 62, [2, 4]),
+    ] {
+        let e = assert_err(
+            "Conv2d::new",
+            exactgrad::nn::Conv2d::new(&B, c, 1, k, &mut rng),
+        );
+        assert!(e.contains("Conv2d") || e.contains("elements"), "{e}");
+    }
+}
+
+#[test]
+fn a_size_one_dimension_with_a_stride_near_usize_max_is_walked_without_overflow() {
+    // A step past the end leaves one element whose stride saturates at usize::MAX; the
+    // element walks (copies, element-wise kernels, in-place writes, slice backward) never
+    // add that stride, in debug builds too.
+    fn run<Bk: Backend>(b: &Bk) {
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let x = Tensor::from_vec(b, v, [3, 4])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let row = x.slice(0, 1, 3, usize::MAX).unwrap();
+        assert_eq!(row.layout().strides, [usize::MAX, 1]);
+        assert_eq!(row.to_vec().unwrap(), [4.0, 5.0, 6.0, 7.0]);
+        let col = row.t().unwrap().slice(1, 0, 1, usize::MAX).unwrap();
+        assert_eq!(col.to_vec().unwrap(), [4.0, 5.0, 6.0, 7.0]);
+        let y = row.mul(&row.t().unwrap().t().unwrap()).unwrap();
+        assert_eq!(y.to_vec().unwrap(), [16.0, 25.0, 36.0, 49.0]);
+        y.sum().unwrap().backward(None, false).unwrap();
+        let g = x.grad().unwrap().to_vec().unwrap();
+        assert_eq!(&g[4..8], [8.0, 10.0, 12.0, 14.0]);
+        assert!(g[..4].iter().chain(&g[8..]).all(|&v| v == 0.0));
+        let z = Tensor::zeros(b, [3, 4]).unwrap();
+        z.slice(0, 2, 3, usize::MAX).unwrap().fill_(1.0).unwrap();
+        assert_eq!(z.sum().unwrap().item().unwrap(), 4.0);
+    }
+    // The kernels themselves, given such layouts directly.
+    fn kernels<Bk: Backend>(b: &Bk) {
+        let data: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        let row = Layout {
+            shape: Shape::from([1, 4]),
+            strides: vec![usize::MAX, 1],
+            offset: 4,
+        };
+        let col = Layout {
+            shape: Shape::from([4, 1]),
+            strides: vec![1, usize::MAX],
+            offset: 0,
+        };
+        let mut out = [0.0f32; 4];
+        b.copy_strided(&data, &row, &mut out).unwrap();
+        assert_eq!(out, [4.0, 5.0, 6.0, 7.0]);
+        let plain = Layout::contiguous([1, 4]);
+        b.binary(BinaryOp::Add, &data, &row, &data, &plain, &mut out)
+            .unwrap();
+        assert_eq!(out, [4.0, 6.0, 8.0, 10.0]);
+        let ones = [1.0f32; 4];
+        b.select(&ones, &plain, &data, &row, &data, &plain, &mut out)
+            .unwrap();
+        assert_eq!(out, [4.0, 5.0, 6.0, 7.0]);
+        b.sum(&data, &col, &[true, false], &mut out[..1]).unwrap();
+        assert_eq!(out[0], 6.0);
+        b.sum(&data, &col, &[false, true], &mut out).unwrap();
+        assert_eq!(out, [0.0, 1.0, 2.0, 3.0]);
+    }
+    run(&ScalarRefBackend);
+    kernels(&ScalarRefBackend);
+    for isa in Isa::ALL {
+        if let Ok(b) = ExactBackend::with_isa(isa, 1) {
+            run(&b);
+            kernels(&b);
+        }
+    }
+}

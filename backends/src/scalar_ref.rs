@@ -42,13 +42,11 @@ pub fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usize; N])
     let inner = shape[last];
     let inner_strides: [usize; N] = core::array::from_fn(|i| layouts[i].strides[last]);
     let mut idx = vec![0usize; rank];
+    // Every offset computed stays inside its layout's extent: a dimension of size 1 may
+    // have any stride (even one near usize::MAX), which is never added.
     loop {
-        let mut p = pos;
-        for _ in 0..inner {
-            f(p);
-            for i in 0..N {
-                p[i] += inner_strides[i];
-            }
+        for k in 0..inner {
+            f(core::array::from_fn(|i| pos[i] + k * inner_strides[i]));
         }
         let mut d = last;
         loop {
@@ -56,15 +54,15 @@ pub fn walk<const N: usize>(layouts: [&Layout; N], mut f: impl FnMut([usize; N])
                 return;
             }
             d -= 1;
-            idx[d] += 1;
-            for i in 0..N {
-                pos[i] += layouts[i].strides[d];
-            }
-            if idx[d] < shape[d] {
+            if idx[d] + 1 < shape[d] {
+                idx[d] += 1;
+                for i in 0..N {
+                    pos[i] += layouts[i].strides[d];
+                }
                 break;
             }
             for i in 0..N {
-                pos[i] -= layouts[i].strides[d] * shape[d];
+                pos[i] -= layouts[i].strides[d] * (shape[d] - 1);
             }
             idx[d] = 0;
         }

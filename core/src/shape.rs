@@ -458,11 +458,11 @@ impl Layout {
         let mut pos = self.offset;
         let last = rank - 1;
         let (dl, sl) = (self.shape[last], self.strides[last]);
+        // Every position computed stays inside the layout's extent: a dimension of size 1
+        // may have any stride (even one near usize::MAX), which is never added.
         loop {
-            let mut p = pos;
-            for _ in 0..dl {
-                f(p);
-                p += sl;
+            for k in 0..dl {
+                f(pos + k * sl);
             }
             // Advance the outer index.
             let mut d = last;
@@ -471,12 +471,12 @@ impl Layout {
                     return;
                 }
                 d -= 1;
-                idx[d] += 1;
-                pos += self.strides[d];
-                if idx[d] < self.shape[d] {
+                if idx[d] + 1 < self.shape[d] {
+                    idx[d] += 1;
+                    pos += self.strides[d];
                     break;
                 }
-                pos -= self.strides[d] * self.shape[d];
+                pos -= self.strides[d] * (self.shape[d] - 1);
                 idx[d] = 0;
             }
         }

@@ -82,7 +82,12 @@ impl<B: Backend> Conv2d<B> {
             }
         }
         let cpg = in_channels / options.groups;
-        let bound = init::default_uniform_bound(cpg * kernel_size[0] * kernel_size[1]);
+        // The fan-in saturates only when the weight's element count overflows, which the
+        // allocation below then refuses.
+        let fan_in = cpg
+            .saturating_mul(kernel_size[0])
+            .saturating_mul(kernel_size[1]);
+        let bound = init::default_uniform_bound(fan_in);
         let weight = init::uniform_parameter(
             backend,
             [out_channels, cpg, kernel_size[0], kernel_size[1]],

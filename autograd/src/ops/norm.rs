@@ -324,8 +324,10 @@ struct Geometry {
 }
 
 impl Geometry {
+    /// Elements per group (saturating: it overflows only for empty inputs without
+    /// channels, whose groups are never visited).
     fn count(&self) -> usize {
-        self.p * self.r
+        self.p.saturating_mul(self.r)
     }
 
     /// The kernel spec of this geometry.
@@ -418,6 +420,19 @@ fn normalize_backward<B: Backend>(
     ))
 }
 
+/// The element count of some dimensions of an input: exact for a non-empty input (it
+/// divides the input's count); for an empty one, whose groups are never visited (see
+/// `norm_op`), 0 when one of them is 0 and saturating otherwise.
+fn count_of(dims: &[usize]) -> usize {
+    if dims.contains(&0) {
+        0
+    } else {
+        dims.iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .unwrap_or(usize::MAX)
+    }
+}
+
 /// Checks that an optional parameter tensor has exactly `dims`.
 fn check_param<B: Backend>(
     op: &'static str,
@@ -453,6 +468,18 @@ fn norm_op<B: Backend>(
     fixed: Option<(Vec<f32>, Vec<f32>)>,
     on_stats: impl FnOnce(&Stats) -> Result<()>,
 ) -> Result<Tensor<B>> {
+    // An empty input has only empty groups: no statistics to compute or keep, however
+    // large its other dimensions (or the group count) are.
+    let geo = if x.numel() == 0 {
+        Geometry {
+            p: 0,
+            q: 0,
+            r: 0,
+            ..geo
+        }
+    } else {
+        geo
+    };
     let be = x.backend();
     let mode = be.mode();
     let w = weight.map(Tensor::to_vec).transpose()?;
@@ -642,7 +669,7 @@ impl<B: Backend> Tensor<B> {
         check_param(op, "running_var", running_var, dims, &[c])?;
         check_param(op, "weight", weight, dims, &[c])?;
         check_param(op, "bias", bias, dims, &[c])?;
-        let spatial: usize = dims[2..].iter().product();
+        let spatial = count_of(&dims[2..]);
         let geo = Geometry {
             p: dims[0],
             q: c,
@@ -738,10 +765,10 @@ impl<B: Backend> Tensor<B> {
         }
         check_param(op, "weight", weight, dims, normalized_shape)?;
         check_param(op, "bias", bias, dims, normalized_shape)?;
-        let r: usize = normalized_shape.iter().product();
+        let r = count_of(normalized_shape);
         let geo = Geometry {
             p: 1,
-            q: dims[..dims.len() - k].iter().product(),
+            q: count_of(&dims[..dims.len() - k]),
             r,
             param: ParamIndex::PerR,
             params: r,
@@ -785,12 +812,12 @@ impl<B: Backend> Tensor<B> {
         }
         check_param(op, "weight", weight, dims, &[c])?;
         check_param(op, "bias", bias, dims, &[c])?;
-        let spatial: usize = dims[2..].iter().product();
+        let spatial = count_of(&dims[2..]);
         let cpg = c / num_groups;
         let geo = Geometry {
             p: 1,
-            q: dims[0] * num_groups,
-            r: cpg * spatial,
+            q: dims[0].saturating_mul(num_groups),
+            r: cpg.saturating_mul(spatial),
             param: ParamIndex::Group {
                 groups: num_groups,
                 cpg,

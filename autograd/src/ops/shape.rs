@@ -260,7 +260,7 @@ impl<B: Backend> Tensor<B> {
                 format!("start {start} + length {length} exceeds dimension {d} of size {size} (shape {:?})", self.dims()),
             ));
         }
-        self.slice(dim, start as isize, (start + length) as isize, 1)
+        self.slice_range(d, start, start + length, 1)
     }
 
     /// Elements `start, start+step, …` below `end` along `dim` (a view). Negative `start`
@@ -271,10 +271,21 @@ impl<B: Backend> Tensor<B> {
         if step == 0 {
             return Err(Error::invalid("slice", "step", "must be positive"));
         }
-        let size = self.dims()[d] as isize;
-        let clamp =
-            |v: isize| -> usize { (if v < 0 { v + size } else { v }).clamp(0, size) as usize };
-        let (s, e) = (clamp(start), clamp(end));
+        // Python's clamping, in unsigned arithmetic: an empty tensor may have a dimension
+        // larger than `isize::MAX`.
+        let size = self.dims()[d];
+        let clamp = |v: isize| -> usize {
+            if v < 0 {
+                size.saturating_sub(v.unsigned_abs())
+            } else {
+                (v as usize).min(size)
+            }
+        };
+        self.slice_range(d, clamp(start), clamp(end), step)
+    }
+
+    /// Elements `s, s+step, …` below `e` (both at most the size) of dimension `d`.
+    fn slice_range(&self, d: usize, s: usize, e: usize, step: usize) -> Result<Tensor<B>> {
         let len = if e > s { (e - s).div_ceil(step) } else { 0 };
         let src = self.layout();
         let mut shape = src.shape.to_vec();
@@ -283,7 +294,10 @@ impl<B: Backend> Tensor<B> {
         // A step past the end leaves one element; its stride is never used then, and
         // otherwise the view's extent is checked (in checked arithmetic) by `view_of`.
         strides[d] = strides[d].saturating_mul(step);
-        let offset = if len == 0 {
+        // A non-empty view lies inside the input, whose extent was checked: the offset
+        // cannot overflow. An empty view keeps the input's offset.
+        let empty = shape.contains(&0);
+        let offset = if empty {
             src.offset
         } else {
             src.offset + s * src.strides[d]
@@ -298,7 +312,7 @@ impl<B: Backend> Tensor<B> {
         )?;
         let in_shape = self.shape().clone();
         let mut region = Layout::contiguous(in_shape.clone());
-        region.offset = if len == 0 {
+        region.offset = if empty {
             0
         } else {
             s.saturating_mul(region.strides[d])

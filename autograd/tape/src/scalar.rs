@@ -92,7 +92,8 @@ pub(crate) fn row_max<T: TapeScalar>(x: &[T]) -> T {
             m = v;
         }
     }
-    m
+    // As the scalar kernels' `row_max`: a maximum of −0 is +0.
+    m + T::ZERO
 }
 
 impl TapeScalar for f32 {

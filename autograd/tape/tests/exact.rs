@@ -365,3 +365,36 @@ fn a_network_matches_the_eager_engine_over_several_samples() {
     assert_eq!(bits(w2.grad()), grad(&ew2));
     assert_eq!(bits(b2.grad()), grad(&eb2));
 }
+
+#[test]
+fn a_row_whose_maximum_is_negative_zero_matches_the_eager_engine() {
+    // The scalar kernels take a maximum of −0 as +0, so log-softmax of [−0] is −0 and its
+    // cross entropy +0 (with a maximum of −0 they would be +0 and −0).
+    for z in [
+        vec![-0.0f32],
+        vec![0.0],
+        vec![0.5],
+        vec![-0.0, -200.0],
+        vec![-0.0, -0.0],
+        vec![-5.0, -0.0],
+    ] {
+        compare!(
+            "softmax",
+            Softmax,
+            |g, a, y| softmax(&mut g, &a, &mut y),
+            |e| e.softmax(0).unwrap(),
+            z.clone(),
+            z.len()
+        );
+        compare!(
+            "cross_entropy",
+            CrossEntropy,
+            |g, a, y| cross_entropy(&mut g, &a, 0, &mut y),
+            |e| e
+                .cross_entropy(&[0], CrossEntropyOptions::default())
+                .unwrap(),
+            z.clone(),
+            1
+        );
+    }
+}
