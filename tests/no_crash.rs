@@ -316,7 +316,7 @@ fn slicing_an_empty_tensor_with_a_dimension_beyond_isize_max_is_exact() {
 #[test]
 fn normalising_an_empty_input_with_huge_dimensions_or_group_counts_returns_promptly() {
     within(Duration::from_secs(20), || {
-        type Norm = Box<dyn Fn(&T) -> exactgrad::Result<T>>;
+        type Norm = Box<dyn Fn(&T) -> exactgrad::autograd::Result<T>>;
         let cases: Vec<(Vec<usize>, Norm)> = vec![
             (
                 vec![1, 0],

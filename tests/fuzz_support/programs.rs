@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use exactgrad::prelude::*;
-use exactgrad::Result;
+use exactgrad::autograd::Result;
 
 /// The most elements a program computes on; calls that read or write elements are
 /// skipped on larger tensors (which only expansions make: views of a few elements).
