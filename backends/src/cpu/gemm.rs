@@ -272,10 +272,12 @@ kernel!(Avx2Fast, F32x8, Fast, 6, 3, 2, "avx2,fma");
 kernel!(V128Exact, F32x4, Exact, 6, 3, 2, "sse2");
 #[cfg(target_arch = "x86_64")]
 kernel!(V128Fast, F32x4, Fast, 6, 3, 2, "sse2,fma");
-// NEON: 8 rows × 3 lanes (8 × 12): 24 accumulators, 3 B lanes and the broadcast A values
-// in 32 vector registers (`docs/gemm.md` §3).
+// NEON (`docs/gemm.md` §3): 12 columns (three lanes) in both modes; fast mode keeps
+// 8 × 12 accumulators (24 of the 32 vector registers, plus 3 B lanes and the A values),
+// exact mode 6 × 12, since its separate products need registers of their own and LLVM
+// spills accumulators of an 8 × 12 exact tile inside the loop.
 #[cfg(target_arch = "aarch64")]
-kernel!(NeonExact, super::simd::F32x4, Exact, 8, 4, 3, "neon");
+kernel!(NeonExact, super::simd::F32x4, Exact, 6, 3, 3, "neon");
 #[cfg(target_arch = "aarch64")]
 kernel!(NeonFast, super::simd::F32x4, Fast, 8, 4, 3, "neon");
 kernel!(ScalarExact, f32, Exact, 4, 2, 4);
