@@ -5,7 +5,8 @@
 //! the kernels instantiate them. It checks that the CPU supports the path first, so the
 //! lane types themselves never need to be reachable from safe code. The exhaustive test
 //! (`backends/tests/exhaustive_vector.rs`) compares these forms with the scalar
-//! definitions over all 2^32 inputs.
+//! definitions over all 2^32 inputs, and `backends/tests/sampled_vector.rs` on a dense
+//! sample of them on every target (it is the check of the NEON path under emulation).
 //!
 //! The lane types are not part of the public API, so no safe call can execute an
 //! instruction of a path the CPU lacks:
