@@ -53,7 +53,7 @@ const SPECIALS: [u32; 10] = [
 const THRESHOLDS: [f32; 15] = [
     0.625,
     1.0,
-    1.414_213_5,
+    core::f32::consts::SQRT_2,
     89.0,
     170.0,
     15.0,
