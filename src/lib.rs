@@ -87,8 +87,9 @@ pub struct ReadmeDoctests;
 pub mod prelude {
     pub use exactgrad_autograd::{
         hash_tensors, no_grad, AttentionMask, AttentionOptions, AvgPool2dOptions, BatchNormOptions,
-        Conv1dOptions, Conv2dOptions, CrossEntropyOptions, GeluApproximation, GradCheck,
-        GroupNormOptions, LayerNormOptions, MaxPool2dOptions, Momentum, Reduction, Tensor,
+        Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions, CrossEntropyOptions,
+        GeluApproximation, GradCheck, GroupNormOptions, LayerNormOptions, MaxPool2dOptions,
+        Momentum, Reduction, Tensor,
     };
     pub use exactgrad_autograd::{
         CtcBatch, CtcLossOptions, CtcTargets, GruOptions, GruOutput, InterpolateMode,
@@ -111,5 +112,7 @@ pub mod prelude {
         LeakyRelu, Linear, Module, MultiheadAttention, MultiheadAttentionConfig, Relu, Sequential,
         Sigmoid, Tanh, TransformerEncoderLayer, TransformerEncoderLayerConfig,
     };
-    pub use exactgrad_nn::{Conv1d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample};
+    pub use exactgrad_nn::{
+        Conv1d, ConvTranspose2d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample,
+    };
 }

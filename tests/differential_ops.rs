@@ -88,6 +88,14 @@ impl<B: Backend> Cases<'_, B> {
 
 /// A named operator of one operand.
 type UnaryCase<B> = (&'static str, fn(&Tensor<B>) -> Result<Tensor<B>>);
+/// A named conv_transpose2d case: input shape, weight shape, specials, options.
+type TransposedCase = (
+    &'static str,
+    Vec<usize>,
+    [usize; 4],
+    bool,
+    exactgrad::autograd::ConvTranspose2dOptions,
+);
 /// A named operator of two operands.
 type BinaryCase<B> = (
     &'static str,
@@ -293,6 +301,102 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             |v| {
                 v[0].transpose(2, 3)?
                     .conv2d(&v[1], None, Conv2dOptions::default())
+            },
+        );
+        // conv_transpose2d: stride with output padding, groups, dilation, padding; a
+        // transposed input view; unbatched; specials in the input.
+        use exactgrad::autograd::ConvTranspose2dOptions;
+        let ct: [TransposedCase; 4] = [
+            (
+                "stride output_padding groups",
+                vec![2, 6, 7, 5],
+                [6, 2, 3, 3],
+                false,
+                ConvTranspose2dOptions {
+                    stride: [2, 3],
+                    padding: [1, 0],
+                    output_padding: [1, 2],
+                    groups: 3,
+                    ..Default::default()
+                },
+            ),
+            (
+                "dilation padding",
+                vec![3, 4, 9, 8],
+                [4, 5, 2, 3],
+                true,
+                ConvTranspose2dOptions {
+                    padding: [2, 1],
+                    dilation: [3, 2],
+                    output_padding: [2, 0],
+                    ..Default::default()
+                },
+            ),
+            (
+                "depthwise",
+                vec![2, 8, 6, 6],
+                [8, 2, 3, 3],
+                false,
+                ConvTranspose2dOptions {
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    groups: 8,
+                    ..Default::default()
+                },
+            ),
+            (
+                "unbatched",
+                vec![5, 11, 13],
+                [5, 7, 4, 2],
+                false,
+                ConvTranspose2dOptions {
+                    stride: [1, 2],
+                    output_padding: [0, 1],
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, xs, ws, specials, opts) in ct {
+            let bias = [ws[1] * opts.groups];
+            c.case(
+                &format!("conv_transpose2d {name}"),
+                &[&xs, &ws, &bias],
+                specials,
+                |v| v[0].conv_transpose2d(&v[1], Some(&v[2]), opts),
+            );
+        }
+        c.case(
+            "conv_transpose2d transposed input",
+            &[&[2, 3, 7, 12], &[3, 4, 2, 3]],
+            false,
+            |v| {
+                v[0].transpose(2, 3)?.conv_transpose2d(
+                    &v[1],
+                    None,
+                    ConvTranspose2dOptions {
+                        stride: [3, 2],
+                        output_padding: [2, 1],
+                        ..Default::default()
+                    },
+                )
+            },
+        );
+        // Enough items to be gathered in blocks (one group) and wide enough to be split
+        // across threads.
+        c.case(
+            "conv_transpose2d large",
+            &[&[9, 16, 12, 12], &[16, 8, 4, 4], &[8]],
+            false,
+            |v| {
+                v[0].conv_transpose2d(
+                    &v[1],
+                    Some(&v[2]),
+                    ConvTranspose2dOptions {
+                        stride: [2, 2],
+                        padding: [1, 1],
+                        ..Default::default()
+                    },
+                )
             },
         );
         let opts1 = Conv1dOptions {

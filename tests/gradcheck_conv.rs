@@ -1,9 +1,12 @@
 //! The convolution family: gradient checks (the check of `exactgrad_autograd::gradcheck`)
-//! on random shapes, strides, padding, dilation, groups, depthwise weights and
-//! strided/transposed input views; the orders of `docs/conv.md` checked bit for bit
-//! against a direct loop; and the errors of bad arguments.
+//! on random shapes, strides, padding, output padding, dilation, groups, depthwise
+//! weights and strided/transposed/broadcast input views; the orders of `docs/conv.md`
+//! (conv2d and conv_transpose2d) checked bit for bit against direct loops; and the errors
+//! of bad arguments.
 
-use exactgrad::autograd::{AvgPool2dOptions, Conv1dOptions, Conv2dOptions, MaxPool2dOptions};
+use exactgrad::autograd::{
+    AvgPool2dOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions, MaxPool2dOptions,
+};
 use proptest::prelude::*;
 
 mod common;
@@ -22,6 +25,40 @@ fn distinct(shape: &[usize], seed: u64) -> T {
 /// A spatial size for which a kernel of `k` taps with dilation `d` and padding `p` fits.
 fn fitting(extra: usize, k: usize, d: usize, p: usize) -> usize {
     (d * (k - 1) + 1).saturating_sub(2 * p).max(1) + extra
+}
+
+/// How the input reaches `conv_transpose2d`: a view of [`View`], or a broadcast one (a
+/// leaf with one row, expanded over the height: every output row reads it).
+#[derive(Clone, Copy, Debug)]
+enum TView {
+    View(View),
+    Broadcast,
+}
+
+fn tview_strategy() -> impl Strategy<Value = TView> {
+    prop_oneof![
+        view_strategy().prop_map(TView::View),
+        Just(TView::Broadcast)
+    ]
+}
+
+fn tview_leaf_shape(view: TView, shape: &[usize]) -> Vec<usize> {
+    match view {
+        TView::View(v) => leaf_shape(v, shape),
+        TView::Broadcast => {
+            let mut s = shape.to_vec();
+            let r = s.len();
+            s[r - 2] = 1;
+            s
+        }
+    }
+}
+
+fn tapply_view(view: TView, x: &T, shape: &[usize]) -> exactgrad::autograd::Result<T> {
+    match view {
+        TView::View(v) => apply_view(v, x),
+        TView::Broadcast => x.expand(shape),
+    }
 }
 
 proptest! {
@@ -88,6 +125,42 @@ proptest! {
         check(&name, &[x, wt, b], |v| {
             apply_view(view, &v[0])?.conv1d(&v[1], bias.then_some(&v[2]), opts)
         });
+    }
+
+    #[test]
+    fn conv_transpose2d_random(
+        n in 1usize..3, groups in 1usize..3, cig in 1usize..3, cog in 1usize..3,
+        k in (1usize..4, 1usize..4), s in (1usize..4, 1usize..4), p in (0usize..3, 0usize..3),
+        d in (1usize..3, 1usize..3), op in (0usize..3, 0usize..3), hw in (1usize..5, 1usize..5),
+        bias in any::<bool>(), view in tview_strategy(), unbatched in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let (c, o) = (cig * groups, cog * groups);
+        // An output padding below max(stride, dilation), a padding that keeps the output
+        // non-empty.
+        let op = [op.0 % s.0.max(d.0), op.1 % s.1.max(d.1)];
+        let full = |i: usize, sz: usize, kk: usize, st: usize, dl: usize| (sz - 1) * st + dl * (kk - 1) + op[i] + 1;
+        let fh = full(0, hw.0, k.0, s.0, d.0);
+        let fw = full(1, hw.1, k.1, s.1, d.1);
+        let pad = [p.0.min((fh - 1) / 2), p.1.min((fw - 1) / 2)];
+        let shape: Vec<usize> = if unbatched { vec![c, hw.0, hw.1] } else { vec![n, c, hw.0, hw.1] };
+        let x = tensor(&tview_leaf_shape(view, &shape), seed);
+        let wt = tensor(&[c, cog, k.0, k.1], seed ^ 1);
+        let opts = ConvTranspose2dOptions {
+            stride: [s.0, s.1], padding: pad, output_padding: op, dilation: [d.0, d.1], groups,
+        };
+        let name = format!("conv_transpose2d {shape:?} {view:?} w[{c},{cog},{},{}] {opts:?} bias={bias}", k.0, k.1);
+        let y = tapply_view(view, &x, &shape).unwrap().conv_transpose2d(&wt, None, opts).unwrap();
+        let dims = y.dims();
+        prop_assert_eq!(dims[dims.len() - 2..].to_vec(), vec![fh - 2 * pad[0], fw - 2 * pad[1]]);
+        prop_assert_eq!(dims[dims.len() - 3], o);
+        if bias {
+            check(&name, &[x, wt, tensor(&[o], seed ^ 2)], |v| {
+                tapply_view(view, &v[0], &shape)?.conv_transpose2d(&v[1], Some(&v[2]), opts)
+            });
+        } else {
+            check(&name, &[x, wt], |v| tapply_view(view, &v[0], &shape)?.conv_transpose2d(&v[1], None, opts));
+        }
     }
 
     #[test]
@@ -777,4 +850,418 @@ fn pool_and_pad_errors() {
         .conv2d(&tensor(&[4, 3, 3, 3], 8), None, Conv2dOptions::default())
         .unwrap();
     assert_eq!(e.dims(), [0, 4, 3, 3]);
+}
+
+// ----- conv_transpose2d: the order of docs/conv.md §6 and the errors -----------------------
+
+/// conv_transpose2d forward and every gradient by direct loops following `docs/conv.md`
+/// §6, for comparison with the operator's bits.
+#[allow(clippy::too_many_arguments)]
+fn direct_conv_transpose2d(
+    x: &[f32],
+    xs: [usize; 4],
+    w: &[f32],
+    ws: [usize; 4],
+    b: &[f32],
+    gy: &[f32],
+    opts: ConvTranspose2dOptions,
+) -> Direct {
+    let [n, c, h, wd] = xs;
+    let [_, cog, kh, kw] = ws;
+    let g = opts.groups;
+    let (cig, o) = (c / g, cog * g);
+    let [sh, sw] = opts.stride;
+    let [ph, pw] = opts.padding;
+    let [dh, dw] = opts.dilation;
+    let [oph, opw] = opts.output_padding;
+    let oh = (h - 1) * sh + dh * (kh - 1) + oph + 1 - 2 * ph;
+    let ow = (wd - 1) * sw + dw * (kw - 1) + opw + 1 - 2 * pw;
+    let p = h * wd;
+    let k = cog * kh * kw;
+    let wat = |ci: usize, r: usize| w[ci * k + r];
+    // Forward: per item and group the columns Wᵀ·x (one accumulator per element, input
+    // channels increasing), then every output element from +0 adds its contributions in
+    // increasing column order (ih, iw), then the bias.
+    let mut y = vec![0.0f32; n * o * oh * ow];
+    for ni in 0..n {
+        for gi in 0..g {
+            let mut cols = vec![0.0f32; k * p];
+            for r in 0..k {
+                for q in 0..p {
+                    let mut acc = 0.0f32;
+                    for cl in 0..cig {
+                        let ci = gi * cig + cl;
+                        acc += wat(ci, r) * x[(ni * c + ci) * p + q];
+                    }
+                    cols[r * p + q] = acc;
+                }
+            }
+            for q in 0..p {
+                let (ih, iw) = (q / wd, q % wd);
+                for r in 0..k {
+                    let (col, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+                    let (yy, xx) = (ih * sh + i * dh, iw * sw + j * dw);
+                    if yy < ph || yy - ph >= oh || xx < pw || xx - pw >= ow {
+                        continue;
+                    }
+                    y[((ni * o + gi * cog + col) * oh + yy - ph) * ow + xx - pw] += cols[r * p + q];
+                }
+            }
+        }
+    }
+    for (i, v) in y.iter_mut().enumerate() {
+        *v += b[(i / (oh * ow)) % o];
+    }
+    // The gradient, zero-padded by (ph, pw): the convolution reads the zeros too.
+    let (hp, wp) = (oh + 2 * ph, ow + 2 * pw);
+    let mut gp = vec![0.0f32; n * o * hp * wp];
+    for i in 0..n * o {
+        for r in 0..oh {
+            for q in 0..ow {
+                gp[(i * hp + r + ph) * wp + q + pw] = gy[(i * oh + r) * ow + q];
+            }
+        }
+    }
+    let gcol = |ni: usize, gi: usize, r: usize, q: usize| {
+        let (col, i, j) = (r / (kh * kw), (r / kw) % kh, r % kw);
+        let (ih, iw) = (q / wd, q % wd);
+        gp[((ni * o + gi * cog + col) * hp + ih * sh + i * dh) * wp + iw * sw + j * dw]
+    };
+    // Input: the convolution of the gradient, one accumulator over r = (c_out, i, j).
+    let mut gx = vec![0.0f32; n * c * p];
+    for ni in 0..n {
+        for ci in 0..c {
+            let gi = ci / cig;
+            for q in 0..p {
+                let mut acc = 0.0f32;
+                for r in 0..k {
+                    acc += wat(ci, r) * gcol(ni, gi, r, q);
+                }
+                gx[(ni * c + ci) * p + q] = acc;
+            }
+        }
+    }
+    // Weight: per item a GEMM over the input positions, items added in order from +0.
+    let mut gw = vec![0.0f32; c * k];
+    for ni in 0..n {
+        for ci in 0..c {
+            let gi = ci / cig;
+            for r in 0..k {
+                let mut acc = 0.0f32;
+                for q in 0..p {
+                    acc += x[(ni * c + ci) * p + q] * gcol(ni, gi, r, q);
+                }
+                gw[ci * k + r] += acc;
+            }
+        }
+    }
+    let gb = (0..o)
+        .map(|oi| {
+            let mut s = 0.0f64;
+            for ni in 0..n {
+                for v in &gy[(ni * o + oi) * oh * ow..(ni * o + oi + 1) * oh * ow] {
+                    s += f64::from(*v);
+                }
+            }
+            s as f32
+        })
+        .collect();
+    Direct { y, gx, gw, gb }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// conv_transpose2d's forward and gradients are exactly the orders of `docs/conv.md` §6.
+    #[test]
+    fn conv_transpose2d_follows_the_documented_order(
+        n in 1usize..4, groups in 1usize..3, cig in 1usize..4, cog in 1usize..3,
+        k in (1usize..4, 1usize..4), s in (1usize..4, 1usize..4), p in (0usize..3, 0usize..3),
+        d in (1usize..3, 1usize..3), op in (0usize..3, 0usize..3), hw in (1usize..6, 1usize..6),
+        seed in any::<u64>(),
+    ) {
+        let c = cig * groups;
+        let op = [op.0 % s.0.max(d.0), op.1 % s.1.max(d.1)];
+        let fh = (hw.0 - 1) * s.0 + d.0 * (k.0 - 1) + op[0] + 1;
+        let fw = (hw.1 - 1) * s.1 + d.1 * (k.1 - 1) + op[1] + 1;
+        let opts = ConvTranspose2dOptions {
+            stride: [s.0, s.1],
+            padding: [p.0.min((fh - 1) / 2), p.1.min((fw - 1) / 2)],
+            output_padding: op,
+            dilation: [d.0, d.1],
+            groups,
+        };
+        let xs = [n, c, hw.0, hw.1];
+        let ws = [c, cog, k.0, k.1];
+        let x = tensor(&xs, seed).requires_grad().unwrap();
+        let wt = tensor(&ws, seed ^ 1).requires_grad().unwrap();
+        let b = tensor(&[cog * groups], seed ^ 2).requires_grad().unwrap();
+        let y = x.conv_transpose2d(&wt, Some(&b), opts).unwrap();
+        let gy = tensor(y.dims(), seed ^ 3);
+        y.backward(Some(&gy), false).unwrap();
+        let want = direct_conv_transpose2d(&x.to_vec().unwrap(), xs, &wt.to_vec().unwrap(), ws, &b.to_vec().unwrap(), &gy.to_vec().unwrap(), opts);
+        prop_assert_eq!(bits(&y.to_vec().unwrap()), bits(&want.y), "forward");
+        prop_assert_eq!(bits(&x.grad().unwrap().to_vec().unwrap()), bits(&want.gx), "grad input");
+        prop_assert_eq!(bits(&wt.grad().unwrap().to_vec().unwrap()), bits(&want.gw), "grad weight");
+        prop_assert_eq!(bits(&b.grad().unwrap().to_vec().unwrap()), bits(&want.gb), "grad bias");
+    }
+}
+
+/// conv_transpose2d is the adjoint of conv2d: `⟨conv2d(u, W), v⟩ = ⟨u, conv_transpose2d(v, W)⟩`
+/// (in f64 up to rounding) with the same options, and the output size follows PyTorch's
+/// formula; an unbatched input is an item of a batch of one; empty batches and zero
+/// output channels give empty results.
+#[test]
+fn conv_transpose2d_is_the_adjoint_of_conv2d() {
+    let (n, c_in, c_out, g) = (2, 4, 6, 2);
+    let w = tensor(&[c_in, c_out / g, 3, 2], 5);
+    let ct = ConvTranspose2dOptions {
+        stride: [2, 3],
+        padding: [1, 0],
+        output_padding: [1, 2],
+        dilation: [1, 2],
+        groups: g,
+    };
+    let v = tensor(&[n, c_in, 4, 3], 6);
+    let y = v.conv_transpose2d(&w, None, ct).unwrap();
+    // (4 − 1)·2 − 2 + 1·2 + 1 + 1 = 8; (3 − 1)·3 − 0 + 2·1 + 2 + 1 = 11.
+    assert_eq!(y.dims(), [n, c_out, 8, 11]);
+    let u = tensor(y.dims(), 7);
+    let c2 = Conv2dOptions {
+        stride: ct.stride,
+        padding: ct.padding,
+        dilation: ct.dilation,
+        groups: g,
+    };
+    let cu = u.conv2d(&w, None, c2).unwrap();
+    assert_eq!(cu.dims(), v.dims());
+    let dot = |a: &T, b: &T| -> f64 {
+        let (a, b) = (a.to_vec().unwrap(), b.to_vec().unwrap());
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum()
+    };
+    let (l, r) = (dot(&cu, &v), dot(&u, &y));
+    assert!((l - r).abs() <= 1e-5 * l.abs().max(1.0), "{l} vs {r}");
+    // Unbatched: the first item's bits.
+    let b = tensor(&[c_out], 8);
+    let batched = v.conv_transpose2d(&w, Some(&b), ct).unwrap();
+    let single = v
+        .slice(0, 0, 1, 1)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .conv_transpose2d(&w, Some(&b), ct)
+        .unwrap();
+    assert_eq!(single.dims(), [c_out, 8, 11]);
+    assert_eq!(
+        bits(&single.to_vec().unwrap()),
+        bits(
+            &batched
+                .slice(0, 0, 1, 1)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec()
+                .unwrap()
+        )
+    );
+    // N = 0 and C_out = 0.
+    let empty = tensor(&[0, c_in, 4, 3], 9)
+        .conv_transpose2d(&w, None, ct)
+        .unwrap();
+    assert_eq!(empty.dims(), [0, c_out, 8, 11]);
+    let w0 = tensor(&[c_in, 0, 3, 2], 10);
+    assert_eq!(
+        v.conv_transpose2d(&w0, None, ct).unwrap().dims(),
+        [n, 0, 8, 11]
+    );
+}
+
+#[test]
+fn conv_transpose2d_errors() {
+    let ct = |x: &[usize], w: &[usize], b: Option<&[usize]>, o: ConvTranspose2dOptions| {
+        let (x, w) = (tensor(x, 1), tensor(w, 2));
+        let b = b.map(|s| tensor(s, 3));
+        move || x.conv_transpose2d(&w, b.as_ref(), o)
+    };
+    let d = ConvTranspose2dOptions::default();
+    let op = "conv_transpose2d";
+    expect_err(
+        "input rank",
+        ct(&[3, 5], &[3, 2, 3, 3], None, d),
+        &[op, "input", "[3, 5]"],
+    );
+    expect_err(
+        "weight rank",
+        ct(&[1, 3, 5, 5], &[3, 2, 3], None, d),
+        &[op, "weight", "[3, 2, 3]"],
+    );
+    expect_err(
+        "channels",
+        ct(&[1, 3, 5, 5], &[2, 2, 3, 3], None, d),
+        &[op, "[1, 3, 5, 5]", "[2, 2, 3, 3]", "channels"],
+    );
+    expect_err(
+        "groups do not divide the input channels",
+        ct(
+            &[1, 3, 5, 5],
+            &[3, 1, 3, 3],
+            None,
+            ConvTranspose2dOptions { groups: 2, ..d },
+        ),
+        &[op, "groups = 2", "3 input channels"],
+    );
+    expect_err(
+        "zero groups",
+        ct(
+            &[1, 4, 5, 5],
+            &[4, 1, 3, 3],
+            None,
+            ConvTranspose2dOptions { groups: 0, ..d },
+        ),
+        &[op, "groups"],
+    );
+    expect_err(
+        "zero stride",
+        ct(
+            &[1, 4, 5, 5],
+            &[4, 1, 3, 3],
+            None,
+            ConvTranspose2dOptions {
+                stride: [1, 0],
+                ..d
+            },
+        ),
+        &[op, "stride"],
+    );
+    expect_err(
+        "zero dilation",
+        ct(
+            &[1, 4, 5, 5],
+            &[4, 1, 3, 3],
+            None,
+            ConvTranspose2dOptions {
+                dilation: [0, 1],
+                ..d
+            },
+        ),
+        &[op, "dilation"],
+    );
+    expect_err(
+        "zero kernel",
+        ct(&[1, 4, 5, 5], &[4, 1, 0, 3], None, d),
+        &[op, "weight", "kernel size"],
+    );
+    expect_err(
+        "no input channel",
+        ct(&[1, 0, 5, 5], &[0, 1, 3, 3], None, d),
+        &[op, "weight", "input channel"],
+    );
+    expect_err(
+        "bias shape",
+        ct(&[1, 4, 5, 5], &[4, 2, 3, 3], Some(&[4]), d),
+        &[op, "bias", "[2]"],
+    );
+    expect_err(
+        "bias rank",
+        ct(&[1, 4, 5, 5], &[4, 2, 3, 3], Some(&[2, 1]), d),
+        &[op, "bias"],
+    );
+    for (stride, dilation, opad) in [
+        ([1, 1], [1, 1], [1, 0]),
+        ([2, 3], [1, 1], [0, 3]),
+        ([1, 2], [3, 1], [3, 0]),
+    ] {
+        expect_err(
+            "output padding too large",
+            ct(
+                &[1, 4, 5, 5],
+                &[4, 2, 3, 3],
+                None,
+                ConvTranspose2dOptions {
+                    stride,
+                    dilation,
+                    output_padding: opad,
+                    ..d
+                },
+            ),
+            &[
+                op,
+                "output_padding",
+                "smaller than the stride or the dilation",
+            ],
+        );
+    }
+    // Output padding below the dilation (not the stride) is allowed, as in PyTorch.
+    let y = tensor(&[1, 4, 5, 5], 1)
+        .conv_transpose2d(
+            &tensor(&[4, 3, 3, 3], 2),
+            None,
+            ConvTranspose2dOptions {
+                dilation: [2, 1],
+                output_padding: [1, 0],
+                ..d
+            },
+        )
+        .unwrap();
+    assert_eq!(y.dims(), [1, 3, 10, 7]);
+    expect_err(
+        "output size not positive",
+        ct(
+            &[1, 4, 5, 5],
+            &[4, 2, 3, 3],
+            None,
+            ConvTranspose2dOptions {
+                padding: [0, 4],
+                ..d
+            },
+        ),
+        &[op, "padding", "≤ 0"],
+    );
+    expect_err(
+        "empty height",
+        ct(&[1, 4, 0, 5], &[4, 2, 3, 3], None, d),
+        &[op, "input", "[1, 4, 0, 5]"],
+    );
+    expect_err(
+        "overflowing output size",
+        ct(
+            &[1, 4, 3, 5],
+            &[4, 2, 3, 3],
+            None,
+            ConvTranspose2dOptions {
+                stride: [usize::MAX / 2, 1],
+                ..d
+            },
+        ),
+        &[op, "stride", "overflows"],
+    );
+    expect_err(
+        "overflowing padding",
+        ct(
+            &[1, 4, 3, 5],
+            &[4, 2, 3, 3],
+            None,
+            ConvTranspose2dOptions {
+                padding: [usize::MAX, 0],
+                ..d
+            },
+        ),
+        &[op, "padding", "overflows"],
+    );
+    expect_err(
+        "an output too large to allocate",
+        ct(
+            &[1, 4, 3, 5],
+            &[4, 2, 3, 3],
+            None,
+            ConvTranspose2dOptions {
+                stride: [1 << 31, 1 << 31],
+                ..d
+            },
+        ),
+        &[op],
+    );
 }

@@ -2,6 +2,12 @@
 """Times torch.matmul on the shapes of `benches/gemm.rs` and prints GFLOP/s.
 
 Usage: .venv/bin/python tools/bench_torch.py [--threads 1,2] [--time 1.0] [--shapes NAMES]
+                                             [--blas numpy]
+
+With `--blas numpy` the products are numpy.matmul (numpy's own BLAS, OpenBLAS in the
+wheels) instead of torch.matmul, labelled `gemm/numpy/...`, and the model steps are
+skipped; numpy's thread count cannot change inside a process, so set
+OPENBLAS_NUM_THREADS to the one value given to --threads (tools/compare_speed.py does).
 
 Each line has the same form as the summary that `cargo bench --bench gemm` prints:
 
@@ -34,22 +40,35 @@ SHAPES = [
 ]
 
 
-def bench(m, k, n, seconds, warmup):
+def bench(m, k, n, seconds, warmup, blas="torch"):
     g = torch.Generator().manual_seed(0)
     a = torch.rand(m, k, generator=g) - 0.5
     b = torch.rand(k, n, generator=g) - 0.5
     out = torch.empty(m, n)
+    if blas == "numpy":
+        import numpy
+
+        a, b, out = a.numpy(), b.numpy(), out.numpy()
+
+        def product():
+            numpy.matmul(a, b, out=out)
+
+    else:
+
+        def product():
+            torch.matmul(a, b, out=out)
+
     flops = 2.0 * m * n * k
     deadline = time.perf_counter() + warmup
     while time.perf_counter() < deadline:
-        torch.matmul(a, b, out=out)
+        product()
     calls = []
     cpu = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(calls) < 10:
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        torch.matmul(a, b, out=out)
+        product()
         c1 = time.thread_time()
         calls.append(flops / (time.perf_counter() - t0) / 1e9)
         cpu.append(flops / max(c1 - c0, 1e-9) / 1e9)
@@ -62,6 +81,7 @@ def main():
     p.add_argument("--time", type=float, default=0.6, help="seconds of timed calls per benchmark")
     p.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up per benchmark")
     p.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    p.add_argument("--blas", default="torch", choices=["torch", "numpy"], help="whose matmul")
     args = p.parse_args()
     wanted = set(filter(None, args.shapes.split(",")))
     print(f"# torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
@@ -70,8 +90,8 @@ def main():
         for name, m, k, n in SHAPES:
             if wanted and name not in wanted:
                 continue
-            med, lo, hi, count, cpu = bench(m, k, n, args.time, args.warmup)
-            label = f"gemm/torch/t{t}/{m}x{k}x{n}"
+            med, lo, hi, count, cpu = bench(m, k, n, args.time, args.warmup, args.blas)
+            label = f"gemm/{args.blas}/t{t}/{m}x{k}x{n}"
             # With one thread the product runs on the calling thread, whose CPU time
             # excludes the time slices other processes take.
             cpu_note = f", cpu-time median {cpu:.2f}" if t == 1 else ""
@@ -111,17 +131,21 @@ MODEL_CRNN_BATCH, MODEL_CRNN_WIDTH, MODEL_CRNN_TARGETS = 8, 128, (5, 10)
 
 
 def time_calls_ms(fn, seconds, warmup):
-    """Median, fastest and slowest of individually timed calls of fn, in ms."""
+    """Median, fastest and slowest of individually timed calls of fn, in ms, and the
+    calling thread's mean CPU time per call (the whole work's at one thread)."""
     deadline = time.perf_counter() + warmup
     while time.perf_counter() < deadline:
         fn()
     calls = []
+    cpu = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(calls) < 10:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         fn()
+        cpu.append((time.thread_time() - c0) * 1e3)
         calls.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(calls), min(calls), max(calls), len(calls)
+    return statistics.median(calls), min(calls), max(calls), len(calls), sum(cpu) / len(cpu)
 
 
 def model_benches():
@@ -227,16 +251,21 @@ def models_main():
     p.add_argument("--time", type=float, default=1.0)
     p.add_argument("--warmup", type=float, default=0.3)
     p.add_argument("--shapes", default="")
+    p.add_argument("--blas", default="torch")
     args, _ = p.parse_known_args()
     wanted = set(filter(None, args.shapes.split(",")))
-    if wanted and "models" not in wanted:
+    if (wanted and "models" not in wanted) or args.blas != "torch":
         return
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
         for name, fn in model_benches():
-            med, lo, hi, count = time_calls_ms(fn, args.time, args.warmup)
+            med, lo, hi, count, cpu = time_calls_ms(fn, args.time, args.warmup)
             label = f"models/{name}/torch/t{t}"
-            print(f"{label:<44} median {med:9.3f} ms   (min {lo:.3f}, max {hi:.3f}, {count} calls)", flush=True)
+            print(
+                f"{label:<44} median {med:9.3f} ms   (min {lo:.3f}, max {hi:.3f}, {count} calls)"
+                f"   caller cpu mean {cpu:.3f} ms",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch oracle for the recurrent layers, the CTC loss and interpolate:
-testdata/autograd/{crnn,gru,resize}.safetensors.
+"""PyTorch oracle for the recurrent layers, the CTC loss, interpolate and the decoder
+(transposed convolutions): testdata/autograd/{crnn,gru,resize,decoder}.safetensors.
 
 Run with the project's venv (PyTorch 2.15.0, CPU):
 
@@ -31,6 +31,17 @@ box and writes:
   sum(h_n * up_h) + sum(c_n * up_c).
 - resize.safetensors: F.interpolate of one input [2, 3, 5, 7] in several modes, by size
   and by scale factor, downsampling and upsampling; loss = sum(y * up).
+- decoder.safetensors: a convolutional decoder on x [2, 3, 6, 5],
+      conv (Conv2d 3->8, 3x3, pad 1) -> relu
+      -> deconv1 (ConvTranspose2d 8->6, 3x3, stride 2, padding 1, output_padding 1,
+         groups 2) -> tanh -> interpolate nearest to (15, 13)
+      -> deconv2 (ConvTranspose2d 6->4, (3, 2), stride (1, 2), padding (1, 0),
+         dilation (2, 1), no bias) -> leaky_relu(0.1)
+      -> interpolate bilinear (half-pixel) to (12, 20)
+      -> interpolate bilinear align_corners to (9, 16) -> sigmoid
+      -> mse_loss against input/target (mean)
+  the gradients of every parameter and the input, and under `after/` the parameters
+  after `steps` SGD steps (lr, momentum from the metadata) on the same batch.
 
 Tensor names:
 
@@ -306,9 +317,73 @@ def resize():
     return tensors, meta
 
 
+# ----------------------------------------------------------------------------------
+# The decoder
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.deconv1 = nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.deconv2 = nn.ConvTranspose2d(
+            6, 4, (3, 2), stride=(1, 2), padding=(1, 0), dilation=(2, 1), bias=False
+        )
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        x = torch.tanh(self.deconv1(x))
+        x = F.interpolate(x, size=(15, 13), mode="nearest")
+        x = F.leaky_relu(self.deconv2(x), 0.1)
+        x = F.interpolate(x, size=(12, 20), mode="bilinear", align_corners=False)
+        x = F.interpolate(x, size=(9, 16), mode="bilinear", align_corners=True)
+        return torch.sigmoid(x)
+
+
+def decoder():
+    rng = np.random.default_rng(20240604)
+    model = Decoder()
+
+    # PyTorch's default bound for both layouts: 1/sqrt(weight.size(1) * KH * KW).
+    def bound(name, p):
+        weight = model.get_parameter(name.rsplit(".", 1)[0] + ".weight")
+        return 1.0 / np.sqrt(int(np.prod(weight.shape[1:])))
+
+    values = seeded_parameters(model, rng, bound)
+    x_np = f32(rng.normal(0.0, 1.0, (2, 3, 6, 5)))
+    target_np = f32(rng.uniform(0.0, 1.0, (2, 4, 9, 16)))
+    model.train()
+    x = torch.from_numpy(x_np.copy()).requires_grad_(True)
+    y = model(x)
+    loss = F.mse_loss(y, torch.from_numpy(target_np))
+    loss.backward()
+    tensors = {
+        "input/x": torch.from_numpy(x_np),
+        "input/target": torch.from_numpy(target_np),
+        "output/y": y.detach().clone(),
+        "loss": loss.detach().reshape(1).clone(),
+        "grad/input": x.grad.detach().clone(),
+    }
+    for name, p in model.named_parameters():
+        tensors[f"init/{name}"] = torch.from_numpy(values[name])
+        tensors[f"grad/{name}"] = p.grad.detach().clone()
+    # A few SGD steps with momentum on the same batch.
+    steps, lr, momentum = 3, 0.5, 0.9
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.mse_loss(model(torch.from_numpy(x_np.copy())), torch.from_numpy(target_np)).backward()
+        opt.step()
+    for name, p in model.named_parameters():
+        tensors[f"after/{name}"] = p.detach().clone()
+    meta = {"model": "decoder", "steps": str(steps), "lr": str(lr), "momentum": str(momentum)}
+    return tensors, meta
+
+
 if __name__ == "__main__":
     os.makedirs(OUT_DIR, exist_ok=True)
-    for fname, build in [("crnn.safetensors", crnn), ("gru.safetensors", gru), ("resize.safetensors", resize)]:
+    for fname, build in [("crnn.safetensors", crnn), ("gru.safetensors", gru), ("resize.safetensors", resize),
+                        ("decoder.safetensors", decoder)]:
         tensors, meta = build()
         meta["generator"] = "tools/rnn_oracle.py"
         meta["torch"] = torch.__version__

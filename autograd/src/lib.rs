@@ -33,7 +33,7 @@ pub use error::{Error, Result};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};
 pub use ops::attention::{AttentionMask, AttentionOptions};
-pub use ops::conv::{Conv1dOptions, Conv2dOptions};
+pub use ops::conv::{Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions};
 pub use ops::ctc::{CtcBatch, CtcLossOptions, CtcTargets};
 pub use ops::elementwise::GeluApproximation;
 pub use ops::norm::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum};

@@ -353,6 +353,31 @@ fn large_shapes() {
             special: 0,
             ..fixed(1, 256, 256, 256, rm, 20)
         },
+        // Few rows per B (B read in place for full panels, the last panel packed), with
+        // several k blocks, per-batch and shared B, on both sides of the row limit.
+        fixed(2, 16, 600, 130, rm, 22),
+        fixed(1, 40, 1030, 200, rm, 23),
+        Case {
+            b_shared: true,
+            ..fixed(2, 24, 520, 129, rm, 24)
+        },
+        fixed(1, 48, 100, 257, rm, 25),
+        fixed(1, 49, 100, 257, rm, 26),
+        fixed(3, 7, 64, 192, rt, 27),
+        fixed(2, 16, 300, 130, (Form::RowMajor, Form::Padded(3)), 28),
+        // A transposed B with fewer rows than columns: computed as the transpose.
+        fixed(1, 16, 700, 144, rt, 29),
+        fixed(1, 5, 3, 200, rt, 30),
+        fixed(1, 33, 520, 70, (Form::Padded(2), Form::Transposed), 31),
+        fixed(4, 16, 300, 27, rt, 32),
+        Case {
+            a_shared: true,
+            ..fixed(3, 8, 100, 40, rt, 33)
+        },
+        Case {
+            b_shared: true,
+            ..fixed(3, 8, 100, 40, rt, 34)
+        },
     ];
     for c in &cases {
         check(c);

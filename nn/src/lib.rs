@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`module`] | the [`Module`] trait: forward, own parameters and buffers, a child visitor from which names, training mode and `state_dict` follow |
 //! | [`linear`], [`sequential`], [`activation`] | [`Linear`], [`Sequential`], [`Relu`], [`Gelu`], [`Flatten`], … |
-//! | [`conv`], [`conv1d`], [`norm`] | [`Conv2d`], [`Conv1d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
+//! | [`conv`], [`conv1d`], [`conv_transpose`], [`norm`] | [`Conv2d`], [`Conv1d`], [`ConvTranspose2d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
 //! | [`rnn`] | [`Lstm`] and [`Gru`] (multi-layer, bidirectional, PyTorch's parameter names) |
 //! | [`embedding`], [`dropout`], [`upsample`] | [`Embedding`], [`Dropout`], [`Upsample`] |
 //! | [`attention`] | [`MultiheadAttention`] and [`TransformerEncoderLayer`]; masks are [`AttentionMask`]s |
@@ -52,6 +52,7 @@ pub mod attention;
 pub mod checkpoint;
 pub mod conv;
 pub mod conv1d;
+pub mod conv_transpose;
 pub mod data;
 pub mod dropout;
 pub mod embedding;
@@ -74,6 +75,7 @@ pub use attention::{
 };
 pub use conv::Conv2d;
 pub use conv1d::Conv1d;
+pub use conv_transpose::ConvTranspose2d;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use error::{DataError, Error, Result};

@@ -1,5 +1,6 @@
 //! The convolutions: `conv1d` and `conv2d` (stride, padding, dilation, groups,
-//! depthwise) by im2col and the canonical GEMM, with their backward rules.
+//! depthwise) by im2col and the canonical GEMM, and `conv_transpose2d` (their adjoint,
+//! the same kernels in swapped roles), with their backward rules.
 //!
 //! The orders of every sum are written down in `docs/conv.md` §1 (normative):
 //!
@@ -15,6 +16,11 @@
 //!   backend's col2im kernel: each input element starts at `+0` and adds its
 //!   contributions in increasing column order `(oh, ow)`;
 //! - **grad bias**: Σ64 over `(n, oh, ow)` in row-major order.
+//!
+//! `conv_transpose2d` (`docs/conv.md` §6) is the input-gradient computation of the
+//! convolution whose output has the transposed input's shape: forward = grad input
+//! (`Wᵀ · x` then col2im), ∂x = the convolution forward of the gradient, ∂W = grad weight
+//! with `x` and the gradient in swapped roles, ∂b = Σ64 over `(n, h, w)`.
 //!
 //! Pooling is in [`super::pool`], constant padding (which the im2col source uses) in
 //! [`super::pad`].
@@ -74,6 +80,36 @@ impl Default for Conv2dOptions {
         Self {
             stride: [1, 1],
             padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Options of [`Tensor::conv_transpose2d`] (PyTorch's `F.conv_transpose2d` arguments,
+/// `[height, width]`; defaults stride 1, padding 0, output padding 0, dilation 1, groups 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTranspose2dOptions {
+    /// Step between the positions one input element scatters to (each ≥ 1).
+    pub stride: [usize; 2],
+    /// Rows and columns removed from both sides of the full output
+    /// (`dilation·(kernel − 1) − padding` zeros of the equivalent direct convolution).
+    pub padding: [usize; 2],
+    /// Rows and columns added at the end (bottom, right) of the output; each must be
+    /// smaller than the stride or the dilation of its dimension.
+    pub output_padding: [usize; 2],
+    /// Spacing between kernel taps (each ≥ 1).
+    pub dilation: [usize; 2],
+    /// Number of channel groups; must divide both the input and output channels.
+    pub groups: usize,
+}
+
+impl Default for ConvTranspose2dOptions {
+    fn default() -> Self {
+        Self {
+            stride: [1, 1],
+            padding: [0, 0],
+            output_padding: [0, 0],
             dilation: [1, 1],
             groups: 1,
         }
@@ -465,34 +501,33 @@ fn bias_grad<B: Backend>(g: &Tensor<B>) -> Result<Tensor<B>> {
     sum_unrecorded(g, &[true, false, true, true])
 }
 
-/// The recorded 2-D convolution of 4-D `x` `[N, C, H, W]` and `w` `[O, C/G, KH, KW]`.
-fn conv2d_core<B: Backend>(
-    op: &'static str,
+/// The unrecorded convolution `out[n, g] = W_g · cols_{n, g}` of 4-D `x` and `w` (no
+/// bias): `[N, O, OH, OW]`. Also the input gradient of `conv_transpose2d`.
+fn conv_forward_raw<B: Backend>(
+    be: &B,
     x: &Tensor<B>,
     w: &Tensor<B>,
-    bias: Option<&Tensor<B>>,
-    g: ConvGeom,
+    g: &ConvGeom,
 ) -> Result<Tensor<B>> {
-    let be = x.backend();
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let mut out = be.uninit(g.n * o * p)?;
     {
-        let src = ColSource::new(x, &g)?;
+        let src = ColSource::new(x, g)?;
         let w_c = dense(w)?;
         let (sd, wd) = (src.tensor().read()?, w_c.read()?);
-        let nb = items_per_block(&g);
+        let nb = items_per_block(g);
         let mut cols = be.uninit(nb * ck * p)?;
         let mut n0 = 0;
         while n0 < g.n {
             let items = nb.min(g.n - n0);
             for i in 0..items {
                 let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
-                src.gather(be, sd.as_ref(), &g, n0 + i, c)?;
+                src.gather(be, sd.as_ref(), g, n0 + i, c)?;
             }
             if og * p > 0 {
                 let spec = block_spec(
-                    &g,
+                    g,
                     items,
                     (og, k, p),
                     (w_c.layout().offset, [og * k, k, 1], 0),
@@ -508,25 +543,48 @@ fn conv2d_core<B: Backend>(
             n0 += items;
         }
     }
-    let shape = Shape::from([g.n, o, g.oh, g.ow]);
-    let mut y = Tensor::from_storage(be, out, shape.clone())?;
+    Tensor::from_storage(be, out, Shape::from([g.n, o, g.oh, g.ow]))
+}
+
+/// `y ⊕ bias[channel]` for a contiguous 4-D `y` `[N, C, H, W]` and `bias` `[C]`, by the
+/// backend's element-wise add (unrecorded).
+fn add_channel_bias<B: Backend>(
+    op: &'static str,
+    y: Tensor<B>,
+    b: &Tensor<B>,
+) -> Result<Tensor<B>> {
+    let be = y.backend();
+    let shape = y.shape().clone();
+    let bl = Layout {
+        shape: shape.clone(),
+        strides: vec![0, b.layout().strides[0], 0, 0],
+        offset: b.layout().offset,
+    };
+    super::new_tensor(be, op, shape, |sum| {
+        let (yd, bd) = (y.read()?, b.read()?);
+        Ok(be.binary(
+            BinaryOp::Add,
+            yd.as_ref(),
+            y.layout(),
+            bd.as_ref(),
+            &bl,
+            sum,
+        )?)
+    })
+}
+
+/// The recorded 2-D convolution of 4-D `x` `[N, C, H, W]` and `w` `[O, C/G, KH, KW]`.
+fn conv2d_core<B: Backend>(
+    op: &'static str,
+    x: &Tensor<B>,
+    w: &Tensor<B>,
+    bias: Option<&Tensor<B>>,
+    g: ConvGeom,
+) -> Result<Tensor<B>> {
+    let be = x.backend();
+    let mut y = conv_forward_raw(be, x, w, &g)?;
     if let Some(b) = bias {
-        let bl = Layout {
-            shape: shape.clone(),
-            strides: vec![0, b.layout().strides[0], 0, 0],
-            offset: b.layout().offset,
-        };
-        y = super::new_tensor(be, op, shape, |sum| {
-            let (yd, bd) = (y.read()?, b.read()?);
-            Ok(be.binary(
-                BinaryOp::Add,
-                yd.as_ref(),
-                y.layout(),
-                bd.as_ref(),
-                &bl,
-                sum,
-            )?)
-        })?;
+        y = add_channel_bias(op, y, b)?;
     }
     let need_x = x.is_requires_grad();
     let need_w = w.is_requires_grad();
@@ -656,6 +714,223 @@ fn conv_grad_weight<B: Backend>(
     Tensor::from_vec(be, gw, [o, g.c / g.groups, g.kh, g.kw])
 }
 
+// ----- transposed convolution ------------------------------------------------------------
+
+/// Checks the arguments of a transposed 2-D convolution on 4-D `x` `[N, C_in, H, W]` and
+/// `w` `[C_in, C_out/G, KH, KW]` and returns the geometry of the convolution it is the
+/// adjoint of: input `[N, C_out, H_out, W_out]`, weight `[C_in, C_out/G, KH, KW]`,
+/// output `[N, C_in, H, W]` (`docs/conv.md` §6).
+fn conv_transpose_geom(
+    orig_x: &[usize],
+    x: &[usize],
+    w: &[usize],
+    bias: Option<&[usize]>,
+    opts: &ConvTranspose2dOptions,
+) -> Result<ConvGeom> {
+    let op = "conv_transpose2d";
+    let ConvTranspose2dOptions {
+        stride,
+        padding,
+        output_padding,
+        dilation,
+        groups,
+    } = *opts;
+    if groups == 0 {
+        return Err(Error::invalid(op, "groups", "must be at least 1, got 0"));
+    }
+    if stride.contains(&0) {
+        return Err(Error::invalid(
+            op,
+            "stride",
+            format!("must be at least 1, got {}", fmt_pair(stride)),
+        ));
+    }
+    if dilation.contains(&0) {
+        return Err(Error::invalid(
+            op,
+            "dilation",
+            format!("must be at least 1, got {}", fmt_pair(dilation)),
+        ));
+    }
+    for d in 0..2 {
+        if output_padding[d] >= stride[d].max(dilation[d]) {
+            return Err(Error::invalid(
+                op,
+                "output_padding",
+                format!(
+                    "must be smaller than the stride or the dilation in each dimension, got output_padding {}, stride {}, dilation {}",
+                    fmt_pair(output_padding),
+                    fmt_pair(stride),
+                    fmt_pair(dilation)
+                ),
+            ));
+        }
+    }
+    let (n, c_in, h, wd) = (x[0], x[1], x[2], x[3]);
+    let (wc, cog, kh, kw) = (w[0], w[1], w[2], w[3]);
+    if kh == 0 || kw == 0 {
+        return Err(Error::invalid(
+            op,
+            "weight",
+            format!("kernel size must be positive, got weight of shape {w:?}"),
+        ));
+    }
+    if wc == 0 {
+        return Err(Error::invalid(
+            op,
+            "weight",
+            format!("expected at least one input channel, got weight of shape {w:?}"),
+        ));
+    }
+    if wc % groups != 0 {
+        return Err(Error::invalid(
+            op,
+            "groups",
+            format!("groups = {groups} does not divide the {wc} input channels of weight {w:?}"),
+        ));
+    }
+    if c_in != wc {
+        return Err(Error::mismatch(
+            op,
+            orig_x,
+            w,
+            format!("the input must have {wc} channels (weight dim 0), got {c_in}"),
+        ));
+    }
+    let c_out = cog.checked_mul(groups).ok_or_else(|| {
+        Error::overflow(
+            op,
+            "groups",
+            format!("weight dim 1 ({cog}) × groups ({groups}) overflows usize"),
+        )
+    })?;
+    if let Some(b) = bias {
+        if b != [c_out] {
+            return Err(Error::mismatch(
+                op,
+                b,
+                w,
+                format!("bias must have shape [{c_out}] (weight dim 1 × groups output channels)"),
+            ));
+        }
+    }
+    if h == 0 || wd == 0 {
+        return Err(Error::invalid(
+            op,
+            "input",
+            format!("expects a positive height and width, got input of shape {orig_x:?}"),
+        ));
+    }
+    // H_out = (H − 1)·stride − 2·padding + dilation·(KH − 1) + output_padding + 1, the
+    // positive part first, in checked arithmetic.
+    let mut out = [0usize; 2];
+    for (d, size, k) in [(0, h, kh), (1, wd, kw)] {
+        let full = (size - 1)
+            .checked_mul(stride[d])
+            .and_then(|a| (k - 1).checked_mul(dilation[d]).and_then(|b| a.checked_add(b)))
+            .and_then(|a| a.checked_add(output_padding[d]))
+            .and_then(|a| a.checked_add(1))
+            .ok_or_else(|| {
+                Error::overflow(
+                    op,
+                    "stride",
+                    format!(
+                        "the output size of input {orig_x:?} with weight {w:?}, stride {}, dilation {} overflows usize",
+                        fmt_pair(stride),
+                        fmt_pair(dilation)
+                    ),
+                )
+            })?;
+        let cut = padding[d].checked_mul(2).ok_or_else(|| {
+            Error::overflow(
+                op,
+                "padding",
+                format!("2 × padding {} overflows usize", padding[d]),
+            )
+        })?;
+        if cut >= full {
+            return Err(Error::invalid(
+                op,
+                "padding",
+                format!(
+                    "the output size (H − 1)·stride − 2·padding + dilation·(K − 1) + output_padding + 1 is {} − {cut} ≤ 0 in dimension {d} for input {orig_x:?}, weight {w:?}, padding {}",
+                    full,
+                    fmt_pair(padding)
+                ),
+            ));
+        }
+        out[d] = full - cut;
+    }
+    // Every buffer the computation allocates must have a representable size: the output,
+    // one item's column matrix, the input gradient.
+    Shape::from([n, c_out, out[0], out[1]]).numel_for(op)?;
+    Shape::from([c_out, kh, kw, h, wd]).numel_for(op)?;
+    Shape::from([n, c_in, h, wd]).numel_for(op)?;
+    Ok(ConvGeom {
+        n,
+        c: c_out,
+        h: out[0],
+        w: out[1],
+        o: c_in,
+        groups,
+        kh,
+        kw,
+        stride,
+        padding,
+        dilation,
+        oh: h,
+        ow: wd,
+    })
+}
+
+/// The recorded transposed convolution of 4-D `x` `[N, C_in, H, W]` with `w`
+/// `[C_in, C_out/G, KH, KW]`: the input gradient of the convolution `g` describes
+/// (`docs/conv.md` §6), then `⊕ bias`.
+fn conv_transpose2d_core<B: Backend>(
+    x: &Tensor<B>,
+    w: &Tensor<B>,
+    bias: Option<&Tensor<B>>,
+    g: ConvGeom,
+) -> Result<Tensor<B>> {
+    let op = "conv_transpose2d";
+    let be = x.backend();
+    let mut y = conv_grad_input(be, &dense(x)?, w, &g)?;
+    if let Some(b) = bias {
+        y = add_channel_bias(op, y, b)?;
+    }
+    let need_x = x.is_requires_grad();
+    let need_w = w.is_requires_grad();
+    let need_b = bias.is_some_and(|b| b.is_requires_grad());
+    let mut inputs = vec![x, w];
+    inputs.extend(bias);
+    let (x_keep, w_keep) = (x.clone(), w.clone());
+    let has_bias = bias.is_some();
+    Ok(record(op, y, &inputs, move || {
+        let sx = need_w.then(|| Saved::new(op, &x_keep));
+        let sw = need_x.then(|| Saved::new(op, &w_keep));
+        move |gy: &Tensor<B>| {
+            let be = gy.backend();
+            let gy = dense(gy)?;
+            let mut grads = Vec::with_capacity(3);
+            // ∂x: the convolution of the output gradient with the same weight.
+            grads.push(match &sw {
+                Some(sw) => Some(conv_forward_raw(be, &gy, sw.get()?, &g)?),
+                None => None,
+            });
+            // ∂W: the convolution's weight gradient with x in the role of the output
+            // gradient and the output gradient in the role of the input.
+            grads.push(match &sx {
+                Some(sx) => Some(conv_grad_weight(be, &dense(sx.get()?)?, &gy, &g)?),
+                None => None,
+            });
+            if has_bias {
+                grads.push(if need_b { Some(bias_grad(&gy)?) } else { None });
+            }
+            Ok(grads)
+        }
+    }))
+}
+
 /// `t` itself when contiguous, else an unrecorded contiguous copy.
 fn dense<B: Backend>(t: &Tensor<B>) -> Result<Tensor<B>> {
     if t.is_contiguous() {
@@ -770,6 +1045,66 @@ impl<B: Backend> Tensor<B> {
             y.reshape_to(&[g.o, g.ow])
         } else {
             y.squeeze(2)
+        }
+    }
+
+    /// Transposed 2-D convolution (PyTorch's `F.conv_transpose2d`, the adjoint of
+    /// [`Tensor::conv2d`]) of `self` `[N, C_in, H, W]` (or unbatched `[C_in, H, W]`) with
+    /// `weight` `[C_in, C_out/groups, KH, KW]` and an optional `bias` `[C_out]`; the output
+    /// is `[N, C_out, H_out, W_out]` with
+    /// `H_out = (H − 1)·sh − 2·ph + dh·(KH − 1) + oph + 1` (likewise W_out).
+    ///
+    /// Computed with the convolution's kernels in swapped roles: per group the columns
+    /// `Wᵀ · x` (canonical GEMM) scattered by col2im, then the bias; the orders of every
+    /// sum, forward and backward, are in `docs/conv.md` §6. Errors: input not 3-D or 4-D,
+    /// weight not 4-D, input channels ≠ weight dim 0, groups not dividing them, a bias
+    /// that is not `[C_out]`, zero stride, dilation, groups or kernel size, an output
+    /// padding not below the stride or the dilation, an empty height or width and an
+    /// output size below 1.
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor<B>,
+        bias: Option<&Tensor<B>>,
+        opts: ConvTranspose2dOptions,
+    ) -> Result<Tensor<B>> {
+        let op = "conv_transpose2d";
+        let (xd, wd) = (self.dims(), weight.dims());
+        if xd.len() != 3 && xd.len() != 4 {
+            return Err(Error::invalid(
+                op,
+                "input",
+                format!("expects a 3-D [C_in, H, W] (unbatched) or 4-D [N, C_in, H, W] input, got shape {xd:?}"),
+            ));
+        }
+        if wd.len() != 4 {
+            return Err(Error::invalid(
+                op,
+                "weight",
+                format!("expects a 4-D weight [C_in, C_out/groups, KH, KW], got shape {wd:?}"),
+            ));
+        }
+        if let Some(b) = bias {
+            if b.rank() != 1 {
+                return Err(Error::invalid(
+                    op,
+                    "bias",
+                    format!("expects a 1-D bias [C_out], got shape {:?}", b.dims()),
+                ));
+            }
+        }
+        let unbatched = xd.len() == 3;
+        let x4 = if unbatched {
+            let mut d = vec![1];
+            d.extend_from_slice(xd);
+            d
+        } else {
+            xd.to_vec()
+        };
+        let g = conv_transpose_geom(xd, &x4, wd, bias.map(|b| b.dims()), &opts)?;
+        if unbatched {
+            conv_transpose2d_core(&self.unsqueeze(0)?, weight, bias, g)?.squeeze(0)
+        } else {
+            conv_transpose2d_core(self, weight, bias, g)
         }
     }
 }

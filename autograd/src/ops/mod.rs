@@ -10,7 +10,7 @@
 //! | [`shape`] | reshape, reshape_infer, view, view_infer, permute, transpose, narrow, slice, expand, squeeze, unsqueeze, flatten, contiguous, concat, stack | |
 //! | [`softmax`] | softmax, log_softmax | |
 //! | [`loss`] | cross_entropy, mse_loss | [`CrossEntropyOptions`], [`Reduction`] |
-//! | [`conv`] | conv1d, conv2d (im2col) | [`conv::Conv1dOptions`], [`conv::Conv2dOptions`] |
+//! | [`conv`] | conv1d, conv2d (im2col), conv_transpose2d (their adjoint) | [`conv::Conv1dOptions`], [`conv::Conv2dOptions`], [`conv::ConvTranspose2dOptions`] |
 //! | [`pool`] | max_pool2d, avg_pool2d, adaptive_avg_pool2d | [`pool::MaxPool2dOptions`], [`pool::AvgPool2dOptions`] |
 //! | [`pad`] | pad (constant) | |
 //! | [`norm`] | batch_norm, layer_norm, group_norm | [`norm::BatchNormOptions`], [`norm::Momentum`], [`norm::LayerNormOptions`], [`norm::GroupNormOptions`] |

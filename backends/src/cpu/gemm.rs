@@ -41,6 +41,10 @@ const TARGET_CHUNKS: usize = 8;
 const TRANSPOSE_RUN: usize = 32;
 /// Capacity of the scratch tile of partial (edge) micro-tiles: at least `MR × NR`.
 const TILE_MAX: usize = 512;
+/// Most rows per `B` for which full panels of a unit-column-stride `B` are read in place
+/// rather than packed (each panel then serves at most this many rows: its copy would cost
+/// about as much as its products).
+const DIRECT_B_MAX_ROWS: usize = 48;
 
 /// The batched product of [`MatmulSpec`] on `isa`, in the canonical order of `M`.
 ///
@@ -101,10 +105,17 @@ struct Job<'a> {
     a: &'a [f32],
     a_offset: usize,
     a_strides: [usize; 3],
-    /// Packed `B`: per batch of `B`, `n / NR` (rounded up) panels of `k × NR`.
+    /// Packed `B`: per batch of `B`, `n / NR` (rounded up) panels of `k × NR` (with
+    /// `direct`, only the last, partial panel of each batch is packed).
     bpack: &'a [f32],
     /// Elements of `bpack` per batch, 0 when every batch shares one `B`.
     b_batch_len: usize,
+    /// `B` itself, its offset and strides.
+    b: &'a [f32],
+    b_offset: usize,
+    b_strides: [usize; 3],
+    /// Full panels read `B` in place (row stride `b_strides[1]`) instead of a packed copy.
+    direct: bool,
 }
 
 /// One instantiation of the micro-kernels: a lane type, a mode and a micro-tile shape.
@@ -124,7 +135,8 @@ trait Kernel {
     /// [`pack_a`] with this kernel's `MR`.
     fn pack_a(job: &Job<'_>, r0: usize, rows: usize, pc: usize, kc: usize, apack: &mut [f32]);
 
-    /// One full `MR × NR` tile in place, as [`micro`] with `astep = MR`, `bstep = NR`.
+    /// One full `MR × NR` tile in place, as [`micro`] with `astep = MR` and the given
+    /// `bstep` (`NR` for a packed panel, the row stride of `B` when read in place).
     ///
     /// # Safety
     /// The contract of [`micro`], and the CPU has the kernel's target features.
@@ -133,6 +145,7 @@ trait Kernel {
         kc: usize,
         a: *const f32,
         b: *const f32,
+        bstep: usize,
         c: *mut f32,
         ldc: usize,
         load: bool,
@@ -141,7 +154,7 @@ trait Kernel {
 
     /// One edge tile of `rows × cols` (at most `MR × NR`) into the scratch tile `t` (row
     /// stride `NR`), on the smallest kernel covering it: `MH` or `MR` rows; one, two or
-    /// `NR / W` lanes.
+    /// `NR / W` lanes; `bstep` as for [`Kernel::full`].
     ///
     /// # Safety
     /// The contract of [`micro`] for an `MR × NR` tile at `t` with `ldc = NR`, and the CPU
@@ -151,6 +164,7 @@ trait Kernel {
         kc: usize,
         a: *const f32,
         b: *const f32,
+        bstep: usize,
         t: *mut f32,
         rows: usize,
         cols: usize,
@@ -180,31 +194,33 @@ macro_rules! kernel {
                 kc: usize,
                 a: *const f32,
                 b: *const f32,
+                bstep: usize,
                 c: *mut f32,
                 ldc: usize,
                 load: bool,
                 last: bool,
             ) {
                 #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
                 $(#[target_feature(enable = $feature)])?
                 unsafe fn imp(
                     kc: usize,
                     a: *const f32,
                     b: *const f32,
+                    bstep: usize,
                     c: *mut f32,
                     ldc: usize,
                     load: bool,
                     last: bool,
                 ) {
-                    const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
                     // SAFETY: the caller of `full` guarantees `micro`'s contract for one
-                    // MR × NR tile with astep = MR, bstep = NR (the `Kernel::full`
+                    // MR × NR tile with astep = MR and this bstep (the `Kernel::full`
                     // contract); the target features are those `imp` is compiled with.
-                    unsafe { micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, c, ldc, load, last) }
+                    unsafe { micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, bstep, c, ldc, load, last) }
                 }
                 // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
                 // contract, both guaranteed by the caller of `full`.
-                unsafe { imp(kc, a, b, c, ldc, load, last) }
+                unsafe { imp(kc, a, b, bstep, c, ldc, load, last) }
             }
 
             #[inline(always)]
@@ -212,6 +228,7 @@ macro_rules! kernel {
                 kc: usize,
                 a: *const f32,
                 b: *const f32,
+                bstep: usize,
                 t: *mut f32,
                 rows: usize,
                 cols: usize,
@@ -225,6 +242,7 @@ macro_rules! kernel {
                     kc: usize,
                     a: *const f32,
                     b: *const f32,
+                    bstep: usize,
                     t: *mut f32,
                     rows: usize,
                     cols: usize,
@@ -234,24 +252,24 @@ macro_rules! kernel {
                     const W: usize = <$lane as SimdLane>::WIDTH;
                     const NR: usize = $nv * W;
                     // SAFETY: the caller of `edge` guarantees `micro`'s contract for an
-                    // MR × NR tile at `t` (row stride NR) and the target features `imp` is
-                    // compiled with; each variant reads only the first MH or MR rows of the
-                    // A panel and the first 1, 2 or NV lanes of the B panel and of `t`'s
-                    // rows (2 < NV when chosen), a part of that tile.
+                    // MR × NR tile at `t` (row stride NR, B steps of bstep) and the target
+                    // features `imp` is compiled with; each variant reads only the first MH
+                    // or MR rows of the A panel and the first 1, 2 or NV lanes of each B
+                    // step and of `t`'s rows (2 < NV when chosen), a part of that tile.
                     unsafe {
                         match (rows <= $mh, cols.div_ceil(W)) {
-                            (true, 1) => micro::<$lane, $mode, $mh, 1>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $mh, 2>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (true, _) => micro::<$lane, $mode, $mh, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (false, 1) => micro::<$lane, $mode, $mr, 1>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $mr, 2>(kc, a, $mr, b, NR, t, NR, load, last),
-                            (false, _) => micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, NR, t, NR, load, last),
+                            (true, 1) => micro::<$lane, $mode, $mh, 1>(kc, a, $mr, b, bstep, t, NR, load, last),
+                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $mh, 2>(kc, a, $mr, b, bstep, t, NR, load, last),
+                            (true, _) => micro::<$lane, $mode, $mh, $nv>(kc, a, $mr, b, bstep, t, NR, load, last),
+                            (false, 1) => micro::<$lane, $mode, $mr, 1>(kc, a, $mr, b, bstep, t, NR, load, last),
+                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $mr, 2>(kc, a, $mr, b, bstep, t, NR, load, last),
+                            (false, _) => micro::<$lane, $mode, $mr, $nv>(kc, a, $mr, b, bstep, t, NR, load, last),
                         }
                     }
                 }
                 // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
                 // contract for the tile at `t`, both guaranteed by the caller of `edge`.
-                unsafe { imp(kc, a, b, t, rows, cols, load, last) }
+                unsafe { imp(kc, a, b, bstep, t, rows, cols, load, last) }
             }
         }
     };
@@ -308,12 +326,49 @@ unsafe fn run<K: Kernel>(
         out.fill(0.0);
         return;
     }
+    if spec.b_strides[2] != 1 && spec.a_strides[2] == 1 && m < n {
+        // B would go through the transposing packer (k × n elements) while A is
+        // row-major: compute Cᵀ = Bᵀ·Aᵀ instead, whose packed B is Aᵀ (k × m, fewer
+        // elements) and whose A is Bᵀ, row-major. Every output element is the same
+        // sequence of multiply-adds of the same products in increasing k (a product
+        // and a fused multiply-add do not depend on the order of their two factors;
+        // exact mode canonicalises NaN), so the bits are the same.
+        let [sa0, sa1, sa2] = spec.a_strides;
+        let [sb0, sb1, sb2] = spec.b_strides;
+        let t = MatmulSpec {
+            batch,
+            m: n,
+            k,
+            n: m,
+            a_offset: spec.b_offset,
+            a_strides: [sb0, sb2, sb1],
+            b_offset: spec.a_offset,
+            b_strides: [sa0, sa2, sa1],
+        };
+        let len = batch * m * n;
+        let mut tbuf = Scratch::take(&SCRATCH_T, len);
+        let ct = &mut tbuf.buf[..len];
+        // SAFETY: the caller guarantees `K`'s target features; `t` addresses exactly the
+        // elements of `b` and `a` that `spec` does, and `ct` holds batch·n·m elements.
+        unsafe { run::<K>(ctx, &t, b, a, ct) };
+        for (src, dst) in ct.chunks_exact(m * n).zip(out.chunks_exact_mut(m * n)) {
+            transpose_into(src, n, m, dst);
+        }
+        return;
+    }
     let (mr, nr) = (K::MR, K::NR);
     let npanels = n.div_ceil(nr);
     let b_shared = batch == 1 || spec.b_strides[0] == 0;
     let b_batches = if b_shared { 1 } else { batch };
     let panel_len = k * nr;
     let b_batch_len = npanels * panel_len;
+    // A product with few rows per `B` reads each packed panel only a few times, so the
+    // copy costs about as much as the products; with unit column stride the full panels
+    // are then read in place (the same values in the same order: the same bits) when B
+    // is row-major (rows at least `n` apart, so that a step's `NR` columns are contiguous).
+    let rows_per_b = if b_shared { batch * m } else { m };
+    let [_, sb1, sb2] = spec.b_strides;
+    let direct = sb2 == 1 && sb1 >= n && rows_per_b <= DIRECT_B_MAX_ROWS;
 
     // Pack B: panel `jp` of batch `bb` holds rows 0..k of columns jp*NR.. (zero-padded).
     let mut bbuf = Scratch::take(&SCRATCH_B, b_batches * b_batch_len);
@@ -322,7 +377,10 @@ unsafe fn run<K: Kernel>(
     ctx.for_each_chunk(bpack, panels_per_chunk * panel_len, |ci, chunk| {
         for (pi, panel) in chunk.chunks_mut(panel_len).enumerate() {
             let idx = ci * panels_per_chunk + pi;
-            pack_b(spec, b, idx / npanels, (idx % npanels) * nr, nr, panel);
+            let j0 = (idx % npanels) * nr;
+            if !direct || j0 + nr > n {
+                pack_b(spec, b, idx / npanels, j0, nr, panel);
+            }
         }
     });
 
@@ -335,6 +393,10 @@ unsafe fn run<K: Kernel>(
         a_strides: spec.a_strides,
         bpack,
         b_batch_len: if b_shared { 0 } else { b_batch_len },
+        b,
+        b_offset: spec.b_offset,
+        b_strides: spec.b_strides,
+        direct,
     };
 
     // Chunks of whole rows of the batch-folded output: about TARGET_CHUNKS of them, none
@@ -360,6 +422,27 @@ std::thread_local! {
     static SCRATCH_B: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// This thread's packing buffer for `A`.
     static SCRATCH_A: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// This thread's buffer for a product computed transposed.
+    static SCRATCH_T: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// Writes the transpose of `src` (`rows × cols`, row-major) into `dst` (`cols × rows`),
+/// in square blocks so that both sides stay in cache.
+fn transpose_into(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    const BLOCK: usize = 32;
+    assert!(
+        src.len() == rows * cols && dst.len() == rows * cols,
+        "gemm: transpose"
+    );
+    for r0 in (0..rows).step_by(BLOCK) {
+        for c0 in (0..cols).step_by(BLOCK) {
+            for r in r0..rows.min(r0 + BLOCK) {
+                for c in c0..cols.min(c0 + BLOCK) {
+                    dst[c * rows + r] = src[r * cols + c];
+                }
+            }
+        }
+    }
 }
 
 /// Largest buffer (in f32 elements) a thread keeps after a call: 16 MiB.
@@ -486,9 +569,11 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut
         let r = r0 + s;
         let mut e = nrows.min(s + MC);
         let mut bpack = job.bpack;
+        let mut b_base = job.b_offset;
         if job.b_batch_len != 0 {
             e = e.min(s + (m - r % m));
             bpack = &bpack[(r / m) * job.b_batch_len..];
+            b_base += (r / m) * job.b_strides[0];
         }
         let block_rows = e - s;
         let c = &mut out[s * n..e * n];
@@ -500,7 +585,13 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut
             for jp in 0..npanels {
                 let j0 = jp * nr;
                 let cols = nr.min(n - j0);
-                let bpanel = &bpack[(jp * k + pc) * nr..][..kc * nr];
+                let (bpanel, bstep) = if job.direct && cols == nr {
+                    // Steps pc..pc+kc of columns j0..j0+NR of B, in place.
+                    let sb1 = job.b_strides[1];
+                    (&job.b[b_base + pc * sb1 + j0..], sb1)
+                } else {
+                    (&bpack[(jp * k + pc) * nr..][..kc * nr], nr)
+                };
                 for (ip, apanel) in apack[..block_rows.div_ceil(mr) * mr * kc]
                     .chunks_exact(mr * kc)
                     .enumerate()
@@ -508,7 +599,11 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, out: &mut [f32], apack: &mut
                     let i0 = ip * mr;
                     let rws = mr.min(block_rows - i0);
                     // SAFETY: the caller of `rows` guarantees `K`'s target features.
-                    unsafe { tile::<K>(kc, apanel, bpanel, c, n, i0, j0, rws, cols, load, last) };
+                    unsafe {
+                        tile::<K>(
+                            kc, apanel, bpanel, bstep, c, n, i0, j0, rws, cols, load, last,
+                        )
+                    };
                 }
             }
             pc += kc;
@@ -528,6 +623,7 @@ unsafe fn tile<K: Kernel>(
     kc: usize,
     apanel: &[f32],
     bpanel: &[f32],
+    bstep: usize,
     c: &mut [f32],
     ldc: usize,
     i0: usize,
@@ -543,7 +639,7 @@ unsafe fn tile<K: Kernel>(
         "gemm: tile shape"
     );
     assert!(
-        apanel.len() >= kc * mr && bpanel.len() >= kc * nr,
+        bstep >= nr && apanel.len() >= kc * mr && bpanel.len() >= (kc - 1) * bstep + nr,
         "gemm: panels"
     );
     assert!(
@@ -553,10 +649,22 @@ unsafe fn tile<K: Kernel>(
     assert!((i0 + rows - 1) * ldc + j0 + cols <= c.len(), "gemm: tile");
     let (a, b) = (apanel.as_ptr(), bpanel.as_ptr());
     if rows == mr && cols == nr {
-        // SAFETY: the panels hold kc steps of MR and NR elements, and the tile's MR rows
-        // of NR columns at row stride ldc lie inside `c` (all asserted above); the caller
-        // of `tile` guarantees the kernel's target features.
-        unsafe { K::full(kc, a, b, c.as_mut_ptr().add(i0 * ldc + j0), ldc, load, last) }
+        // SAFETY: the A panel holds kc steps of MR elements, the B panel kc steps of NR
+        // elements bstep apart, and the tile's MR rows of NR columns at row stride ldc lie
+        // inside `c` (all asserted above); the caller of `tile` guarantees the kernel's
+        // target features.
+        unsafe {
+            K::full(
+                kc,
+                a,
+                b,
+                bstep,
+                c.as_mut_ptr().add(i0 * ldc + j0),
+                ldc,
+                load,
+                last,
+            )
+        }
         return;
     }
     let mut t = [0.0f32; TILE_MAX];
@@ -566,10 +674,10 @@ unsafe fn tile<K: Kernel>(
             t[i * nr..i * nr + cols].copy_from_slice(&c[s..s + cols]);
         }
     }
-    // SAFETY: the panels hold kc steps of MR and NR elements (asserted above) and `t`
-    // holds TILE_MAX >= MR × NR elements; the caller of `tile` guarantees the kernel's
-    // target features.
-    unsafe { K::edge(kc, a, b, t.as_mut_ptr(), rows, cols, load, last) }
+    // SAFETY: the panels hold kc steps of MR elements and of NR elements bstep apart
+    // (asserted above) and `t` holds TILE_MAX >= MR × NR elements; the caller of `tile`
+    // guarantees the kernel's target features.
+    unsafe { K::edge(kc, a, b, bstep, t.as_mut_ptr(), rows, cols, load, last) }
     for i in 0..rows {
         let s = (i0 + i) * ldc + j0;
         c[s..s + cols].copy_from_slice(&t[i * nr..i * nr + cols]);
@@ -584,7 +692,8 @@ unsafe fn tile<K: Kernel>(
 ///
 /// # Safety
 /// `a` must be valid for reads of `kc × astep` elements with `MR <= astep` (step `p` reads
-/// `a[p·astep ..][.. MR]`), `b` of `kc × bstep` elements with `NV × WIDTH <= bstep`; `c`
+/// `a[p·astep ..][.. MR]`), `b` of `(kc − 1) × bstep + NV × WIDTH` elements with
+/// `NV × WIDTH <= bstep` (step `p` reads `b[p·bstep ..][.. NV × WIDTH]`); `c`
 /// must have `MR` rows of `NV × WIDTH` elements at row stride `ldc`, readable and
 /// writable; the CPU must have the target features of `L`.
 #[inline(always)]
@@ -615,9 +724,11 @@ unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: u
     let (mut a, mut b) = (a, b);
     for _ in 0..kc {
         // SAFETY: step p reads a[p·astep ..][..MR] and b[p·bstep ..][..NV·WIDTH], inside
-        // the kc·astep and kc·bstep elements the caller guarantees, then advances both
-        // pointers by one step: after the last step they point one past those elements,
-        // which `add` allows. The lane's target features are the caller's guarantee too.
+        // the kc·astep and (kc − 1)·bstep + NV·WIDTH elements the caller guarantees, then
+        // advances both pointers by one step: `a` ends one past its elements, which `add`
+        // allows; `b` may end further (B read in place), so it advances with
+        // `wrapping_add` and is only dereferenced at steps inside. The lane's target
+        // features are the caller's guarantee too.
         unsafe {
             let bv: [L; NV] = core::array::from_fn(|v| L::load(b.add(v * w)));
             for (i, row) in acc.iter_mut().enumerate() {
@@ -627,7 +738,7 @@ unsafe fn micro<L: SimdLane, M: ModeSpec + Madd<L>, const MR: usize, const NV: u
                 }
             }
             a = a.add(astep);
-            b = b.add(bstep);
+            b = b.wrapping_add(bstep);
         }
     }
     for (i, row) in acc.iter().enumerate() {

@@ -2,7 +2,8 @@
 //!
 //! `tools/autograd_oracle.py` and `tools/rnn_oracle.py` build these models in PyTorch
 //! 2.15.0 from seeded weights, run one forward and backward pass and write weights,
-//! inputs, loss and every gradient to `testdata/autograd/{conv_net,encoder,crnn}.safetensors`.
+//! inputs, loss and every gradient to
+//! `testdata/autograd/{conv_net,encoder,crnn,decoder}.safetensors`.
 //! The same models are defined here so that the oracle tests, the `reproduce` example and
 //! the benches build them identically:
 //!
@@ -17,14 +18,19 @@
 //!   collapsed into the features, a two-layer bidirectional [`Lstm`](crate::Lstm), a
 //!   linear layer and `log_softmax`, with the mean CTC loss over targets of unequal
 //!   lengths (a repeated label among them).
+//! - [`Decoder`]: `conv → relu → deconv1` (a strided, grouped transposed convolution
+//!   with output padding) `→ tanh → nearest → deconv2` (dilated, no bias) `→ leaky_relu
+//!   → bilinear → bilinear (align_corners) → sigmoid`, with the mean squared error.
 //!
-//! [`ConvNetCase`], [`EncoderCase`] and [`CrnnCase`] hold a model with its inputs; their
-//! [`ReferenceCase::forward_backward`] runs one pass and returns every gradient, in the
-//! order the pinned hashes use: parameters in `state_dict` order, then the input.
+//! [`ConvNetCase`], [`EncoderCase`], [`CrnnCase`] and [`DecoderCase`] hold a model with
+//! its inputs; their [`ReferenceCase::forward_backward`] runs one pass and returns every
+//! gradient, in the order the gradient hashes use: parameters in `state_dict` order, then
+//! the input. The decoder's pinned value is that of a short training run instead
+//! ([`DecoderCase::train`]: the parameters after a few SGD steps).
 //!
 //! Files: this module holds the pinned hashes, [`Gradients`] and [`ReferenceCase`];
 //! [`conv_net`] the conv net and its case, [`encoder`] the transformer encoder and its
-//! case, [`crnn`] the CRNN and its case. The oracle files are read with [`TensorFile`] and [`load_state_dict`] of
+//! case, [`crnn`] the CRNN and its case, [`decoder`] the decoder and its case. The oracle files are read with [`TensorFile`] and [`load_state_dict`] of
 //! [`crate::checkpoint`] (re-exported here).
 //!
 //! ```
@@ -44,11 +50,13 @@
 
 pub mod conv_net;
 pub mod crnn;
+pub mod decoder;
 pub mod encoder;
 
 pub use crate::checkpoint::{load_state_dict, TensorFile};
 pub use conv_net::{ConvNet, ConvNetCase, ConvNetConfig};
 pub use crnn::{Crnn, CrnnCase, CrnnConfig};
+pub use decoder::{Decoder, DecoderCase, DecoderTraining};
 pub use encoder::{EncoderCase, EncoderConfig, TransformerEncoder};
 
 use crate::error::Result;
@@ -57,17 +65,20 @@ use exactgrad_autograd::{hash_tensors, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
 
-/// The exact-mode gradient hashes of the oracle cases ([`ConvNetCase::from_oracle`],
-/// [`EncoderCase::from_oracle`] and [`CrnnCase::from_oracle`] on the files in
-/// `testdata/autograd/`), as [`Gradients::hash`] computes them on `ScalarRefBackend`,
-/// the scalar oracle of the arithmetic contract. Every exact path and thread count must
-/// give these values; the tests `tests/reference_models.rs` (conv net, encoder) and
-/// `tests/rnn_oracle.rs` (crnn) pin the same numbers and the `reproduce` example checks
-/// a machine against them.
-pub const PINNED_HASHES: [(&str, u64); 3] = [
+/// The exact-mode hashes of the oracle cases on the files in `testdata/autograd/`, as
+/// `ScalarRefBackend` (the scalar oracle of the arithmetic contract) computes them: the
+/// gradient hash ([`Gradients::hash`]) of [`ConvNetCase::from_oracle`],
+/// [`EncoderCase::from_oracle`] and [`CrnnCase::from_oracle`], and the parameter hash
+/// after the training run of [`DecoderCase::from_oracle`] ([`DecoderCase::train`]).
+/// Every exact path and thread count must give these values; the tests
+/// `tests/reference_models.rs` (conv net, encoder), `tests/rnn_oracle.rs` (crnn) and
+/// `tests/decoder_oracle.rs` (decoder) pin the same numbers and the `reproduce` example
+/// checks a machine against them.
+pub const PINNED_HASHES: [(&str, u64); 4] = [
     ("conv_net", 0xa021_2c7f_3b4e_3698),
     ("encoder", 0x1215_42c7_8634_3692),
     ("crnn", 0x6671_5a90_3e97_922e),
+    ("decoder", 0x683e_30cf_8bb1_ca11),
 ];
 
 // ----- results ----------------------------------------------------------------------
@@ -119,7 +130,7 @@ impl<B: Backend> fmt::Debug for Gradients<B> {
 
 /// A reference model with its inputs.
 pub trait ReferenceCase<B: Backend> {
-    /// A short name (`conv_net`, `encoder`, `crnn`).
+    /// A short name (`conv_net`, `encoder`, `crnn`, `decoder`).
     fn name(&self) -> &'static str;
 
     /// The model's parameters in `state_dict` order (for an optimizer).

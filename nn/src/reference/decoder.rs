@@ -1,0 +1,301 @@
+//! The reference decoder ([`Decoder`]) and its case with the MSE loss ([`DecoderCase`]);
+//! see the parent module for what they are for.
+
+use super::{collect, Gradients, ReferenceCase};
+use crate::checkpoint::{load_state_dict, TensorFile};
+use crate::conv::Conv2d;
+use crate::conv_transpose::ConvTranspose2d;
+use crate::error::{Error, Result};
+use crate::module::Module;
+use crate::optim::{Optimizer, Sgd, SgdConfig};
+use exactgrad_autograd::{
+    hash_tensors, Conv2dOptions, ConvTranspose2dOptions, InterpolateOptions, InterpolateSize,
+    Reduction, Tensor,
+};
+use exactgrad_core::{Backend, Philox};
+use std::fmt;
+
+/// Input channels of [`Decoder`].
+pub const DECODER_IN_CHANNELS: usize = 3;
+
+/// Output channels of [`Decoder`].
+pub const DECODER_OUT_CHANNELS: usize = 4;
+
+/// A small convolutional decoder (upsampling path of an encoder–decoder network):
+///
+/// ```text
+/// conv    Conv2d(3 → 8, 3×3, padding 1) → relu
+/// deconv1 ConvTranspose2d(8 → 6, 3×3, stride 2, padding 1, output_padding 1, groups 2) → tanh
+///         → interpolate nearest to (15, 13)
+/// deconv2 ConvTranspose2d(6 → 4, (3, 2), stride (1, 2), padding (1, 0), dilation (2, 1),
+///         no bias) → leaky_relu(0.1)
+///         → interpolate bilinear (half-pixel) to (12, 20)
+///         → interpolate bilinear align_corners to (9, 16) → sigmoid
+/// ```
+///
+/// Parameters `conv.*`, `deconv1.*`, `deconv2.weight` (PyTorch's names). The resizes
+/// fix the output size, so any input height and width give `[N, 4, 9, 16]`.
+pub struct Decoder<B: Backend> {
+    conv: Conv2d<B>,
+    deconv1: ConvTranspose2d<B>,
+    deconv2: ConvTranspose2d<B>,
+}
+
+impl<B: Backend> Decoder<B> {
+    /// A model initialised as PyTorch initialises its layers, drawing `conv`, `deconv1`
+    /// and `deconv2` in that order from `rng`.
+    pub fn new(backend: &B, rng: &mut Philox) -> Result<Self> {
+        let conv = Conv2d::with_options(
+            backend,
+            DECODER_IN_CHANNELS,
+            8,
+            [3, 3],
+            Conv2dOptions {
+                padding: [1, 1],
+                ..Conv2dOptions::default()
+            },
+            true,
+            rng,
+        )?;
+        let deconv1 = ConvTranspose2d::with_options(
+            backend,
+            8,
+            6,
+            [3, 3],
+            ConvTranspose2dOptions {
+                stride: [2, 2],
+                padding: [1, 1],
+                output_padding: [1, 1],
+                groups: 2,
+                ..ConvTranspose2dOptions::default()
+            },
+            true,
+            rng,
+        )?;
+        let deconv2 = ConvTranspose2d::with_options(
+            backend,
+            6,
+            DECODER_OUT_CHANNELS,
+            [3, 2],
+            ConvTranspose2dOptions {
+                stride: [1, 2],
+                padding: [1, 0],
+                dilation: [2, 1],
+                ..ConvTranspose2dOptions::default()
+            },
+            false,
+            rng,
+        )?;
+        Ok(Self {
+            conv,
+            deconv1,
+            deconv2,
+        })
+    }
+}
+
+impl<B: Backend> Module<B> for Decoder<B> {
+    /// The output `[N, 4, 9, 16]` in (0, 1) of an input `[N, 3, H, W]`.
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let x = self.conv.forward(input)?.relu()?;
+        let x = self.deconv1.forward(&x)?.tanh()?;
+        let x = x.interpolate(
+            InterpolateSize::Size([15, 13]),
+            InterpolateOptions::default(),
+        )?;
+        let x = self.deconv2.forward(&x)?.leaky_relu(0.1)?;
+        let x = x.interpolate(
+            InterpolateSize::Size([12, 20]),
+            InterpolateOptions::bilinear(),
+        )?;
+        let x = x.interpolate(
+            InterpolateSize::Size([9, 16]),
+            InterpolateOptions {
+                align_corners: true,
+                ..InterpolateOptions::bilinear()
+            },
+        )?;
+        Ok(x.sigmoid()?)
+    }
+
+    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+        f("conv", &self.conv);
+        f("deconv1", &self.deconv1);
+        f("deconv2", &self.deconv2);
+    }
+
+    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
+        f("conv", &mut self.conv);
+        f("deconv1", &mut self.deconv1);
+        f("deconv2", &mut self.deconv2);
+    }
+}
+
+impl<B: Backend> fmt::Debug for Decoder<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decoder")
+            .field("conv", &self.conv)
+            .field("deconv1", &self.deconv1)
+            .field("deconv2", &self.deconv2)
+            .finish()
+    }
+}
+
+/// The training of [`DecoderCase::train`]: PyTorch's SGD on the case's one batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecoderTraining {
+    /// Optimizer steps (3 in the oracle).
+    pub steps: usize,
+    /// Learning rate (0.5).
+    pub lr: f64,
+    /// Momentum (0.9).
+    pub momentum: f64,
+}
+
+impl Default for DecoderTraining {
+    fn default() -> Self {
+        Self {
+            steps: 3,
+            lr: 0.5,
+            momentum: 0.9,
+        }
+    }
+}
+
+/// A [`Decoder`] with a batch of inputs and targets, trained with the mean squared error.
+pub struct DecoderCase<B: Backend> {
+    /// The model.
+    pub model: Decoder<B>,
+    /// The inputs `[N, 3, H, W]`, a leaf that requires grad.
+    pub input: Tensor<B>,
+    /// The targets `[N, 4, 9, 16]`.
+    pub target: Tensor<B>,
+    /// The training of the oracle (from the file's metadata, else the default).
+    pub training: DecoderTraining,
+}
+
+impl<B: Backend> DecoderCase<B> {
+    /// The oracle's case from the bytes of `decoder.safetensors`: parameters from
+    /// `init/…`, the inputs from `input/x`, the targets from `input/target`, the training
+    /// from the metadata `steps`, `lr` and `momentum`.
+    pub fn from_oracle(backend: &B, bytes: &[u8]) -> Result<Self> {
+        Self::from_file(backend, &TensorFile::from_bytes(bytes)?)
+    }
+
+    /// As [`DecoderCase::from_oracle`], from a decoded file.
+    pub fn from_file(backend: &B, file: &TensorFile) -> Result<Self> {
+        let model = Decoder::new(backend, &mut Philox::new(0))?;
+        load_state_dict(&model, file, "init/")?;
+        let float = |key: &str, default: f64| -> Result<f64> {
+            match file.metadata(key) {
+                None => Ok(default),
+                Some(v) => v.parse().map_err(|_| {
+                    Error::invalid(
+                        "DecoderCase::from_file",
+                        "metadata",
+                        format!("{key} = {v:?} is not a number"),
+                    )
+                }),
+            }
+        };
+        let d = DecoderTraining::default();
+        let training = DecoderTraining {
+            steps: match file.metadata("steps") {
+                None => d.steps,
+                Some(_) => file.metadata_usize("steps")?,
+            },
+            lr: float("lr", d.lr)?,
+            momentum: float("momentum", d.momentum)?,
+        };
+        Ok(Self {
+            model,
+            input: file.tensor(backend, "input/x")?.requires_grad()?,
+            target: file.tensor(backend, "input/target")?,
+            training,
+        })
+    }
+
+    /// A model initialised from `Philox::new(seed)`, a batch of `batch` standard normal
+    /// inputs `height × width` and uniform targets in [0, 1) from the same stream (for
+    /// benches).
+    pub fn random(
+        backend: &B,
+        batch: usize,
+        height: usize,
+        width: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut rng = Philox::new(seed);
+        let model = Decoder::new(backend, &mut rng)?;
+        let input = Tensor::randn(
+            backend,
+            [batch, DECODER_IN_CHANNELS, height, width],
+            0.0,
+            1.0,
+            &mut rng,
+        )?
+        .requires_grad()?;
+        let target = Tensor::rand_uniform(
+            backend,
+            [batch, DECODER_OUT_CHANNELS, 9, 16],
+            0.0,
+            1.0,
+            &mut rng,
+        )?;
+        Ok(Self {
+            model,
+            input,
+            target,
+            training: DecoderTraining::default(),
+        })
+    }
+
+    /// The mean squared error of the output `y` against the case's targets.
+    pub fn loss(&self, y: &Tensor<B>) -> Result<Tensor<B>> {
+        Ok(y.mse_loss(&self.target, Reduction::Mean)?)
+    }
+
+    /// Trains the model in place with [`DecoderCase::training`]: each step clears the
+    /// gradients, runs forward, the loss and backward, and takes one SGD step. Returns
+    /// the hash (see `docs/arithmetic.md`) of the parameters afterwards, in `state_dict`
+    /// order: the value pinned as `decoder` in [`super::PINNED_HASHES`].
+    pub fn train(&self) -> Result<u64> {
+        let t = self.training;
+        let mut opt = Sgd::new(
+            self.model.parameters(),
+            SgdConfig {
+                momentum: t.momentum,
+                ..SgdConfig::new(t.lr)
+            },
+        )?;
+        for _ in 0..t.steps {
+            opt.clear_grad();
+            let y = self.model.forward(&self.input.detach())?;
+            self.loss(&y)?.backward(None, false)?;
+            opt.step()?;
+        }
+        let params = self.model.parameters();
+        let refs: Vec<&Tensor<B>> = params.iter().collect();
+        Ok(hash_tensors(&refs)?)
+    }
+}
+
+impl<B: Backend> ReferenceCase<B> for DecoderCase<B> {
+    fn name(&self) -> &'static str {
+        "decoder"
+    }
+
+    fn parameters(&self) -> Vec<Tensor<B>> {
+        self.model.parameters()
+    }
+
+    /// The gradients of the mean squared error; [`Gradients::logits`] holds the output.
+    fn forward_backward(&self) -> Result<Gradients<B>> {
+        self.model.clear_grad();
+        self.input.clear_grad();
+        let y = self.model.forward(&self.input)?;
+        let loss = self.loss(&y)?;
+        loss.backward(None, false)?;
+        collect(&self.model, &self.input, loss, y)
+    }
+}
