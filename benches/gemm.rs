@@ -33,12 +33,12 @@ const SHAPES: [(&str, usize, usize, usize); 7] = [
     ("proj", 512, 128, 128),
 ];
 
-/// Whether `isa` is benchmarked on `shape`: the 128-bit and scalar paths skip the largest
+/// Whether `isa` is benchmarked on `shape`: the 128-bit, NEON and scalar paths skip the largest
 /// squares, which would take most of the run's time without telling anything new.
 fn wanted(isa: Isa, shape: &str) -> bool {
     match isa {
         Isa::Avx512 | Isa::Avx2 => true,
-        Isa::V128 => shape != "sq1024",
+        Isa::V128 | Isa::Neon => shape != "sq1024",
         Isa::Scalar => shape != "sq512" && shape != "sq1024",
     }
 }

@@ -242,7 +242,8 @@ pub struct Args {
     pub help: bool,
 }
 
-const USAGE: &str = "usage: digits [--backend NAME] [--isa avx512|avx2|v128|scalar] [--threads N] \
+const USAGE: &str =
+    "usage: digits [--backend NAME] [--isa avx512|avx2|v128|neon|scalar] [--threads N] \
 [--epochs N] [--seed S] [--batch-size N] [--hidden N] [--lr X] [--plot FILE.svg] [--csv FILE.csv]";
 
 /// Parses the arguments after the program name.

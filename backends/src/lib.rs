@@ -14,7 +14,7 @@
 //! | [`transcendental`] | `src/transcendental/` | exp, log, tanh, sigmoid, erf and GELU: `generic.rs` (the algorithms), `coeffs.rs`, the scalar and fast instantiations in `mod.rs`, unit tests in `tests.rs` |
 //! | [`scalar`] | `src/scalar/mod.rs` | the scalar reference definitions: `f32` formulas, sums, dot, GEMM, softmax rows, `sqrt` without std |
 //! | [`scalar_ref`] | `src/scalar_ref.rs` | `ScalarRefBackend` and `FastScalarRefBackend`: plain loops over [`scalar`] |
-//! | [`cpu`] | `src/cpu/` | `ExactBackend`/`FastBackend`: ISA detection and dispatch (`mod.rs`), lane types (`simd.rs`), f64 row sums (`simd64.rs`), element-wise loops (`elementwise.rs`), GEMM (`gemm.rs`), row kernels (`rows/`: copy, select, sum, softmax), the recurrent cells (`recurrent.rs`: LSTM and GRU steps, `docs/recurrent.md`) |
+//! | [`cpu`] | `src/cpu/` | `ExactBackend`/`FastBackend`: ISA detection and dispatch (`mod.rs`), lane types (`simd.rs`: x86-64 and NEON), f64 row sums (`simd64.rs`), element-wise loops (`elementwise.rs`), GEMM (`gemm.rs`), row kernels (`rows/`: copy, select, sum, softmax), the recurrent cells (`recurrent.rs`: LSTM and GRU steps, `docs/recurrent.md`) |
 //! | [`conformance`] | `src/conformance/` | the conformance kit for any backend: `cases.rs`, `check.rs`, `report.rs`, `invalid.rs` |
 //!
 //! `unsafe` is confined to the SIMD kernels of [`cpu`]; every block carries a `// SAFETY:`

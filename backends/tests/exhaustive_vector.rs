@@ -1,5 +1,6 @@
 //! The vector forms of the exact transcendental functions equal their scalar form bit for
-//! bit over all 2^32 f32 inputs, on every vector path of this machine.
+//! bit over all 2^32 f32 inputs, on every x86-64 vector path of this machine (the NEON path
+//! has the sampled twin `sampled_vector.rs`, which runs on every target).
 //!
 //! For each function (exp, log, tanh, sigmoid, erf, gelu_erf, gelu_tanh, gelu_erf_grad,
 //! gelu_tanh_grad) the scalar form is the `f32` instantiation of

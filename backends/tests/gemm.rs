@@ -300,15 +300,16 @@ fn fixed(batch: usize, m: usize, k: usize, n: usize, forms: (Form, Form), seed: 
     }
 }
 
-/// Sizes around every path's micro-tile edges (rows: 4 and 6, short kernels of 2 and 3;
-/// columns: 4, 8, 16, 32 and 64, edge kernels of one and two lanes).
+/// Sizes around every path's micro-tile edges (rows: 4, 6 and 8, short kernels of 2, 3
+/// and 4; columns: 4, 8, 12, 16, 32 and 64, edge kernels of one and two lanes).
 #[test]
 fn tile_edges() {
     let rm = (Form::RowMajor, Form::RowMajor);
     let mut seed = 1;
-    for m in [1, 2, 3, 4, 5, 6, 7, 11, 12, 13] {
+    for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17] {
         for n in [
-            1, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 97, 129,
+            1, 3, 4, 5, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 63, 64, 65,
+            97, 129,
         ] {
             for k in [1, 2, 17] {
                 seed += 1;

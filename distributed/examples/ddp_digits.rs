@@ -5,7 +5,7 @@
 //! cargo build --release --example ddp_digits
 //! mpirun -np 2 target/release/examples/ddp_digits      # two processes
 //! target/release/examples/ddp_digits                   # one process: the same hash
-//!   [--backend exact|scalar-ref|fast] [--isa avx512|avx2|v128|scalar] [--threads N]
+//!   [--backend exact|scalar-ref|fast] [--isa avx512|avx2|v128|neon|scalar] [--threads N]
 //!   [--shards S] [--shuffle-shards SEED] [--epochs N] [--seed S] [--batch-size N]
 //!   [--hidden N] [--lr X] [--save PATH]
 //! ```
@@ -44,7 +44,7 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: ddp_digits [--backend exact|scalar-ref|fast] [--isa avx512|avx2|v128|scalar] \
+    "usage: ddp_digits [--backend exact|scalar-ref|fast] [--isa avx512|avx2|v128|neon|scalar] \
 [--threads N] [--shards S] [--shuffle-shards SEED] [--epochs N] [--seed S] [--batch-size N] \
 [--hidden N] [--lr X] [--save PATH]";
 

@@ -63,7 +63,8 @@ pub(crate) unsafe fn matmul<M: ModeSpec>(
     // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`; each arm runs the kernel
     // whose target features that implies (avx512f; avx2 + fma; sse2, part of every x86-64
     // CPU, for exact mode on the 128-bit path and sse2 + fma for fast mode there, whose
-    // support requires FMA; `fma` for the scalar fast kernel only after detecting it).
+    // support requires FMA; neon, whose fused multiply-add is part of every AArch64 CPU;
+    // `fma` for the scalar fast kernel only after detecting it).
     unsafe {
         match M::MODE {
             ComputeMode::Exact => match isa {
@@ -73,6 +74,8 @@ pub(crate) unsafe fn matmul<M: ModeSpec>(
                 Isa::Avx2 => run::<Avx2Exact>(ctx, spec, a, b, out),
                 #[cfg(target_arch = "x86_64")]
                 Isa::V128 => run::<V128Exact>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => run::<NeonExact>(ctx, spec, a, b, out),
                 _ => run::<ScalarExact>(ctx, spec, a, b, out),
             },
             ComputeMode::Fast => match isa {
@@ -82,6 +85,8 @@ pub(crate) unsafe fn matmul<M: ModeSpec>(
                 Isa::Avx2 => run::<Avx2Fast>(ctx, spec, a, b, out),
                 #[cfg(target_arch = "x86_64")]
                 Isa::V128 => run::<V128Fast>(ctx, spec, a, b, out),
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => run::<NeonFast>(ctx, spec, a, b, out),
                 #[cfg(target_arch = "x86_64")]
                 _ if std::is_x86_feature_detected!("fma") => {
                     run::<ScalarFastFma>(ctx, spec, a, b, out)
@@ -285,6 +290,14 @@ kernel!(Avx2Fast, F32x8, Fast, 6, 3, 2, "avx2,fma");
 kernel!(V128Exact, F32x4, Exact, 6, 3, 2, "sse2");
 #[cfg(target_arch = "x86_64")]
 kernel!(V128Fast, F32x4, Fast, 6, 3, 2, "sse2,fma");
+// NEON (`docs/gemm.md` §3): 12 columns (three lanes) in both modes; fast mode keeps
+// 8 × 12 accumulators (24 of the 32 vector registers, plus 3 B lanes and the A values),
+// exact mode 6 × 12, since its separate products need registers of their own and LLVM
+// spills accumulators of an 8 × 12 exact tile inside the loop.
+#[cfg(target_arch = "aarch64")]
+kernel!(NeonExact, super::simd::F32x4, Exact, 6, 3, 3, "neon");
+#[cfg(target_arch = "aarch64")]
+kernel!(NeonFast, super::simd::F32x4, Fast, 8, 4, 3, "neon");
 kernel!(ScalarExact, f32, Exact, 4, 2, 4);
 kernel!(ScalarFast, f32, Fast, 4, 2, 4);
 // The scalar fast kernel with the FMA instruction instead of a call to the C library's

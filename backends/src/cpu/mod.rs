@@ -57,13 +57,15 @@ pub enum Isa {
     Avx2,
     /// 128-bit lanes (4 × f32): SSE2 on x86-64 (plus FMA in fast mode).
     V128,
+    /// 128-bit NEON lanes (4 × f32) on AArch64, with its fused multiply-add in fast mode.
+    Neon,
     /// One f32 at a time, no SIMD.
     Scalar,
 }
 
 impl Isa {
-    /// Every path, widest first.
-    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::Avx2, Isa::V128, Isa::Scalar];
+    /// Every path, widest first (a CPU supports the x86-64 paths or NEON, never both).
+    pub const ALL: [Isa; 5] = [Isa::Avx512, Isa::Avx2, Isa::V128, Isa::Neon, Isa::Scalar];
 
     /// The path's name as printed in reports.
     pub fn name(self) -> &'static str {
@@ -71,12 +73,13 @@ impl Isa {
             Isa::Avx512 => "avx512",
             Isa::Avx2 => "avx2",
             Isa::V128 => "v128",
+            Isa::Neon => "neon",
             Isa::Scalar => "scalar",
         }
     }
 
-    /// Whether this CPU can run the path in `mode` (fast mode on the 128-bit path also
-    /// needs FMA, so that it is an FMA path).
+    /// Whether this CPU can run the path in `mode` (fast mode on the 128-bit x86-64 path
+    /// also needs FMA, so that it is an FMA path; NEON always has its fused multiply-add).
     pub fn is_supported(self, mode: ComputeMode) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
@@ -86,10 +89,20 @@ impl Isa {
                     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
                 }
                 Isa::V128 => mode == ComputeMode::Exact || std::is_x86_feature_detected!("fma"),
+                Isa::Neon => false,
                 Isa::Scalar => true,
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            let _ = mode;
+            match self {
+                Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+                Isa::Scalar => true,
+                Isa::Avx512 | Isa::Avx2 | Isa::V128 => false,
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             let _ = mode;
             self == Isa::Scalar
@@ -360,6 +373,8 @@ isa_kernels!(k_avx2, simd::F32x8, "avx2,fma");
 isa_kernels!(k_v128, simd::F32x4, "sse2");
 #[cfg(target_arch = "x86_64")]
 isa_kernels!(k_v128_fma, simd::F32x4, "sse2,fma");
+#[cfg(target_arch = "aarch64")]
+isa_kernels!(k_neon, simd::F32x4, "neon");
 isa_kernels!(k_scalar, f32,);
 
 /// The mode-specific parts of dispatch: which instantiation runs on which path.
@@ -389,8 +404,9 @@ macro_rules! cpu_mode {
             unsafe fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
                 // SAFETY: the caller guarantees `isa.is_supported(MODE)`, which is exactly
                 // the target features of the instantiation chosen for `isa`: avx512f,
-                // avx2 + fma, sse2 (exact) or sse2 + fma (`$v128` for fast mode), none for
-                // the scalar one. The kernels index their slices within bounds themselves.
+                // avx2 + fma, sse2 (exact) or sse2 + fma (`$v128` for fast mode), neon,
+                // none for the scalar one. The kernels index their slices within bounds
+                // themselves.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
@@ -399,6 +415,8 @@ macro_rules! cpu_mode {
                         Isa::Avx2 => k_avx2::unary::<$mode>(op, x, out),
                         #[cfg(target_arch = "x86_64")]
                         Isa::V128 => $v128::unary::<$mode>(op, x, out),
+                        #[cfg(target_arch = "aarch64")]
+                        Isa::Neon => k_neon::unary::<$mode>(op, x, out),
                         _ => k_scalar::unary::<$mode>(op, x, out),
                     }
                 }
@@ -423,6 +441,8 @@ macro_rules! cpu_mode {
                         Isa::Avx2 => k_avx2::unary_backward::<$mode>(op, x, y, g, out),
                         #[cfg(target_arch = "x86_64")]
                         Isa::V128 => $v128::unary_backward::<$mode>(op, x, y, g, out),
+                        #[cfg(target_arch = "aarch64")]
+                        Isa::Neon => k_neon::unary_backward::<$mode>(op, x, y, g, out),
                         _ => k_scalar::unary_backward::<$mode>(op, x, y, g, out),
                     }
                 }
@@ -452,7 +472,8 @@ unsafe fn binary_row<M: ModeSpec>(
 ) {
     // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, which covers the target
     // features of the instantiation chosen for `isa` (avx512f; avx2 + fma; for the
-    // 128-bit path only SSE2, part of every x86-64 CPU, since binary rows form no FMA).
+    // 128-bit path only SSE2, part of every x86-64 CPU, since binary rows form no FMA;
+    // neon).
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
@@ -461,6 +482,8 @@ unsafe fn binary_row<M: ModeSpec>(
             Isa::Avx2 => k_avx2::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
             #[cfg(target_arch = "x86_64")]
             Isa::V128 => k_v128::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => k_neon::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
             _ => k_scalar::binary_row::<M>(op, a, ia, sa, b, ib, sb, out),
         }
     }

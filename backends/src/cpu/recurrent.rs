@@ -309,6 +309,8 @@ recurrent_kernels!(c_avx2, crate::cpu::simd::F32x8, "avx2,fma");
 recurrent_kernels!(c_v128, crate::cpu::simd::F32x4, "sse2");
 #[cfg(target_arch = "x86_64")]
 recurrent_kernels!(c_v128_fma, crate::cpu::simd::F32x4, "sse2,fma");
+#[cfg(target_arch = "aarch64")]
+recurrent_kernels!(c_neon, crate::cpu::simd::F32x4, "neon");
 recurrent_kernels!(c_scalar, f32,);
 
 /// A concrete mode whose multiply-add serves every lane type of this machine.
@@ -321,7 +323,10 @@ pub(crate) trait CellMode:
 {
 }
 /// A concrete mode whose multiply-add serves every lane type of this machine.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+pub(crate) trait CellMode: ModeSpec + Madd<crate::cpu::simd::F32x4> {}
+/// A concrete mode whose multiply-add serves every lane type of this machine.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) trait CellMode: ModeSpec {}
 impl CellMode for Exact {}
 impl CellMode for Fast {}
@@ -334,7 +339,7 @@ macro_rules! on_isa {
         // invariant of `CpuBackend::isa`, which every caller passes), and that is exactly
         // the target features of the instantiation chosen here: avx512f, avx2 + fma,
         // sse2 + fma (fast mode on the 128-bit path), sse2 (exact mode there; part of
-        // every x86-64 CPU) or none. The kernels bound-check their own accesses.
+        // every x86-64 CPU), neon or none. The kernels bound-check their own accesses.
         unsafe {
             match $isa {
                 #[cfg(target_arch = "x86_64")]
@@ -347,6 +352,8 @@ macro_rules! on_isa {
                 }
                 #[cfg(target_arch = "x86_64")]
                 Isa::V128 => c_v128::$f::<$m>($($arg),*),
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => c_neon::$f::<$m>($($arg),*),
                 _ => c_scalar::$f::<$m>($($arg),*),
             }
         }

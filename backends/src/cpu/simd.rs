@@ -1,11 +1,12 @@
 //! Vector lanes for the ISA paths: [`SimdLane`] adds loads and stores to [`Lane`], and the
-//! x86-64 types implement both with `core::arch` intrinsics.
+//! x86-64 and AArch64 types implement both with `core::arch` intrinsics.
 //!
 //! # The target-feature contract
 //!
-//! The methods of an x86-64 lane type execute the instructions of its path: SSE2 for
-//! [`F32x4`] (plus FMA for its [`FusedLane`] impl), AVX, AVX2 and FMA for [`F32x8`],
-//! AVX-512F for [`F32x16`]. Running one on a CPU without them is undefined behaviour, so a
+//! The methods of a lane type execute the instructions of its path: on x86-64, SSE2 for
+//! [`F32x4`] (plus FMA for its [`FusedLane`] impl), AVX, AVX2 and FMA for `F32x8`,
+//! AVX-512F for `F32x16`; on AArch64, NEON (Advanced SIMD, with its fused multiply-add)
+//! for [`F32x4`]. Running one on a CPU without them is undefined behaviour, so a
 //! value of a lane type is only created and used inside a function compiled with
 //! `#[target_feature(enable = …)]` for that path (`isa_kernels!` in `cpu/mod.rs`,
 //! `row_kernels!` in `cpu/rows/mod.rs`, `kernel!` in `cpu/gemm.rs`, and the exhaustive
@@ -13,7 +14,10 @@
 //! [`Isa`](super::Isa) that [`Isa::is_supported`](super::Isa::is_supported) confirmed on
 //! this CPU. Every method is `#[inline(always)]`, so its intrinsics are compiled into
 //! that function with its features. The `// SAFETY:` notes of the lane methods rest on
-//! this contract (a macro-generated family shares one note at its macro).
+//! this contract (a macro-generated family shares one note at its macro). NEON is part
+//! of every AArch64 CPU (the baseline of the `aarch64` targets), so on AArch64 the
+//! contract holds for every function; the NEON path is still detected and compiled with
+//! its feature named, like the x86-64 paths.
 
 use crate::lane::{FusedLane, Lane};
 
@@ -57,6 +61,9 @@ impl SimdLane for f32 {
 
 #[cfg(target_arch = "x86_64")]
 pub use x86::{F32x16, F32x4, F32x8};
+
+#[cfg(target_arch = "aarch64")]
+pub use neon::F32x4;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -270,5 +277,105 @@ mod x86 {
 
     impl SimdLane for F32x16 {
         memory_fns!(needs "avx512f"; F32x16, 16, _mm512_loadu_ps, _mm512_storeu_ps);
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use core::arch::aarch64::*;
+
+    /// Methods whose body is one expression of register-only NEON intrinsics.
+    macro_rules! register_fns {
+        ($(
+            fn $name:ident $(<const $c:ident: $ct:ty>)? ($($params:tt)*) -> $ret:ty => $body:expr;
+        )*) => {$(
+            #[inline(always)]
+            fn $name $(<const $c: $ct>)? ($($params)*) -> $ret {
+                // SAFETY: the body only computes on registers (no memory access, so there
+                // are no bounds to check), and every intrinsic in it needs at most NEON.
+                // NEON is present: a value of this lane type only exists inside a function
+                // compiled with it that runs after `Isa::is_supported` confirmed it on this
+                // CPU (the target-feature contract of `cpu::simd`; NEON is also the
+                // baseline of every AArch64 target).
+                unsafe { $body }
+            }
+        )*};
+    }
+
+    /// The signed per-lane shift count `n` of `vshlq` (a negative count shifts right).
+    macro_rules! shift_count {
+        ($n:expr) => {
+            vdupq_n_s32($n as i32)
+        };
+    }
+
+    /// Four f32 lanes in a NEON register (the NEON path of AArch64). Exact mode multiplies
+    /// (`fmul`) and adds (`fadd`) separately; [`FusedLane`] is the fused multiply-add
+    /// `fmla` (fast mode only). AArch64 arithmetic is IEEE binary32 with round to nearest
+    /// even and subnormals (the FPCR that Linux, macOS and Windows give a thread has
+    /// flush-to-zero off), comparisons are false on NaN, and integer lanes wrap: the
+    /// requirements of [`Lane`]. See the target-feature contract of the module.
+    #[derive(Clone, Copy, Debug)]
+    pub struct F32x4(pub float32x4_t);
+
+    impl Lane for F32x4 {
+        type Mask = uint32x4_t;
+        type Bits = uint32x4_t;
+
+        register_fns! {
+            fn splat(v: f32) -> Self => F32x4(vdupq_n_f32(v));
+            fn add(self, o: Self) -> Self => F32x4(vaddq_f32(self.0, o.0));
+            fn sub(self, o: Self) -> Self => F32x4(vsubq_f32(self.0, o.0));
+            fn mul(self, o: Self) -> Self => F32x4(vmulq_f32(self.0, o.0));
+            fn div(self, o: Self) -> Self => F32x4(vdivq_f32(self.0, o.0));
+            fn sqrt(self) -> Self => F32x4(vsqrtq_f32(self.0));
+            fn lt(self, o: Self) -> uint32x4_t => vcltq_f32(self.0, o.0);
+            fn le(self, o: Self) -> uint32x4_t => vcleq_f32(self.0, o.0);
+            fn eq(self, o: Self) -> uint32x4_t => vceqq_f32(self.0, o.0);
+            fn mask_and(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t => vandq_u32(a, b);
+            fn mask_or(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t => vorrq_u32(a, b);
+            fn mask_not(a: uint32x4_t) -> uint32x4_t => vmvnq_u32(a);
+            fn select(m: uint32x4_t, a: Self, b: Self) -> Self => F32x4(vbslq_f32(m, a.0, b.0));
+            fn to_bits(self) -> uint32x4_t => vreinterpretq_u32_f32(self.0);
+            fn from_bits(b: uint32x4_t) -> Self => F32x4(vreinterpretq_f32_u32(b));
+            fn bits_splat(v: u32) -> uint32x4_t => vdupq_n_u32(v);
+            fn bits_add(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t => vaddq_u32(a, b);
+            fn bits_sub(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t => vsubq_u32(a, b);
+            fn bits_and(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t => vandq_u32(a, b);
+            fn bits_or(a: uint32x4_t, b: uint32x4_t) -> uint32x4_t => vorrq_u32(a, b);
+            fn bits_shl<const N: u32>(a: uint32x4_t) -> uint32x4_t => vshlq_u32(a, shift_count!(N));
+            fn bits_shr<const N: u32>(a: uint32x4_t) -> uint32x4_t =>
+                vshlq_u32(a, shift_count!(-(N as i32)));
+            fn bits_sar<const N: u32>(a: uint32x4_t) -> uint32x4_t =>
+                vreinterpretq_u32_s32(vshlq_s32(vreinterpretq_s32_u32(a), shift_count!(-(N as i32))));
+        }
+    }
+
+    impl FusedLane for F32x4 {
+        register_fns! {
+            // `vfmaq_f32(c, a, b)` is `c + a·b` rounded once.
+            fn fused_mul_add(self, b: Self, c: Self) -> Self => F32x4(vfmaq_f32(c.0, self.0, b.0));
+        }
+    }
+
+    impl SimdLane for F32x4 {
+        const WIDTH: usize = 4;
+
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller guarantees that `p..p+4` are readable `f32`s and that the
+            // CPU has NEON (the `SimdLane::load` contract); `ld1` needs no more alignment
+            // than `f32`'s.
+            unsafe { F32x4(vld1q_f32(p)) }
+        }
+
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller guarantees that `p..p+4` are writable `f32`s and that the
+            // CPU has NEON (the `SimdLane::store` contract); `st1` needs no more alignment
+            // than `f32`'s.
+            unsafe { vst1q_f32(p, self.0) }
+        }
     }
 }

@@ -15,7 +15,7 @@
 //!   accumulators by one element each.
 //!
 //! The default methods are the scalar forms (eight interleaved scalar accumulators); the
-//! x86-64 lane types override them with intrinsics, under the target-feature contract of
+//! x86-64 and AArch64 lane types override them with intrinsics, under the target-feature contract of
 //! [`crate::cpu::simd`]: they run only inside functions compiled with their path's
 //! features, on a CPU that has them.
 
@@ -378,6 +378,124 @@ mod x86 {
                     j += 8;
                 }
                 _mm512_storeu_pd(acc.as_mut_ptr(), a);
+                dot8_scalar(acc, x, y, j, n);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use crate::cpu::simd::F32x4;
+    use core::arch::aarch64::*;
+
+    /// Transposes four rows of four f32 so that `c[j]` holds element `j` of each row (row
+    /// `r` in lane `r`), by two rounds of `zip1`/`zip2`.
+    #[inline(always)]
+    fn transpose4(r: [float32x4_t; 4]) -> [float32x4_t; 4] {
+        // SAFETY: register-only NEON permutes (no memory access); NEON is part of every
+        // AArch64 CPU.
+        unsafe {
+            let t0 = vzip1q_f32(r[0], r[2]);
+            let t1 = vzip2q_f32(r[0], r[2]);
+            let t2 = vzip1q_f32(r[1], r[3]);
+            let t3 = vzip2q_f32(r[1], r[3]);
+            [
+                vzip1q_f32(t0, t2),
+                vzip2q_f32(t0, t2),
+                vzip1q_f32(t1, t3),
+                vzip2q_f32(t1, t3),
+            ]
+        }
+    }
+
+    /// Loads columns `j..j+4` of rows `p[h*4..h*4+4]` and transposes them.
+    ///
+    /// # Safety
+    /// `p[h*4+r]+j..p[h*4+r]+j+4` must be readable for every `r < 4`.
+    #[inline(always)]
+    unsafe fn load4x4(p: &[*const f32; 8], h: usize, j: usize) -> [float32x4_t; 4] {
+        // SAFETY: each `ld1` reads `p[h*4+r]+j..+4`, readable by the caller's guarantee;
+        // NEON is part of every AArch64 CPU.
+        transpose4(core::array::from_fn(|r| unsafe {
+            vld1q_f32(p[h * 4 + r].add(j))
+        }))
+    }
+
+    /// Four f32 widened exactly to two pairs of f64 (lanes 0–1 and 2–3).
+    #[inline(always)]
+    fn widen4(v: float32x4_t) -> (float64x2_t, float64x2_t) {
+        // SAFETY: register-only NEON conversions (`fcvtl`, `fcvtl2`); NEON is part of
+        // every AArch64 CPU.
+        unsafe { (vcvt_f64_f32(vget_low_f32(v)), vcvt_high_f64_f32(v)) }
+    }
+
+    impl RowSum for F32x4 {
+        #[inline(always)]
+        unsafe fn add_wide(acc: *mut f64, x: *const f32) {
+            // SAFETY: reads `x..x+4` and reads and writes `acc..acc+4`, both covered by
+            // the caller's guarantee; `ld1`/`st1` need only element alignment, and NEON
+            // is part of every AArch64 CPU.
+            unsafe {
+                let (lo, hi) = widen4(vld1q_f32(x));
+                vst1q_f64(acc, vaddq_f64(vld1q_f64(acc), lo));
+                vst1q_f64(acc.add(2), vaddq_f64(vld1q_f64(acc.add(2)), hi));
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn sum8(acc: &mut [f64; 8], p: &[*const f32; 8], n: usize) {
+            // SAFETY: the loads of `acc` and the stores back stay inside its 8 elements;
+            // `load4x4` reads columns j..j+4 <= n of the rows `p`, readable by the
+            // caller's guarantee, as is the tail `j..n` for `sum8_scalar`. NEON is part of
+            // every AArch64 CPU.
+            unsafe {
+                let mut a: [float64x2_t; 4] =
+                    core::array::from_fn(|i| vld1q_f64(acc.as_ptr().add(2 * i)));
+                let mut j = 0;
+                while j + 4 <= n {
+                    for h in 0..2 {
+                        for col in load4x4(p, h, j) {
+                            let (lo, hi) = widen4(col);
+                            a[2 * h] = vaddq_f64(a[2 * h], lo);
+                            a[2 * h + 1] = vaddq_f64(a[2 * h + 1], hi);
+                        }
+                    }
+                    j += 4;
+                }
+                for (i, v) in a.iter().enumerate() {
+                    vst1q_f64(acc.as_mut_ptr().add(2 * i), *v);
+                }
+                sum8_scalar(acc, p, j, n);
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn dot8(acc: &mut [f64; 8], x: &[*const f32; 8], y: &[*const f32; 8], n: usize) {
+            // SAFETY: as in `sum8`, for the rows of both `x` and `y`.
+            unsafe {
+                let mut a: [float64x2_t; 4] =
+                    core::array::from_fn(|i| vld1q_f64(acc.as_ptr().add(2 * i)));
+                let mut j = 0;
+                while j + 4 <= n {
+                    for h in 0..2 {
+                        let cx = load4x4(x, h, j);
+                        let cy = load4x4(y, h, j);
+                        for col in 0..4 {
+                            let (xl, xh) = widen4(cx[col]);
+                            let (yl, yh) = widen4(cy[col]);
+                            // The product of two f32 is exact in f64, then one rounded
+                            // addition: a separate `fmul` and `fadd`, as the scalar form.
+                            a[2 * h] = vaddq_f64(a[2 * h], vmulq_f64(xl, yl));
+                            a[2 * h + 1] = vaddq_f64(a[2 * h + 1], vmulq_f64(xh, yh));
+                        }
+                    }
+                    j += 4;
+                }
+                for (i, v) in a.iter().enumerate() {
+                    vst1q_f64(acc.as_mut_ptr().add(2 * i), *v);
+                }
                 dot8_scalar(acc, x, y, j, n);
             }
         }

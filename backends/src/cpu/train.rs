@@ -56,7 +56,24 @@ macro_rules! on_isa {
                 _ => baseline(|| $body),
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            #[target_feature(enable = "neon")]
+            unsafe fn neon<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            fn baseline<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            // NEON, supported by this CPU (the caller's contract; it is also the baseline
+            // of AArch64): the compiler vectorises the loops with it and, as on x86-64,
+            // never contracts a multiply and an add into a fused one.
+            match $isa {
+                Isa::Neon => neon(|| $body),
+                _ => baseline(|| $body),
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             let _ = $isa;
             $body

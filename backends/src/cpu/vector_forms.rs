@@ -5,7 +5,8 @@
 //! the kernels instantiate them. It checks that the CPU supports the path first, so the
 //! lane types themselves never need to be reachable from safe code. The exhaustive test
 //! (`backends/tests/exhaustive_vector.rs`) compares these forms with the scalar
-//! definitions over all 2^32 inputs.
+//! definitions over all 2^32 inputs, and `backends/tests/sampled_vector.rs` on a dense
+//! sample of them on every target (it is the check of the NEON path under emulation).
 //!
 //! The lane types are not part of the public API, so no safe call can execute an
 //! instruction of a path the CPU lacks:
@@ -120,8 +121,8 @@ fn run<L: SimdLane>(f: Transcendental, x0: u32, out: &mut [f32]) {
 }
 
 macro_rules! path_fn {
-    ($name:ident, $lane:ty, $feature:literal) => {
-        #[cfg(target_arch = "x86_64")]
+    ($arch:literal, $name:ident, $lane:ty, $feature:literal) => {
+        #[cfg(target_arch = $arch)]
         #[target_feature(enable = $feature)]
         /// # Safety
         /// The CPU must have the target features of this function.
@@ -131,9 +132,10 @@ macro_rules! path_fn {
     };
 }
 
-path_fn!(run_avx512, super::simd::F32x16, "avx512f");
-path_fn!(run_avx2, super::simd::F32x8, "avx2,fma");
-path_fn!(run_v128, super::simd::F32x4, "sse2");
+path_fn!("x86_64", run_avx512, super::simd::F32x16, "avx512f");
+path_fn!("x86_64", run_avx2, super::simd::F32x8, "avx2,fma");
+path_fn!("x86_64", run_v128, super::simd::F32x4, "sse2");
+path_fn!("aarch64", run_neon, super::simd::F32x4, "neon");
 
 /// Writes `f(from_bits(x0 + i))` (the bit patterns counting up from `x0`, wrapping) to
 /// `out[i]` with the vector form of the exact function on path `isa`. Fails when the CPU
@@ -160,6 +162,9 @@ pub fn vector_form(
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa::V128 => unsafe { run_v128(f, x0, out) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { run_neon(f, x0, out) },
         _ => run::<f32>(f, x0, out),
     }
     Ok(())

@@ -92,6 +92,8 @@ row_kernels!(r_avx2, crate::cpu::simd::F32x8, "avx2,fma");
 row_kernels!(r_v128, crate::cpu::simd::F32x4, "sse2");
 #[cfg(target_arch = "x86_64")]
 row_kernels!(r_v128_fma, crate::cpu::simd::F32x4, "sse2,fma");
+#[cfg(target_arch = "aarch64")]
+row_kernels!(r_neon, crate::cpu::simd::F32x4, "neon");
 row_kernels!(r_scalar, f32,);
 
 /// A concrete mode whose multiply-add serves every lane type of this machine.
@@ -104,7 +106,10 @@ trait RowMode:
 {
 }
 /// A concrete mode whose multiply-add serves every lane type of this machine.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+trait RowMode: ModeSpec + Madd<crate::cpu::simd::F32x4> {}
+/// A concrete mode whose multiply-add serves every lane type of this machine.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 trait RowMode: ModeSpec {}
 impl RowMode for Exact {}
 impl RowMode for Fast {}
@@ -116,8 +121,8 @@ macro_rules! on_isa {
         // SAFETY: the enclosing `*_on` function's caller guarantees that `$isa` is
         // supported in mode `$m` on this CPU, which is exactly the target features of the
         // instantiation chosen here: avx512f, avx2 + fma, sse2 + fma (fast mode on the
-        // 128-bit path), sse2 (exact mode there; part of every x86-64 CPU) or none. The
-        // kernels' own memory accesses are justified where they happen.
+        // 128-bit path), sse2 (exact mode there; part of every x86-64 CPU), neon or none.
+        // The kernels' own memory accesses are justified where they happen.
         unsafe {
             match $isa {
                 #[cfg(target_arch = "x86_64")]
@@ -132,6 +137,8 @@ macro_rules! on_isa {
                 }
                 #[cfg(target_arch = "x86_64")]
                 $crate::cpu::Isa::V128 => $crate::cpu::rows::r_v128::$f::<$m>($($arg),*),
+                #[cfg(target_arch = "aarch64")]
+                $crate::cpu::Isa::Neon => $crate::cpu::rows::r_neon::$f::<$m>($($arg),*),
                 _ => $crate::cpu::rows::r_scalar::$f::<$m>($($arg),*),
             }
         }
