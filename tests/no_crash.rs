@@ -449,3 +449,23 @@ fn a_size_one_dimension_with_a_stride_near_usize_max_is_walked_without_overflow(
         }
     }
 }
+
+#[test]
+fn average_pooling_to_an_empty_output_with_a_huge_dimension_allocates_no_windows() {
+    // An empty output (a zero output size or no planes) has no windows, however large
+    // its other dimension: the CPU backends return it as ScalarRef does.
+    let huge = 1usize << 56;
+    for b in [ExactBackend::new(), ExactBackend::with_threads(3)] {
+        let x = Tensor::ones(&b, [1, 1, 1]).unwrap();
+        let y = x.adaptive_avg_pool2d([huge, 0]).unwrap();
+        assert_eq!(y.dims(), [1, huge, 0]);
+        let x = Tensor::zeros(&b, [0, 1, 1, 1])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = x.adaptive_avg_pool2d([huge, usize::MAX]).unwrap();
+        assert_eq!(y.dims(), [0, 1, huge, usize::MAX]);
+        y.sum().unwrap().backward(None, false).unwrap();
+        assert_eq!(x.grad().unwrap().dims(), [0, 1, 1, 1]);
+    }
+}

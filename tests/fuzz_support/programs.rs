@@ -8,8 +8,8 @@
 //! public API and no test framework.
 #![allow(dead_code)]
 
-use exactgrad::prelude::*;
 use exactgrad::autograd::Result;
+use exactgrad::prelude::*;
 
 /// The most elements a program computes on; calls that read or write elements are
 /// skipped on larger tensors (which only expansions make: views of a few elements).

@@ -763,7 +763,7 @@ fn try_table<T>(n: usize, f: impl Fn(usize) -> T) -> Result<Vec<T>> {
 }
 
 /// The windows of an average pooling: `(r0, r1, c0, c1, divisor)` per output row and
-/// column pair, computed from the spec's `window`.
+/// column pair, computed from the spec's `window` (none for an empty output).
 struct Windows {
     rows: Vec<(usize, usize)>,
     cols: Vec<(usize, usize)>,
@@ -773,10 +773,17 @@ struct Windows {
 
 impl Windows {
     fn new(
+        planes: usize,
         oh: usize,
         ow: usize,
         win: impl Fn(usize, usize) -> (usize, usize, usize, usize, f32),
     ) -> Result<Windows> {
+        // An empty output has no windows, however large its other dimensions.
+        let (oh, ow) = if planes == 0 || oh == 0 || ow == 0 {
+            (0, 0)
+        } else {
+            (oh, ow)
+        };
         let rows = try_table(oh, |o| {
             let (r0, r1, ..) = win(o, 0);
             (r0, r1)
@@ -891,7 +898,7 @@ pub(crate) fn avg_pool2d(
     out: &mut [f32],
 ) -> Result<()> {
     let p = &s.pool;
-    let win = Windows::new(p.oh, p.ow, |a, b| s.window(a, b))?;
+    let win = Windows::new(p.planes, p.oh, p.ow, |a, b| s.window(a, b))?;
     avg_forward(isa, ctx, mode, p.planes, (p.h, p.w), &win, x, out);
     Ok(())
 }
@@ -905,7 +912,7 @@ pub(crate) fn avg_pool2d_backward(
     gx: &mut [f32],
 ) -> Result<()> {
     let p = &s.pool;
-    let win = Windows::new(p.oh, p.ow, |a, b| s.window(a, b))?;
+    let win = Windows::new(p.planes, p.oh, p.ow, |a, b| s.window(a, b))?;
     avg_backward(isa, ctx, mode, p.planes, (p.h, p.w), &win, g, gx);
     Ok(())
 }
@@ -918,7 +925,7 @@ pub(crate) fn adaptive_avg_pool2d(
     x: &[f32],
     out: &mut [f32],
 ) -> Result<()> {
-    let win = Windows::new(s.oh, s.ow, |a, b| s.window(a, b))?;
+    let win = Windows::new(s.planes, s.oh, s.ow, |a, b| s.window(a, b))?;
     avg_forward(isa, ctx, mode, s.planes, (s.h, s.w), &win, x, out);
     Ok(())
 }
@@ -931,7 +938,7 @@ pub(crate) fn adaptive_avg_pool2d_backward(
     g: &[f32],
     gx: &mut [f32],
 ) -> Result<()> {
-    let win = Windows::new(s.oh, s.ow, |a, b| s.window(a, b))?;
+    let win = Windows::new(s.planes, s.oh, s.ow, |a, b| s.window(a, b))?;
     avg_backward(isa, ctx, mode, s.planes, (s.h, s.w), &win, g, gx);
     Ok(())
 }
