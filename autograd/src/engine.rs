@@ -222,6 +222,8 @@ pub(crate) fn backward<B: Backend>(
     gradient: Option<&Tensor<B>>,
     retain_graph: bool,
 ) -> Result<()> {
+    // The engine's allocations are never tied to an activation scope (crate::scope).
+    let _unscoped = crate::scope::Unscoped::new();
     if !root.is_requires_grad() {
         return Err(Error::NoGrad {
             shape: root.dims().to_vec(),

@@ -392,7 +392,10 @@ mod tests {
         }
         for len in (1..5000).chain([1 << 20, (1 << 20) + 1, 3 << 29, MAX_ELEMENTS]) {
             let l = class_len(class_of(len));
-            assert!(l >= len && (len <= SMALLEST || 8 * l <= 9 * len), "{len} → {l}");
+            assert!(
+                l >= len && (len <= SMALLEST || 8 * l <= 9 * len),
+                "{len} → {l}"
+            );
         }
         assert_eq!(floor_class(SMALLEST - 1), None);
     }
@@ -471,7 +474,12 @@ mod tests {
         assert!(
             matches!(
                 e,
-                Error::MemoryLimit { op: "grow", bytes: 8192, in_use: 16384, limit: 20_000 }
+                Error::MemoryLimit {
+                    op: "grow",
+                    bytes: 8192,
+                    in_use: 16384,
+                    limit: 20_000
+                }
             ),
             "{e:?}"
         );
