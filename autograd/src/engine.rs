@@ -50,6 +50,9 @@ pub(crate) struct Node<B: Backend> {
     pub(crate) id: u64,
     pub(crate) name: &'static str,
     pub(crate) edges: Vec<Edge<B>>,
+    /// The inputs' shapes, for the debug check of the gradients' shapes (not kept in
+    /// release builds: a record per operator is heap memory per step).
+    #[cfg(debug_assertions)]
     pub(crate) input_shapes: Vec<Vec<usize>>,
     pub(crate) backward: Mutex<Option<BackwardFn<B>>>,
 }
@@ -141,9 +144,18 @@ where
         id: next_id(),
         name,
         edges,
+        #[cfg(debug_assertions)]
         input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
         backward: Mutex::new(Some(Box::new(make_backward()))),
     };
+    let mut out = out;
+    if let Some(inner) = Arc::get_mut(&mut out.inner) {
+        // The operator's fresh result, held nowhere else: record in place instead of
+        // making a second handle (no allocation).
+        inner.grad_fn = Some(Arc::new(node));
+        *inner.requires_grad.get_mut() = true;
+        return out;
+    }
     Tensor::from_checked_parts(
         out.inner.backend.clone(),
         Arc::clone(&out.inner.storage),
@@ -307,12 +319,14 @@ pub(crate) fn backward<B: Backend>(
             "{}: backward arity",
             node.name
         );
-        for (i, (edge, grad)) in node.edges.iter().zip(grads).enumerate() {
+        #[allow(clippy::unused_enumerate_index)]
+        for (_i, (edge, grad)) in node.edges.iter().zip(grads).enumerate() {
             let Some(grad) = grad else { continue };
+            #[cfg(debug_assertions)]
             debug_assert_eq!(
                 grad.dims(),
-                &node.input_shapes[i][..],
-                "{}: gradient shape of input {i}",
+                &node.input_shapes[_i][..],
+                "{}: gradient shape of input {_i}",
                 node.name
             );
             match edge {

@@ -132,6 +132,74 @@ pub(crate) fn try_vec<T>(op: &'static str, n: usize, f: impl FnMut(usize) -> T) 
     Ok(v)
 }
 
+thread_local! {
+    /// Idle index vectors of this thread ([`IndexBuffer`]).
+    static FREE_INDICES: std::cell::RefCell<Vec<Vec<usize>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// At most this many idle index vectors are kept per thread …
+const FREE_INDEX_VECTORS: usize = 8;
+/// … each of at most this many elements (32 MiB).
+const FREE_INDEX_LEN: usize = 1 << 22;
+
+/// A vector of indices saved for a backward rule (max pooling's argmax) whose memory is
+/// reused: dropped, it joins its thread's few idle index vectors, from which the next
+/// request that fits is served, so a training step does not allocate it again
+/// (`docs/memory.md` §4).
+pub(crate) struct IndexBuffer(Vec<usize>);
+
+impl IndexBuffer {
+    /// `n` indices set to `fill`, in an idle vector of this thread if one is long enough
+    /// (the shortest such), else in a new one (fallibly).
+    pub(crate) fn new(op: &'static str, n: usize, fill: usize) -> Result<Self> {
+        let reused = FREE_INDICES.with(|free| {
+            let mut free = free.borrow_mut();
+            let best = (0..free.len())
+                .filter(|&i| free[i].capacity() >= n)
+                .min_by_key(|&i| free[i].capacity())?;
+            Some(free.swap_remove(best))
+        });
+        Ok(IndexBuffer(match reused {
+            Some(mut v) => {
+                v.clear();
+                v.resize(n, fill);
+                v
+            }
+            None => try_vec(op, n, |_| fill)?,
+        }))
+    }
+}
+
+impl Drop for IndexBuffer {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        if v.capacity() == 0 || v.capacity() > FREE_INDEX_LEN {
+            return;
+        }
+        // During thread exit the list may be gone: the vector is then simply freed.
+        let _ = FREE_INDICES.try_with(|free| {
+            let mut free = free.borrow_mut();
+            if free.len() < FREE_INDEX_VECTORS {
+                free.push(v);
+            }
+        });
+    }
+}
+
+impl std::ops::Deref for IndexBuffer {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for IndexBuffer {
+    fn deref_mut(&mut self) -> &mut [usize] {
+        &mut self.0
+    }
+}
+
 /// A zero-filled f32 vector of `n` elements (fallible), for scalar glue loops.
 pub(crate) fn zeroed_vec(op: &'static str, n: usize) -> Result<Vec<f32>> {
     Ok(exactgrad_core::backend::try_zeroed_vec(op, n)?)

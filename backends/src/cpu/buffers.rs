@@ -215,8 +215,11 @@ impl BufferPool {
     }
 
     /// Keeps a released buffer for reuse in the largest class it holds, or frees it when
-    /// it is smaller than every class, or idle buffers already fill their allowance.
-    fn put(&self, mut v: Vec<f32>) {
+    /// it is smaller than every class, or idle buffers already fill their allowance, or
+    /// it was adopted and its class has an idle buffer already (adopted vectors come
+    /// from outside the pool every step, and would otherwise pile up in classes that no
+    /// request asks for).
+    fn put(&self, mut v: Vec<f32>, adopted: bool) {
         let bytes = v.capacity() * F32;
         self.outstanding.fetch_sub(bytes, Ordering::Relaxed);
         let keep = floor_class(v.capacity()).filter(|_| {
@@ -227,11 +230,17 @@ impl BufferPool {
             self.held.fetch_sub(bytes, Ordering::Relaxed);
             return;
         };
+        let mut list = self.list(class);
+        if adopted && !list.is_empty() {
+            drop(list);
+            self.held.fetch_sub(bytes, Ordering::Relaxed);
+            return;
+        }
         // Within the capacity: no reallocation (an adopted vector's tail is zero-filled
         // once).
         v.resize(class_len(class), 0.0);
         self.pooled.fetch_add(bytes, Ordering::Relaxed);
-        self.list(class).push(v);
+        list.push(v);
     }
 }
 
@@ -295,6 +304,8 @@ pub struct CpuStorage {
     /// The elements shown.
     len: usize,
     pool: Option<Arc<BufferPool>>,
+    /// Whether `data` came from the caller (`storage_from_vec`) rather than the pool.
+    adopted: bool,
 }
 
 impl CpuStorage {
@@ -312,7 +323,7 @@ impl CpuStorage {
 impl Drop for CpuStorage {
     fn drop(&mut self) {
         if let Some(p) = self.pool.take() {
-            p.put(core::mem::take(&mut self.data));
+            p.put(core::mem::take(&mut self.data), self.adopted);
         }
     }
 }
@@ -360,6 +371,7 @@ pub(crate) fn buffer(
         data,
         len,
         pool: Some(Arc::clone(pool)),
+        adopted: false,
     })
 }
 
@@ -370,6 +382,7 @@ pub(crate) fn adopt(pool: &Arc<BufferPool>, data: Vec<f32>) -> Result<CpuStorage
         len: data.len(),
         data,
         pool: Some(Arc::clone(pool)),
+        adopted: true,
     })
 }
 
@@ -456,6 +469,12 @@ mod tests {
         // A vector shorter than the smallest class is not kept.
         drop(adopt(&pool, vec![0.0; 3]).unwrap());
         assert_eq!(pool.stats().pooled_bytes, 0);
+        // Adopted vectors of a class that has an idle buffer are freed, not hoarded.
+        drop(t);
+        for _ in 0..4 {
+            drop(adopt(&pool, vec![2.0; 40]).unwrap());
+        }
+        assert_eq!(pool.stats().pooled_bytes, cap * 4);
     }
 
     #[test]
