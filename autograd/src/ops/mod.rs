@@ -200,6 +200,16 @@ impl std::ops::DerefMut for IndexBuffer {
     }
 }
 
+/// The elements of `t` in row-major order, in a buffer of its backend (from the pool of a
+/// backend that has one, unlike [`Tensor::to_vec`]); bits are copied exactly.
+pub(crate) fn contiguous_storage<B: Backend>(t: &Tensor<B>) -> Result<B::Storage> {
+    let b = t.backend();
+    let mut out = b.uninit(t.numel())?;
+    let data = t.read()?;
+    b.copy_strided(data.as_ref(), t.layout(), out.as_mut())?;
+    Ok(out)
+}
+
 /// A zero-filled f32 vector of `n` elements (fallible), for scalar glue loops.
 pub(crate) fn zeroed_vec(op: &'static str, n: usize) -> Result<Vec<f32>> {
     Ok(exactgrad_core::backend::try_zeroed_vec(op, n)?)
