@@ -21,13 +21,9 @@ use exactgrad::nn::reference::{ConvNetCase, CrnnCase, EncoderCase, ReferenceCase
 use exactgrad::prelude::*;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
-use std::sync::Mutex;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-/// The allocator's counters are process-wide: the models run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const STEPS: usize = 10;
 
@@ -157,9 +153,17 @@ fn check(model: &str, costs: &[StepCost], reference: Option<usize>) {
     );
 }
 
+/// The allocator's counters are process-wide, so this binary has one test, which runs
+/// the models one after the other (a second test running on another thread would count
+/// its allocations in the same counters).
 #[test]
-fn conv_net_steps_allocate_nothing_from_the_system_after_warm_up() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+fn reference_model_steps_allocate_nothing_from_the_system_after_warm_up() {
+    conv_net();
+    encoder();
+    crnn();
+}
+
+fn conv_net() {
     let b = ExactBackend::new();
     let bytes = include_bytes!("../testdata/autograd/conv_net.safetensors");
     let case = ConvNetCase::from_oracle(&b, bytes).unwrap();
@@ -178,9 +182,7 @@ fn conv_net_steps_allocate_nothing_from_the_system_after_warm_up() {
     check("conv_net", &costs, Some(17_000));
 }
 
-#[test]
-fn encoder_steps_allocate_nothing_from_the_system_after_warm_up() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+fn encoder() {
     let b = ExactBackend::new();
     let bytes = include_bytes!("../testdata/autograd/encoder.safetensors");
     let case = EncoderCase::from_oracle(&b, bytes).unwrap();
@@ -208,9 +210,7 @@ fn encoder_steps_allocate_nothing_from_the_system_after_warm_up() {
     check("encoder", &costs, Some(58_000));
 }
 
-#[test]
-fn crnn_steps_allocate_nothing_from_the_system_after_warm_up() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+fn crnn() {
     let b = ExactBackend::new();
     let bytes = include_bytes!("../testdata/autograd/crnn.safetensors");
     let case = CrnnCase::from_oracle(&b, bytes).unwrap();
