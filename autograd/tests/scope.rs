@@ -241,3 +241,28 @@ fn released_storage_returns_to_the_pool_while_tensors_are_still_held() {
     }
     assert!(held.iter().all(|(h, l)| h.is_released() && l.is_released()));
 }
+
+#[test]
+fn a_memory_limit_is_an_error_naming_the_operator_not_an_abort() {
+    let b = ExactBackend::new();
+    let pool = b.memory().unwrap();
+    let x = Tensor::full(&b, [256, 256], 1.0).unwrap(); // 256 KiB
+    pool.set_limit(Some(600 << 10)).unwrap();
+    let y = x.exp().unwrap(); // 512 KiB held: a third buffer would pass the limit
+    let e = y.neg().unwrap_err();
+    match &e {
+        Error::Core(exactgrad_core::Error::MemoryLimit {
+            op, bytes, limit, ..
+        }) => {
+            assert_eq!((*op, *bytes, *limit), ("neg", 256 << 10, 600 << 10));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("memory limit"), "{e}");
+    // Releasing memory makes room again (the freed buffer is reused); removing the
+    // limit lifts it.
+    drop(y);
+    assert!(x.neg().is_ok());
+    pool.set_limit(None).unwrap();
+    assert!(x.exp().unwrap().neg().is_ok());
+}

@@ -91,6 +91,27 @@ pub(crate) fn fmt_pair(v: [usize; 2]) -> String {
     format!("[{}, {}]", v[0], v[1])
 }
 
+/// An allocation error of the backend (which knows only `zeros` or `uninit`) renamed
+/// after the operator `op` that asked for the buffer.
+pub(crate) fn alloc_error_of(op: &'static str, e: exactgrad_core::Error) -> exactgrad_core::Error {
+    use exactgrad_core::Error as E;
+    match e {
+        E::MemoryLimit {
+            bytes,
+            in_use,
+            limit,
+            ..
+        } => E::MemoryLimit {
+            op,
+            bytes,
+            in_use,
+            limit,
+        },
+        E::Alloc { bytes, reason, .. } => E::Alloc { op, bytes, reason },
+        e => e,
+    }
+}
+
 /// A new contiguous tensor of `shape` whose buffer `fill` writes completely (its initial
 /// values are unspecified): allocates (fallibly), runs `fill`, wraps the result.
 pub(crate) fn new_tensor<B: Backend>(
@@ -100,7 +121,7 @@ pub(crate) fn new_tensor<B: Backend>(
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<Tensor<B>> {
     let n = shape.numel_for(op)?;
-    let mut out = be.uninit(n)?;
+    let mut out = be.uninit(n).map_err(|e| alloc_error_of(op, e))?;
     fill(out.as_mut())?;
     Tensor::from_storage(be, out, shape)
 }
@@ -113,7 +134,7 @@ pub(crate) fn new_zeroed<B: Backend>(
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<Tensor<B>> {
     let n = shape.numel_for(op)?;
-    let mut out = be.zeros(n)?;
+    let mut out = be.zeros(n).map_err(|e| alloc_error_of(op, e))?;
     fill(out.as_mut())?;
     Tensor::from_storage(be, out, shape)
 }
