@@ -28,6 +28,10 @@
 //! fastest and slowest of the individually timed calls of the measured samples, in ms,
 //! and the mean CPU time of the calling thread per call, which at one thread
 //! is the work's CPU time and is not inflated by other processes on a loaded machine.
+//! Then, for each training step, the peak memory of one step: the bytes the backend's
+//! pool holds at rest (parameters, optimizer state, inputs; after two warm-up steps and
+//! with the gradients freed) and the peak above that during the step, beside which
+//! `tools/bench_torch.py` prints PyTorch's for the same step (`docs/memory.md` §5).
 
 use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
@@ -220,19 +224,58 @@ fn attention_work<B: Backend>(b: &B) -> impl FnMut() {
     }
 }
 
-/// One training step: forward, loss, backward, Adam.
+/// The memory of one training step by the backend's pool (`docs/memory.md` §5): after
+/// two warm-up steps and with every gradient freed (the step's first action), the bytes
+/// held at rest (parameters, optimizer state, inputs) and the peak of the bytes held
+/// during the step above that. `None` for a backend without a pool.
+fn step_peak<B: Backend>(
+    b: &B,
+    clear: impl Fn(),
+    step: &mut impl FnMut(),
+) -> Option<(usize, usize)> {
+    let pool = b.memory()?;
+    step();
+    step();
+    clear();
+    let rest = pool.stats().outstanding_bytes;
+    pool.reset_peak();
+    step();
+    Some((rest, pool.stats().peak_bytes - rest))
+}
+
+/// The line of [`step_peak`] for the summary, in the format of `tools/bench_torch.py`.
+fn peak_line(label: &str, peak: Option<(usize, usize)>) -> String {
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    match peak {
+        Some((rest, peak)) => format!(
+            "{label:<44} peak {:9.3} MiB above rest   (at rest {:.3} MiB)",
+            mib(peak),
+            mib(rest)
+        ),
+        None => format!("{label:<44} peak (no pool)"),
+    }
+}
+
+/// One training step: forward, loss, backward, Adam; its peak memory goes to `peaks`.
 fn step<B: Backend, C: ReferenceCase<B> + 'static>(
     c: &mut Criterion,
     label: &str,
-    make: impl FnOnce() -> C,
+    make: impl FnOnce() -> (C, Tensor<B>),
+    peaks: &RefCell<Vec<String>>,
 ) -> String {
     bench(c, label, || {
-        let case = make();
+        let (case, input) = make();
+        let mut leaves = case.parameters();
+        leaves.push(input);
         let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
-        move || {
+        let mut work = move || {
             case.forward_backward().unwrap();
             opt.step().unwrap();
-        }
+        };
+        let clear = || leaves.iter().for_each(Tensor::clear_grad);
+        let peak = step_peak(leaves[0].backend(), clear, &mut work);
+        peaks.borrow_mut().push(peak_line(label, peak));
+        work
     })
 }
 
@@ -240,19 +283,32 @@ fn step<B: Backend, C: ReferenceCase<B> + 'static>(
 fn step_sgd<B: Backend, C: ReferenceCase<B> + 'static>(
     c: &mut Criterion,
     label: &str,
-    make: impl FnOnce() -> C,
+    make: impl FnOnce() -> (C, Tensor<B>),
+    peaks: &RefCell<Vec<String>>,
 ) -> String {
     bench(c, label, || {
-        let case = make();
+        let (case, input) = make();
+        let mut leaves = case.parameters();
+        leaves.push(input);
         let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01)).unwrap();
-        move || {
+        let mut work = move || {
             case.forward_backward().unwrap();
             opt.step().unwrap();
-        }
+        };
+        let clear = || leaves.iter().for_each(Tensor::clear_grad);
+        let peak = step_peak(leaves[0].backend(), clear, &mut work);
+        peaks.borrow_mut().push(peak_line(label, peak));
+        work
     })
 }
 
-fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String>) {
+fn run<B: Backend>(
+    c: &mut Criterion,
+    b: &B,
+    tag: &str,
+    summary: &mut Vec<String>,
+    peaks: &RefCell<Vec<String>>,
+) {
     summary.push(conv(
         c,
         b,
@@ -268,15 +324,40 @@ fn run<B: Backend>(c: &mut Criterion, b: &B, tag: &str, summary: &mut Vec<String
         [32, 16, 3, 3],
     ));
     summary.push(attention(c, b, &format!("models/attention/{tag}")));
-    summary.push(step(c, &format!("models/step/conv_net/{tag}"), || {
-        ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap()
-    }));
-    summary.push(step(c, &format!("models/step/encoder/{tag}"), || {
-        EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap()
-    }));
-    summary.push(step_sgd(c, &format!("models/step/crnn/{tag}"), || {
-        CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap()
-    }));
+    let label = format!("models/step/conv_net/{tag}");
+    summary.push(step(
+        c,
+        &label,
+        || {
+            let case =
+                ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap();
+            let input = case.input.clone();
+            (case, input)
+        },
+        peaks,
+    ));
+    let label = format!("models/step/encoder/{tag}");
+    summary.push(step(
+        c,
+        &label,
+        || {
+            let case = EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap();
+            let input = case.input.clone();
+            (case, input)
+        },
+        peaks,
+    ));
+    let label = format!("models/step/crnn/{tag}");
+    summary.push(step_sgd(
+        c,
+        &label,
+        || {
+            let case = CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap();
+            let input = case.input.clone();
+            (case, input)
+        },
+        peaks,
+    ));
 }
 
 fn main() {
@@ -286,6 +367,7 @@ fn main() {
         .measurement_time(Duration::from_secs(1))
         .configure_from_args();
     let mut summary = Vec::new();
+    let peaks = RefCell::new(Vec::new());
     for threads in [1, 2] {
         let exact = Isa::best(ComputeMode::Exact);
         let b = ExactBackend::with_isa(exact, threads).unwrap();
@@ -294,14 +376,28 @@ fn main() {
             &b,
             &format!("exact/{exact}/t{threads}"),
             &mut summary,
+            &peaks,
         );
         let fast = Isa::best(ComputeMode::Fast);
         let b = FastBackend::with_isa(fast, threads).unwrap();
-        run(&mut c, &b, &format!("fast/{fast}/t{threads}"), &mut summary);
+        run(
+            &mut c,
+            &b,
+            &format!("fast/{fast}/t{threads}"),
+            &mut summary,
+            &peaks,
+        );
     }
     c.final_summary();
     println!("\nModel summary (median of individually timed calls):");
     for line in summary.iter().filter(|l| !l.ends_with("(filtered out)")) {
         println!("{line}");
+    }
+    let peaks = peaks.into_inner();
+    if !peaks.is_empty() {
+        println!("\nPeak memory of one step (the backend's pool, docs/memory.md §5):");
+        for line in peaks {
+            println!("{line}");
+        }
     }
 }

@@ -42,6 +42,11 @@ pub use exactgrad_nn::Result;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The code blocks of `docs/memory.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/memory.md")]
+pub struct MemoryDoctests;
+
 /// What a user needs for most programs: tensors, backends, modes, the operators' option
 /// structs, losses, layers, optimizers, schedulers, checkpoints, the data set and loader,
 /// and the grad-mode guard. Every fallible call among them returns
@@ -86,10 +91,10 @@ pub struct ReadmeDoctests;
 /// ```
 pub mod prelude {
     pub use exactgrad_autograd::{
-        hash_tensors, no_grad, AttentionMask, AttentionOptions, AvgPool2dOptions, BatchNormOptions,
-        Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions, CrossEntropyOptions,
-        GeluApproximation, GradCheck, GroupNormOptions, LayerNormOptions, MaxPool2dOptions,
-        Momentum, Reduction, Tensor,
+        hash_tensors, no_grad, ActivationScope, AttentionMask, AttentionOptions, AvgPool2dOptions,
+        BatchNormOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,
+        CrossEntropyOptions, GeluApproximation, GradCheck, GroupNormOptions, LayerNormOptions,
+        MaxPool2dOptions, Momentum, Reduction, Tensor,
     };
     pub use exactgrad_autograd::{
         CtcBatch, CtcLossOptions, CtcTargets, GruOptions, GruOutput, InterpolateMode,
@@ -98,7 +103,7 @@ pub mod prelude {
     pub use exactgrad_backends::{
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
     };
-    pub use exactgrad_core::{Backend, ComputeMode, Philox, Shape};
+    pub use exactgrad_core::{Backend, ComputeMode, MemoryPool, Philox, PoolStats, Shape};
     pub use exactgrad_nn::checkpoint::{LoadOptions, LoadReport, TensorFile, TrainingCheckpoint};
     pub use exactgrad_nn::data::{BatchSampler, DataLoader, Digits, LoaderPosition};
     pub use exactgrad_nn::optim::{

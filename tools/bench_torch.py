@@ -121,6 +121,13 @@ if __name__ == "__main__":
 # training mode; a step is zero_grad, forward, cross entropy, backward and Adam(lr=1e-3),
 # and for the CRNN zero_grad, forward (ending in log_softmax), the mean CTC loss,
 # backward and SGD(lr=0.01).
+#
+# After the timings, the peak memory of one training step, beside the lines of the same
+# name that `cargo bench --bench models` prints (docs/memory.md §5): after two warm-up
+# steps and with every gradient freed, the peak of the bytes PyTorch's CPU allocator
+# holds during one step beyond what it held before (from the allocator's statistics that
+# the profiler records with profile_memory=True: its running "Total Allocated"), and the
+# bytes at rest (parameters, optimizer state and inputs).
 
 MODEL_ENCODER = dict(d_model=128, nhead=4, dim_feedforward=512, classes=16)
 MODEL_ENC_BATCH, MODEL_ENC_SEQ = 8, 64
@@ -194,6 +201,19 @@ def model_benches():
 
         return fn
 
+    def resettable(fn, opt, tensors):
+        # What step_peak needs: every gradient freed, and the tensors held at rest.
+        def reset():
+            opt.zero_grad()
+            for t in tensors:
+                t.grad = None
+
+        fn.reset = reset
+        fn.at_rest = lambda: list(tensors) + [
+            v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)
+        ] + [p for grp in opt.param_groups for p in grp["params"]]
+        return fn
+
     def step(model, inputs, loss_fn):
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -203,7 +223,7 @@ def model_benches():
             loss_fn(model(*inputs)).backward()
             opt.step()
 
-        return fn
+        return resettable(fn, opt, [t for t in inputs if torch.is_tensor(t)])
 
     conv_net = ConvNet(**MODEL_CONV)
     images = leaf(MODEL_CONV_BATCH, 3, MODEL_CONV_HW, MODEL_CONV_HW)
@@ -230,7 +250,7 @@ def model_benches():
             F.ctc_loss(lp, labels, input_lengths, target_lengths, blank=0, reduction="mean").backward()
             opt.step()
 
-        return fn
+        return resettable(fn, opt, [lines])
 
     return [
         ("conv1", conv((MODEL_CONV_BATCH, 3, 32, 32), (16, 3, 3, 3))),
@@ -245,6 +265,38 @@ def model_benches():
     ]
 
 
+def step_peak(fn):
+    """(bytes at rest, peak bytes above rest) of one call of a training step `fn`."""
+    import json
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    fn()
+    fn.reset()
+    rest = sum(t.numel() * t.element_size() for t in {id(t): t for t in fn.at_rest()}.values())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.remove(path)
+    # "Total Allocated" counts the CPU allocations made since profiling started, less
+    # those of them freed: its maximum is the step's peak above what was held before.
+    totals = [
+        e["args"]["Total Allocated"]
+        for e in events
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+    ]
+    return rest, max(totals, default=0)
+
+
 def models_main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", default="1,2")
@@ -256,6 +308,7 @@ def models_main():
     wanted = set(filter(None, args.shapes.split(",")))
     if (wanted and "models" not in wanted) or args.blas != "torch":
         return
+    peaks = []
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
         for name, fn in model_benches():
@@ -266,6 +319,13 @@ def models_main():
                 f"   caller cpu mean {cpu:.3f} ms",
                 flush=True,
             )
+            if hasattr(fn, "reset"):
+                rest, peak = step_peak(fn)
+                mib = 1 << 20
+                peaks.append(f"{label:<44} peak {peak / mib:9.3f} MiB above rest   (at rest {rest / mib:.3f} MiB)")
+    if peaks:
+        print("\nPeak memory of one step (PyTorch's CPU allocator statistics, profiler memory events):")
+        print("\n".join(peaks), flush=True)
 
 
 if __name__ == "__main__":

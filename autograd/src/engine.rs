@@ -11,8 +11,10 @@
 //!    its pending gradient in emission order, an emission into a leaf adds into the leaf's
 //!    `grad` (created on the first emission).
 //! 4. Backward runs with recording off; higher-order derivatives are not supported.
-//! 5. Unless `retain_graph`, each record is released after it ran. A backward that would
-//!    pass through a released record fails with [`Error::GraphReleased`] before any work.
+//! 5. Unless `retain_graph`, each record is released right after it ran: its backward
+//!    rule and the tensors it saved are dropped then, so the memory a backward pass holds
+//!    falls as it proceeds. A backward that would pass through a released record fails
+//!    with [`Error::GraphReleased`] before any work.
 //! 6. A saved tensor modified in place after the forward pass fails with
 //!    [`Error::TensorVersion`] when its record runs.
 //! 7. Before any work, the pass claims every leaf it will accumulate into; if another
@@ -48,6 +50,9 @@ pub(crate) struct Node<B: Backend> {
     pub(crate) id: u64,
     pub(crate) name: &'static str,
     pub(crate) edges: Vec<Edge<B>>,
+    /// The inputs' shapes, for the debug check of the gradients' shapes (not kept in
+    /// release builds: a record per operator is heap memory per step).
+    #[cfg(debug_assertions)]
     pub(crate) input_shapes: Vec<Vec<usize>>,
     pub(crate) backward: Mutex<Option<BackwardFn<B>>>,
 }
@@ -139,9 +144,18 @@ where
         id: next_id(),
         name,
         edges,
+        #[cfg(debug_assertions)]
         input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
         backward: Mutex::new(Some(Box::new(make_backward()))),
     };
+    let mut out = out;
+    if let Some(inner) = Arc::get_mut(&mut out.inner) {
+        // The operator's fresh result, held nowhere else: record in place instead of
+        // making a second handle (no allocation).
+        inner.grad_fn = Some(Arc::new(node));
+        *inner.requires_grad.get_mut() = true;
+        return out;
+    }
     Tensor::from_checked_parts(
         out.inner.backend.clone(),
         Arc::clone(&out.inner.storage),
@@ -222,6 +236,8 @@ pub(crate) fn backward<B: Backend>(
     gradient: Option<&Tensor<B>>,
     retain_graph: bool,
 ) -> Result<()> {
+    // The engine's allocations are never tied to an activation scope (crate::scope).
+    let _unscoped = crate::scope::Unscoped::new();
     if !root.is_requires_grad() {
         return Err(Error::NoGrad {
             shape: root.dims().to_vec(),
@@ -303,12 +319,14 @@ pub(crate) fn backward<B: Backend>(
             "{}: backward arity",
             node.name
         );
-        for (i, (edge, grad)) in node.edges.iter().zip(grads).enumerate() {
+        #[allow(clippy::unused_enumerate_index)]
+        for (_i, (edge, grad)) in node.edges.iter().zip(grads).enumerate() {
             let Some(grad) = grad else { continue };
+            #[cfg(debug_assertions)]
             debug_assert_eq!(
                 grad.dims(),
-                &node.input_shapes[i][..],
-                "{}: gradient shape of input {i}",
+                &node.input_shapes[_i][..],
+                "{}: gradient shape of input {_i}",
                 node.name
             );
             match edge {
@@ -363,6 +381,55 @@ mod tests {
         loss2.backward(None, false).unwrap();
         assert_eq!(other.grad().unwrap().to_vec().unwrap(), [3.0]);
         assert_eq!(w.grad().unwrap().to_vec().unwrap(), [5.0, 5.0]);
+    }
+
+    /// A pass-through record whose backward rule logs the bytes the backend's pool has
+    /// outstanding when it runs.
+    fn probe<B: Backend>(x: &Tensor<B>, log: &Arc<Mutex<Vec<usize>>>) -> Tensor<B> {
+        let (log, b) = (Arc::clone(log), x.backend().clone());
+        record("probe", x.detach(), &[x], move || {
+            move |g: &Tensor<B>| {
+                let stats = b.memory().expect("a pool").stats();
+                log.lock().unwrap().push(stats.outstanding_bytes);
+                Ok(vec![Some(g.clone())])
+            }
+        })
+    }
+
+    /// The bytes outstanding at each probe of a chain of `exp` (each record saves its
+    /// 256 KiB output), in the order backward reached them.
+    fn outstanding_during_backward(retain_graph: bool) -> Vec<usize> {
+        let b = exactgrad_backends::ExactBackend::new();
+        let x = Tensor::full(&b, [1 << 16], 0.01)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut h = x.clone();
+        for _ in 0..6 {
+            h = probe(&h.exp().unwrap().mul_scalar(0.5).unwrap(), &log);
+        }
+        let loss = h.sum().unwrap();
+        drop(h);
+        loss.backward(None, retain_graph).unwrap();
+        let v = log.lock().unwrap().clone();
+        v
+    }
+
+    #[test]
+    fn records_free_their_saved_tensors_as_backward_proceeds() {
+        let released = outstanding_during_backward(false);
+        let retained = outstanding_during_backward(true);
+        assert_eq!(released.len(), 6);
+        // Each layer's record (its saved 256 KiB output) is freed once it ran, so what
+        // backward holds falls layer by layer (after the first, where the gradient of
+        // the sum, a broadcast scalar, becomes a full buffer) ...
+        for w in released[1..].windows(2) {
+            assert!(w[1] + (1 << 18) <= w[0], "{released:?}");
+        }
+        // ... while a retained graph keeps every saved tensor to the end.
+        assert!(retained.windows(2).all(|w| w[1] >= w[0]), "{retained:?}");
+        assert!(released[5] + 5 * (1 << 18) <= retained[5]);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!   them), with the option structs re-exported here ([`Conv2dOptions`],
 //!   [`BatchNormOptions`], [`AttentionOptions`], …);
 //! - [`engine`]: records, saved tensors and `backward`; [`grad_mode`]: `no_grad`;
+//! - [`scope`]: [`ActivationScope`], which returns a step's activations to the backend's
+//!   pool when the step ends (`docs/memory.md`);
 //! - [`gradcheck`]: the gradient check; [`error`]: the error type.
 //!
 //! The arithmetic of every operator is fixed by `docs/arithmetic.md` (and `docs/conv.md`
@@ -27,6 +29,7 @@ pub mod error;
 pub mod grad_mode;
 pub mod gradcheck;
 pub mod ops;
+pub mod scope;
 pub mod tensor;
 
 pub use error::{Error, Result};
@@ -41,6 +44,7 @@ pub use ops::pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::resize::{InterpolateMode, InterpolateOptions, InterpolateSize};
 pub use ops::rnn::{GruOptions, GruOutput, LstmOptions, LstmOutput, RnnWeights};
 pub use ops::{CrossEntropyOptions, Reduction};
+pub use scope::{ActivationScope, ScopeReport};
 pub use tensor::Tensor;
 
 use exactgrad_core::{Backend, GradHasher};

@@ -9,11 +9,12 @@
 use crate::engine::Node;
 use crate::error::{Error, Result};
 use crate::grad_mode::is_grad_enabled;
+use crate::scope::{self, Release};
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::{Backend, Layout, Philox, Shape};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -30,6 +31,9 @@ pub(crate) struct StorageCell<B: Backend> {
     /// Number of elements of the buffer (fixed for the cell's life).
     len: usize,
     version: AtomicU64,
+    /// The [`ActivationScope`](crate::ActivationScope) that releases this storage when
+    /// it ends (0: none).
+    scope: AtomicU64,
 }
 
 impl<B: Backend> StorageCell<B> {
@@ -38,7 +42,19 @@ impl<B: Backend> StorageCell<B> {
             len: data.as_ref().len(),
             data: RwLock::new(Some(data)),
             version: AtomicU64::new(0),
+            scope: AtomicU64::new(0),
         }
+    }
+}
+
+impl<B: Backend> Release for StorageCell<B> {
+    fn release_from(&self, scope: u64) -> usize {
+        if self.scope.load(Ordering::Acquire) != scope {
+            return 0;
+        }
+        let taken = self.data.write().unwrap_or_else(|e| e.into_inner()).take();
+        // The buffer returns to the backend here, after the lock is released.
+        taken.map_or(0, |d| d.as_ref().len())
     }
 }
 
@@ -121,8 +137,21 @@ impl<B: Backend> fmt::Debug for Tensor<B> {
 impl<B: Backend> Tensor<B> {
     // ----- construction ------------------------------------------------------------
 
-    /// A tensor of `shape` over a new buffer (which must hold the shape's elements).
+    /// An operator's result: a tensor of `shape` over a new buffer (which must hold the
+    /// shape's elements), remembered by the open [`ActivationScope`](crate::ActivationScope)
+    /// of this thread, if any (see [`crate::scope`]).
     pub(crate) fn from_storage(backend: &B, storage: B::Storage, shape: Shape) -> Result<Self> {
+        let t = Self::leaf_from_storage(backend, storage, shape)?;
+        if scope::is_remembering() {
+            let cell: Weak<dyn Release> = Arc::downgrade(&t.inner.storage) as _;
+            let id = scope::remember(cell);
+            t.inner.storage.scope.store(id, Ordering::Release);
+        }
+        Ok(t)
+    }
+
+    /// A constructor's result: as [`Tensor::from_storage`], never tied to a scope.
+    fn leaf_from_storage(backend: &B, storage: B::Storage, shape: Shape) -> Result<Self> {
         let layout = Layout::contiguous(shape);
         let len = storage.as_ref().len();
         layout.check_within("tensor", "storage", len)?;
@@ -135,10 +164,29 @@ impl<B: Backend> Tensor<B> {
         ))
     }
 
-    /// A tensor of `shape` over a new zero-filled buffer of the backend.
+    /// An operator's result holding `data` (remembered by a scope as
+    /// [`Tensor::from_storage`]); `data` must have the shape's element count.
+    pub(crate) fn from_op_vec(
+        backend: &B,
+        data: Vec<f32>,
+        shape: impl Into<Shape>,
+    ) -> Result<Self> {
+        Self::from_storage(backend, backend.storage_from_vec(data)?, shape.into())
+    }
+
+    /// An operator's rank-0 result holding `value` (remembered by a scope as
+    /// [`Tensor::from_storage`]).
+    pub(crate) fn op_scalar(backend: &B, value: f32) -> Result<Self> {
+        let mut storage = backend.uninit(1)?;
+        storage.as_mut()[0] = value;
+        Self::from_storage(backend, storage, Shape::scalar())
+    }
+
+    /// A tensor of `shape` over a new zero-filled buffer of the backend (not tied to a
+    /// scope).
     pub(crate) fn zeros_of(backend: &B, op: &'static str, shape: Shape) -> Result<Self> {
         let n = shape.numel_for(op)?;
-        Self::from_storage(backend, backend.zeros(n)?, shape)
+        Self::leaf_from_storage(backend, backend.zeros(n)?, shape)
     }
 
     /// A view of `storage` under `layout`, checked against the storage's length.
@@ -199,7 +247,7 @@ impl<B: Backend> Tensor<B> {
                 ),
             ));
         }
-        Self::from_storage(backend, backend.storage_from_vec(data)?, shape)
+        Self::leaf_from_storage(backend, backend.storage_from_vec(data)?, shape)
     }
 
     /// A tensor copying `data` (row-major) with the given shape.
@@ -222,7 +270,7 @@ impl<B: Backend> Tensor<B> {
         let n = shape.numel_for("full")?;
         let mut storage = backend.uninit(n)?;
         storage.as_mut().fill(value);
-        Self::from_storage(backend, storage, shape)
+        Self::leaf_from_storage(backend, storage, shape)
     }
 
     /// A tensor filled with ones (errors as [`Tensor::zeros`]).
@@ -246,7 +294,7 @@ impl<B: Backend> Tensor<B> {
         let n = shape.numel_for(op)?;
         let mut storage = backend.uninit(n)?;
         storage.as_mut().iter_mut().for_each(|v| *v = f());
-        Self::from_storage(backend, storage, shape)
+        Self::leaf_from_storage(backend, storage, shape)
     }
 
     /// A tensor of samples uniform in [low, high) drawn from `rng` in row-major order.
@@ -451,6 +499,25 @@ impl<B: Backend> Tensor<B> {
     /// The name of the operation that produced this tensor, if it was recorded.
     pub fn grad_fn_name(&self) -> Option<&'static str> {
         self.inner.grad_fn.as_ref().map(|n| n.name)
+    }
+
+    /// Detaches this tensor's storage from the [`ActivationScope`](crate::ActivationScope)
+    /// that would release it, so that it and every view of it stay usable after the scope
+    /// ends; returns `self` for chaining. A tensor no scope holds is unchanged.
+    pub fn keep(&self) -> &Self {
+        self.inner.storage.scope.store(0, Ordering::Release);
+        self
+    }
+
+    /// Whether this tensor's storage was released (by the end of its scope): every read
+    /// or write of it is then an [`Error::Released`].
+    pub fn is_released(&self) -> bool {
+        self.inner
+            .storage
+            .data
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// A tensor sharing storage with `self` but cut from the graph (no gradient flows).

@@ -174,6 +174,13 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
     /// A buffer holding `data`.
     fn storage_from_vec(&self, data: Vec<f32>) -> Result<Self::Storage>;
 
+    /// The pool that keeps this backend's released buffers for reuse (statistics, trim,
+    /// limit: [`crate::memory`]), or `None` for a backend that leaves every buffer to the
+    /// system allocator (the default).
+    fn memory(&self) -> Option<&dyn crate::memory::MemoryPool> {
+        None
+    }
+
     /// Gathers the elements of `src` under `layout` into `out` in row-major order.
     /// Copies bits exactly (no canonicalisation).
     fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()>;

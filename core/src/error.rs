@@ -104,6 +104,19 @@ pub enum Error {
         /// Why it failed.
         reason: &'static str,
     },
+    /// A buffer would take a backend's pool over the limit set with
+    /// [`crate::MemoryPool::set_limit`] (after its idle buffers were freed).
+    #[error("{op}: cannot allocate {bytes} bytes: the backend's buffers would exceed their memory limit of {limit} bytes ({in_use} bytes in use); raise the limit with MemoryPool::set_limit or release tensors")]
+    MemoryLimit {
+        /// Operator name.
+        op: &'static str,
+        /// Bytes asked for.
+        bytes: usize,
+        /// Bytes held by the pool's buffers when the request was refused.
+        in_use: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 #[cfg(feature = "alloc")]

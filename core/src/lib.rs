@@ -20,6 +20,7 @@ pub mod error;
 pub mod hash;
 #[cfg(feature = "alloc")]
 pub mod kernels;
+pub mod memory;
 pub mod mode;
 pub mod ops;
 #[cfg(feature = "alloc")]
@@ -32,6 +33,7 @@ pub mod shape;
 pub use backend::Backend;
 pub use error::{Error, Result};
 pub use hash::GradHasher;
+pub use memory::{MemoryPool, PoolStats};
 pub use mode::ComputeMode;
 pub use ops::{BackwardReads, BinaryOp, UnaryOp};
 pub use rng::Philox;

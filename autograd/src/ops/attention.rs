@@ -477,8 +477,8 @@ fn sdpa<B: Backend>(
             let be = g.backend();
             let Dims { batch, l, s, e, ev } = d;
             let (q, k) = (sq.get()?, sk.get()?);
-            let qc = q.to_vec()?;
-            let kc = k.to_vec()?;
+            let qc = super::contiguous_storage(q)?;
+            let kc = super::contiguous_storage(k)?;
             let p = match &sm {
                 Some((kind, saved, _)) => {
                     let t = saved.get()?;
@@ -487,16 +487,16 @@ fn sdpa<B: Backend>(
                     attention_weights(
                         be,
                         d,
-                        &qc,
-                        &kc,
+                        qc.as_ref(),
+                        kc.as_ref(),
                         Some((*kind, data.as_ref(), &lay)),
                         causal,
                         scale,
                     )?
                 }
-                None => attention_weights(be, d, &qc, &kc, None, causal, scale)?,
+                None => attention_weights(be, d, qc.as_ref(), kc.as_ref(), None, causal, scale)?,
             };
-            let gc = g.to_vec()?;
+            let gc = super::contiguous_storage(g)?;
             let mut grads: Vec<Option<Tensor<B>>> = vec![None, None, None];
             if need[2] {
                 // dV = Pᵀ·dO
@@ -508,7 +508,7 @@ fn sdpa<B: Backend>(
                     ev,
                     p.as_ref(),
                     [l * s, 1, s],
-                    &gc,
+                    gc.as_ref(),
                     [l * ev, ev, 1],
                 )?;
                 let mut v_shape = score_shape[..score_shape.len() - 2].to_vec();
@@ -525,7 +525,7 @@ fn sdpa<B: Backend>(
                         l,
                         ev,
                         s,
-                        &gc,
+                        gc.as_ref(),
                         [l * ev, ev, 1],
                         vs,
                         [s * ev, 1, ev],
@@ -550,7 +550,7 @@ fn sdpa<B: Backend>(
                         e,
                         ds.as_ref(),
                         [l * s, s, 1],
-                        &kc,
+                        kc.as_ref(),
                         [s * e, e, 1],
                     )?;
                     let dq = scaled(dq, batch * l * e)?;
@@ -566,7 +566,7 @@ fn sdpa<B: Backend>(
                         e,
                         ds.as_ref(),
                         [l * s, 1, s],
-                        &qc,
+                        qc.as_ref(),
                         [l * e, e, 1],
                     )?;
                     let dk = scaled(dk, batch * s * e)?;

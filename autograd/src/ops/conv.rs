@@ -672,7 +672,7 @@ fn conv_grad_weight<B: Backend>(
 ) -> Result<Tensor<B>> {
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let mut gw = super::zeroed_vec("conv2d", o * k)?;
+    let mut gw = be.zeros(o * k)?;
     let src = ColSource::new(x, g)?;
     let (gd, sd) = (gy.read()?, src.tensor().read()?);
     let nb = items_per_block(g);
@@ -704,14 +704,14 @@ fn conv_grad_weight<B: Backend>(
         // The items' contributions in item order.
         for i in 0..items {
             let pi = &part.as_ref()[i * o * k..(i + 1) * o * k];
-            for (acc, &v) in gw.iter_mut().zip(pi) {
+            for (acc, &v) in gw.as_mut().iter_mut().zip(pi) {
                 *acc += v;
             }
         }
         n0 += items;
     }
-    canon_all(be.mode(), &mut gw);
-    Tensor::from_vec(be, gw, [o, g.c / g.groups, g.kh, g.kw])
+    canon_all(be.mode(), gw.as_mut());
+    Tensor::from_storage(be, gw, [o, g.c / g.groups, g.kh, g.kw].into())
 }
 
 // ----- transposed convolution ------------------------------------------------------------

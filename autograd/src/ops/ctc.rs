@@ -471,21 +471,21 @@ impl<B: Backend> Tensor<B> {
             Reduction::None => {
                 let v: Vec<f32> = losses.iter().map(|&l| canon(mode, l as f32)).collect();
                 if unbatched {
-                    Tensor::scalar(be, v[0])?
+                    Tensor::op_scalar(be, v[0])?
                 } else {
-                    Tensor::from_vec(be, v, [b])?
+                    Tensor::from_op_vec(be, v, [b])?
                 }
             }
             Reduction::Sum => {
                 let s: f64 = losses.iter().fold(0.0, |a, &l| a + l);
-                Tensor::scalar(be, canon(mode, s as f32))?
+                Tensor::op_scalar(be, canon(mode, s as f32))?
             }
             Reduction::Mean => {
                 let s: f64 = losses
                     .iter()
                     .zip(&items)
                     .fold(0.0, |a, (&l, e)| a + l / e.target_len.max(1) as f64);
-                Tensor::scalar(be, canon(mode, (s / b as f64) as f32))?
+                Tensor::op_scalar(be, canon(mode, (s / b as f64) as f32))?
             }
         };
         let shape = self.dims().to_vec();

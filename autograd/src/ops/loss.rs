@@ -133,7 +133,7 @@ impl<B: Backend> Tensor<B> {
         }
         let reduction = options.reduction;
         let out = match reduction {
-            Reduction::None => Tensor::from_vec(be, per_row, target_shape.clone())?,
+            Reduction::None => Tensor::from_op_vec(be, per_row, target_shape.clone())?,
             Reduction::Sum | Reduction::Mean => {
                 let total: f64 = per_row.iter().map(|&v| f64::from(v)).sum();
                 let v = if reduction == Reduction::Mean {
@@ -141,7 +141,7 @@ impl<B: Backend> Tensor<B> {
                 } else {
                     total
                 };
-                Tensor::scalar(be, canon(mode, v as f32))?
+                Tensor::op_scalar(be, canon(mode, v as f32))?
             }
         };
         drop(lp_read);

@@ -51,7 +51,7 @@ fn gather<B: Backend>(
             }
         })?;
     }
-    let out = Tensor::from_vec(x.backend(), out, out_shape)?;
+    let out = Tensor::from_op_vec(x.backend(), out, out_shape)?;
     let in_shape = x.dims().to_vec();
     Ok(record(op, out, &[x], move || {
         move |g: &Tensor<B>| {

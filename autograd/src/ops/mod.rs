@@ -91,6 +91,27 @@ pub(crate) fn fmt_pair(v: [usize; 2]) -> String {
     format!("[{}, {}]", v[0], v[1])
 }
 
+/// An allocation error of the backend (which knows only `zeros` or `uninit`) renamed
+/// after the operator `op` that asked for the buffer.
+pub(crate) fn alloc_error_of(op: &'static str, e: exactgrad_core::Error) -> exactgrad_core::Error {
+    use exactgrad_core::Error as E;
+    match e {
+        E::MemoryLimit {
+            bytes,
+            in_use,
+            limit,
+            ..
+        } => E::MemoryLimit {
+            op,
+            bytes,
+            in_use,
+            limit,
+        },
+        E::Alloc { bytes, reason, .. } => E::Alloc { op, bytes, reason },
+        e => e,
+    }
+}
+
 /// A new contiguous tensor of `shape` whose buffer `fill` writes completely (its initial
 /// values are unspecified): allocates (fallibly), runs `fill`, wraps the result.
 pub(crate) fn new_tensor<B: Backend>(
@@ -100,7 +121,7 @@ pub(crate) fn new_tensor<B: Backend>(
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<Tensor<B>> {
     let n = shape.numel_for(op)?;
-    let mut out = be.uninit(n)?;
+    let mut out = be.uninit(n).map_err(|e| alloc_error_of(op, e))?;
     fill(out.as_mut())?;
     Tensor::from_storage(be, out, shape)
 }
@@ -113,7 +134,7 @@ pub(crate) fn new_zeroed<B: Backend>(
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<Tensor<B>> {
     let n = shape.numel_for(op)?;
-    let mut out = be.zeros(n)?;
+    let mut out = be.zeros(n).map_err(|e| alloc_error_of(op, e))?;
     fill(out.as_mut())?;
     Tensor::from_storage(be, out, shape)
 }
@@ -130,6 +151,84 @@ pub(crate) fn try_vec<T>(op: &'static str, n: usize, f: impl FnMut(usize) -> T) 
         })?;
     v.extend((0..n).map(f));
     Ok(v)
+}
+
+thread_local! {
+    /// Idle index vectors of this thread ([`IndexBuffer`]).
+    static FREE_INDICES: std::cell::RefCell<Vec<Vec<usize>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// At most this many idle index vectors are kept per thread …
+const FREE_INDEX_VECTORS: usize = 8;
+/// … each of at most this many elements (32 MiB).
+const FREE_INDEX_LEN: usize = 1 << 22;
+
+/// A vector of indices saved for a backward rule (max pooling's argmax) whose memory is
+/// reused: dropped, it joins its thread's few idle index vectors, from which the next
+/// request that fits is served, so a training step does not allocate it again
+/// (`docs/memory.md` §4).
+pub(crate) struct IndexBuffer(Vec<usize>);
+
+impl IndexBuffer {
+    /// `n` indices set to `fill`, in an idle vector of this thread if one is long enough
+    /// (the shortest such), else in a new one (fallibly).
+    pub(crate) fn new(op: &'static str, n: usize, fill: usize) -> Result<Self> {
+        let reused = FREE_INDICES.with(|free| {
+            let mut free = free.borrow_mut();
+            let best = (0..free.len())
+                .filter(|&i| free[i].capacity() >= n)
+                .min_by_key(|&i| free[i].capacity())?;
+            Some(free.swap_remove(best))
+        });
+        Ok(IndexBuffer(match reused {
+            Some(mut v) => {
+                v.clear();
+                v.resize(n, fill);
+                v
+            }
+            None => try_vec(op, n, |_| fill)?,
+        }))
+    }
+}
+
+impl Drop for IndexBuffer {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        if v.capacity() == 0 || v.capacity() > FREE_INDEX_LEN {
+            return;
+        }
+        // During thread exit the list may be gone: the vector is then simply freed.
+        let _ = FREE_INDICES.try_with(|free| {
+            let mut free = free.borrow_mut();
+            if free.len() < FREE_INDEX_VECTORS {
+                free.push(v);
+            }
+        });
+    }
+}
+
+impl std::ops::Deref for IndexBuffer {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for IndexBuffer {
+    fn deref_mut(&mut self) -> &mut [usize] {
+        &mut self.0
+    }
+}
+
+/// The elements of `t` in row-major order, in a buffer of its backend (from the pool of a
+/// backend that has one, unlike [`Tensor::to_vec`]); bits are copied exactly.
+pub(crate) fn contiguous_storage<B: Backend>(t: &Tensor<B>) -> Result<B::Storage> {
+    let b = t.backend();
+    let mut out = b.uninit(t.numel())?;
+    let data = t.read()?;
+    b.copy_strided(data.as_ref(), t.layout(), out.as_mut())?;
+    Ok(out)
 }
 
 /// A zero-filled f32 vector of `n` elements (fallible), for scalar glue loops.

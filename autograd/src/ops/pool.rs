@@ -270,7 +270,7 @@ impl<B: Backend> Tensor<B> {
         let be = x.backend();
         let spec = pg.spec();
         let ohw = pg.oh * pg.ow;
-        let mut argmax = super::try_vec(op, pg.planes * ohw, |_| usize::MAX)?;
+        let mut argmax = super::IndexBuffer::new(op, pg.planes * ohw, usize::MAX)?;
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([pg.oh, pg.ow]);
         let y = super::new_tensor(be, op, dims.into(), |out| {

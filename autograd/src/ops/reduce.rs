@@ -49,8 +49,9 @@ fn sum_impl<B: Backend>(
         .zip(&flags)
         .map(|(&d, &r)| if r { 1 } else { d })
         .collect();
+    // `summed` is unrecorded, so neither the division nor the reshape records (and with
+    // grad mode left on, an open activation scope remembers their results).
     let out = {
-        let _g = crate::no_grad();
         let s = if mean {
             summed.div_scalar(count as f32)?
         } else {

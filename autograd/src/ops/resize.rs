@@ -287,7 +287,7 @@ impl<B: Backend> Tensor<B> {
                 }
             }
         }
-        let out = Tensor::from_vec(be, y, out_shape)?;
+        let out = Tensor::from_op_vec(be, y, out_shape)?;
         let in_shape = self.dims().to_vec();
         Ok(record(op, out, &[self], move || {
             move |g: &Tensor<B>| {

@@ -34,14 +34,14 @@ fn reshape_error<B: Backend>(op: &'static str, x: &Tensor<B>, to: &[usize]) -> E
 /// Zeros of `shape` with `g` written into the elements that `region` (a layout over a
 /// contiguous buffer of `shape`) selects: the backward of narrow/slice.
 fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Result<Tensor<B>> {
-    let values = g.to_vec()?;
     super::new_zeroed(g.backend(), "slice", shape.clone(), |buf| {
-        let mut i = 0;
-        region.for_each_index(|s| {
-            buf[s] = values[i];
-            i += 1;
-        });
-        Ok(())
+        g.with_contiguous(|values| {
+            let mut i = 0;
+            region.for_each_index(|s| {
+                buf[s] = values[i];
+                i += 1;
+            });
+        })
     })
 }
 

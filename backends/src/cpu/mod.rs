@@ -140,7 +140,7 @@ pub struct UnsupportedIsa {
 pub struct ComputeContext {
     threads: usize,
     pool: Option<pool::Pool>,
-    buffers: Arc<buffers::BufferCache>,
+    buffers: Arc<buffers::BufferPool>,
 }
 
 impl fmt::Debug for ComputeContext {
@@ -547,7 +547,11 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
     }
 
     fn storage_from_vec(&self, data: Vec<f32>) -> Result<CpuStorage> {
-        Ok(CpuStorage::new(data, &self.ctx.buffers))
+        buffers::adopt(&self.ctx.buffers, data)
+    }
+
+    fn memory(&self) -> Option<&dyn exactgrad_core::MemoryPool> {
+        Some(&*self.ctx.buffers)
     }
 
     fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
