@@ -388,6 +388,21 @@ fn normalize_backward<B: Backend>(
     shapes: [&exactgrad_core::Shape; 3],
 ) -> Result<NormGrads<B>> {
     let spec = geo.spec();
+    let wrap = |v: Option<B::Storage>, shape: &exactgrad_core::Shape| {
+        v.map(|v| Tensor::from_storage(be, v, shape.clone()))
+            .transpose()
+    };
+    if gs.is_empty() {
+        // An empty input (no groups visited): an empty dx, zero parameter gradients.
+        let dx = need[0].then(|| be.zeros(0)).transpose()?;
+        let dw = need[1].then(|| be.zeros(geo.params)).transpose()?;
+        let db = need[2].then(|| be.zeros(geo.params)).transpose()?;
+        return Ok((
+            wrap(dx, shapes[0])?,
+            wrap(dw, shapes[1])?,
+            wrap(db, shapes[2])?,
+        ));
+    }
     let mut dx = need[0].then(|| be.uninit(gs.len())).transpose()?;
     let mut dw = need[1].then(|| be.uninit(geo.params)).transpose()?;
     let mut db = need[2].then(|| be.uninit(geo.params)).transpose()?;
@@ -409,10 +424,6 @@ fn normalize_backward<B: Backend>(
             db: db.as_mut().map(|v| v.as_mut()),
         },
     )?;
-    let wrap = |v: Option<B::Storage>, shape: &exactgrad_core::Shape| {
-        v.map(|v| Tensor::from_storage(be, v, shape.clone()))
-            .transpose()
-    };
     Ok((
         wrap(dx, shapes[0])?,
         wrap(dw, shapes[1])?,
@@ -516,7 +527,9 @@ fn norm_op<B: Backend>(
                     corr: vec![0.0; geo.q],
                     sq_sum: vec![0.0; geo.q],
                 };
-                be.norm_stats(&spec, xs, &mut st.mean, &mut st.corr, &mut st.sq_sum)?;
+                if !xs.is_empty() {
+                    be.norm_stats(&spec, xs, &mut st.mean, &mut st.corr, &mut st.sq_sum)?;
+                }
                 let n = geo.count() as f32;
                 let var = st.sq_sum.iter().map(|&s| canon(mode, s / n)).collect();
                 (st, var)
@@ -524,6 +537,10 @@ fn norm_op<B: Backend>(
         };
         let rs = rstd(&var, eps, mode);
         let mut y = be.uninit(xs.len())?;
+        if xs.is_empty() {
+            // No groups to visit (the geometry of an empty input is empty).
+            return Ok((y, stats, rs));
+        }
         be.norm_forward(
             &spec,
             xs,
