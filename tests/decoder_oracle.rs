@@ -12,8 +12,10 @@
 //! - The hash of the parameters after that run equals the pinned value on ScalarRef and
 //!   on every ExactBackend path at 1, 3 and 8 threads.
 
+mod oracle_support;
 use exactgrad::nn::reference::{DecoderCase, ReferenceCase, TensorFile, PINNED_HASHES};
 use exactgrad::prelude::*;
+use oracle_support::{compare_gradients, scaled_error};
 
 /// The hash of the decoder's parameters after the oracle's training run
 /// ([`DecoderCase::train`]) in exact mode, as ScalarRefBackend (the oracle of the
@@ -21,20 +23,6 @@ use exactgrad::prelude::*;
 const DECODER_HASH: u64 = 0x683e_30cf_8bb1_ca11;
 
 const DECODER: &[u8] = include_bytes!("../testdata/autograd/decoder.safetensors");
-
-/// `max |a − b| / max |b|` (0 when both are all zero).
-fn scaled_error(ours: &[f32], torch: &[f32]) -> f64 {
-    assert_eq!(ours.len(), torch.len());
-    let scale = torch.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
-    let diff = ours.iter().zip(torch).fold(0.0f64, |m, (&a, &b)| {
-        m.max((f64::from(a) - f64::from(b)).abs())
-    });
-    if diff == 0.0 {
-        0.0
-    } else {
-        diff / scale
-    }
-}
 
 fn against_torch<B: Backend>(b: &B, label: &str) -> String {
     let file = TensorFile::from_bytes(DECODER).unwrap();
@@ -53,30 +41,7 @@ fn against_torch<B: Backend>(b: &B, label: &str) -> String {
         e_out <= 1e-4,
         "{label}/decoder: output scaled error {e_out:.2e}"
     );
-    let (mut worst, mut at) = (0.0f64, String::new());
-    for (name, g) in &step.gradients {
-        let (shape, torch) = file.floats(&format!("grad/{name}")).unwrap();
-        assert_eq!(g.dims(), shape, "{label}/decoder: shape of gradient {name}");
-        let e = scaled_error(&g.to_vec().unwrap(), torch);
-        assert!(
-            e <= 1e-4,
-            "{label}/decoder: gradient of {name}: scaled error {e:.2e} > 1e-4"
-        );
-        if e >= worst {
-            worst = e;
-            at = name.clone();
-        }
-    }
-    let theirs = file
-        .names()
-        .iter()
-        .filter(|n| n.starts_with("grad/"))
-        .count();
-    assert_eq!(
-        theirs,
-        step.gradients.len(),
-        "{label}/decoder: every oracle gradient compared"
-    );
+    let (worst, at) = compare_gradients(&format!("{label}/decoder"), &file, &step.gradients);
     // The training run on a fresh case: each parameter's change against PyTorch's.
     let case = DecoderCase::from_file(b, &file).unwrap();
     case.train().unwrap();

@@ -12,12 +12,14 @@
 //!   the pinned constant on ScalarRef and on every ExactBackend path at 1, 3 and 8
 //!   threads.
 
+mod oracle_support;
 use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
     ConvNetCase, EncoderCase, ReferenceCase, TensorFile, PINNED_HASHES,
 };
 use exactgrad::nn::{AttentionMask, Module, MultiheadAttention, MultiheadAttentionConfig};
 use exactgrad::prelude::*;
+use oracle_support::scaled_error;
 
 /// `hash_tensors` of the conv net's gradients in exact mode. This is the value
 /// ScalarRefBackend (the oracle of the arithmetic contract) computes; every exact path
@@ -35,20 +37,6 @@ fn files() -> (TensorFile, TensorFile) {
         TensorFile::from_bytes(CONV_NET).unwrap(),
         TensorFile::from_bytes(ENCODER).unwrap(),
     )
-}
-
-/// `max |a − b| / max |b|` (0 when both are all zero).
-fn scaled_error(ours: &[f32], torch: &[f32]) -> f64 {
-    assert_eq!(ours.len(), torch.len());
-    let scale = torch.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
-    let diff = ours.iter().zip(torch).fold(0.0f64, |m, (&a, &b)| {
-        m.max((f64::from(a) - f64::from(b)).abs())
-    });
-    if diff == 0.0 {
-        0.0
-    } else {
-        diff / scale
-    }
 }
 
 /// The worst scaled error over a model's gradients, and where.

@@ -23,6 +23,7 @@
 //! - The CRNN's gradient hash equals the pinned value on ScalarRef and on every
 //!   ExactBackend path at 1, 3 and 8 threads.
 
+mod oracle_support;
 use exactgrad::autograd::{
     CtcBatch, CtcLossOptions, CtcTargets, InterpolateMode, InterpolateOptions, InterpolateSize,
 };
@@ -31,6 +32,7 @@ use exactgrad::nn::reference::{
 };
 use exactgrad::nn::{Gru, Lstm, Module, RnnConfig};
 use exactgrad::prelude::*;
+use oracle_support::{compare_gradients, scaled_error};
 
 /// `hash_tensors` of the CRNN's gradients in exact mode, as ScalarRefBackend (the oracle
 /// of the arithmetic contract) computes it; every exact path and thread count must
@@ -40,20 +42,6 @@ const CRNN_HASH: u64 = 0x6671_5a90_3e97_922e;
 const CRNN: &[u8] = include_bytes!("../testdata/autograd/crnn.safetensors");
 const GRU: &[u8] = include_bytes!("../testdata/autograd/gru.safetensors");
 const RESIZE: &[u8] = include_bytes!("../testdata/autograd/resize.safetensors");
-
-/// `max |a − b| / max |b|` (0 when both are all zero).
-fn scaled_error(ours: &[f32], torch: &[f32]) -> f64 {
-    assert_eq!(ours.len(), torch.len());
-    let scale = torch.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
-    let diff = ours.iter().zip(torch).fold(0.0f64, |m, (&a, &b)| {
-        m.max((f64::from(a) - f64::from(b)).abs())
-    });
-    if diff == 0.0 {
-        0.0
-    } else {
-        diff / scale
-    }
-}
 
 /// Runs `f` on ScalarRef, the fast scalar reference, every supported exact path and the
 /// best fast path (3 threads each), collecting one report line per backend.
@@ -93,30 +81,7 @@ fn crnn_against_torch<B: Backend>(b: &B, label: &str) -> String {
     assert_eq!(step.logits.dims(), shape);
     let e = scaled_error(&step.logits.to_vec().unwrap(), lp);
     assert!(e <= 1e-4, "{label}/crnn: log_probs scaled error {e:.2e}");
-    let (mut worst, mut at) = (0.0f64, String::new());
-    for (name, g) in &step.gradients {
-        let (shape, torch) = file.floats(&format!("grad/{name}")).unwrap();
-        assert_eq!(g.dims(), shape, "{label}/crnn: shape of gradient {name}");
-        let e = scaled_error(&g.to_vec().unwrap(), torch);
-        assert!(
-            e <= 1e-4,
-            "{label}/crnn: gradient of {name}: scaled error {e:.2e} > 1e-4"
-        );
-        if e >= worst {
-            worst = e;
-            at = name.clone();
-        }
-    }
-    let theirs = file
-        .names()
-        .iter()
-        .filter(|n| n.starts_with("grad/"))
-        .count();
-    assert_eq!(
-        theirs,
-        step.gradients.len(),
-        "{label}/crnn: every oracle gradient compared"
-    );
+    let (worst, at) = compare_gradients(&format!("{label}/crnn"), &file, &step.gradients);
     format!("{label:<18} crnn  worst {worst:.2e} at {at:<26} loss rel {loss_rel:.2e}")
 }
 

@@ -92,6 +92,14 @@ def ours(args, threads):
     return res
 
 
+def widest_path(res, label):
+    """The entry `label(isa)` of the widest ISA path that ran, as (label, value)."""
+    for isa in ["avx512", "avx2", "neon", "v128", "scalar"]:
+        if label(isa) in res:
+            return label(isa), res[label(isa)]
+    return None, None
+
+
 def fmt(v, unit):
     return "—" if v is None else (f"{v:.2f} ms" if unit == "ms" else f"{v:.1f} GF/s")
 
@@ -123,12 +131,7 @@ def main():
                 best = min(ref, key=lambda x: x[0])
                 best_cpu = min((x[1] for x in ref if x[1] is not None), default=None)
                 for mode in ["exact", "fast"]:
-                    key, v = None, None
-                    for isa in ["avx512", "avx2", "neon", "v128", "scalar"]:
-                        k = f"models/{step}/{mode}/{isa}/t{t}"
-                        if k in mine:
-                            key, v = k, mine[k]
-                            break
+                    key, v = widest_path(mine, lambda isa: f"models/{step}/{mode}/{isa}/t{t}")
                     if not v:
                         continue
                     ratio = best[0] / v[0]
@@ -149,12 +152,7 @@ def main():
                 lib, best = max(refs, key=lambda x: x[1][0])
                 best_cpu = max((x[1][1] for x in refs if x[1][1] is not None), default=None)
                 for mode in ["exact", "fast"]:
-                    key, v = None, None
-                    for isa in ["avx512", "avx2", "neon", "v128", "scalar"]:
-                        k = f"gemm/{mode}/{isa}/t{t}/{shape}"
-                        if k in mine:
-                            key, v = k, mine[k]
-                            break
+                    key, v = widest_path(mine, lambda isa: f"gemm/{mode}/{isa}/t{t}/{shape}")
                     if not v:
                         continue
                     ratio = v[0] / best[0]

@@ -87,23 +87,14 @@ impl<B: Backend> Conv2d<B> {
         let fan_in = cpg
             .saturating_mul(kernel_size[0])
             .saturating_mul(kernel_size[1]);
-        let bound = init::default_uniform_bound(fan_in);
-        let weight = init::uniform_parameter(
+        let (weight, bias) = init::default_parameters(
             backend,
             [out_channels, cpg, kernel_size[0], kernel_size[1]],
-            bound,
+            out_channels,
+            fan_in,
+            bias,
             rng,
         )?;
-        let bias = if bias {
-            Some(init::uniform_parameter(
-                backend,
-                [out_channels],
-                bound,
-                rng,
-            )?)
-        } else {
-            None
-        };
         Ok(Self {
             weight,
             bias,

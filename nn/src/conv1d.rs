@@ -81,19 +81,14 @@ impl<B: Backend> Conv1d<B> {
             }
         }
         let cpg = in_channels / options.groups;
-        let bound = init::default_uniform_bound(cpg * kernel_size);
-        let weight =
-            init::uniform_parameter(backend, [out_channels, cpg, kernel_size], bound, rng)?;
-        let bias = if bias {
-            Some(init::uniform_parameter(
-                backend,
-                [out_channels],
-                bound,
-                rng,
-            )?)
-        } else {
-            None
-        };
+        let (weight, bias) = init::default_parameters(
+            backend,
+            [out_channels, cpg, kernel_size],
+            out_channels,
+            cpg * kernel_size,
+            bias,
+            rng,
+        )?;
         Ok(Self {
             weight,
             bias,

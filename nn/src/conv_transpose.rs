@@ -96,23 +96,14 @@ impl<B: Backend> ConvTranspose2d<B> {
                     format!("the weight of kernel size {kernel_size:?} is too large"),
                 )
             })?;
-        let bound = init::default_uniform_bound(fan_in);
-        let weight = init::uniform_parameter(
+        let (weight, bias) = init::default_parameters(
             backend,
             [in_channels, opg, kernel_size[0], kernel_size[1]],
-            bound,
+            out_channels,
+            fan_in,
+            bias,
             rng,
         )?;
-        let bias = if bias {
-            Some(init::uniform_parameter(
-                backend,
-                [out_channels],
-                bound,
-                rng,
-            )?)
-        } else {
-            None
-        };
         Ok(Self {
             weight,
             bias,

@@ -41,6 +41,24 @@ pub(crate) fn uniform_parameter<B: Backend>(
     Ok(uniform(backend, shape, bound, rng)?.requires_grad()?)
 }
 
+/// PyTorch's default initialisation of a layer: a weight of `shape` and, when `bias`, a
+/// bias `[out]`, both from U(−1/√fan_in, 1/√fan_in), drawn in that order from `rng`.
+pub(crate) fn default_parameters<B: Backend>(
+    backend: &B,
+    shape: impl Into<Shape>,
+    out: usize,
+    fan_in: usize,
+    bias: bool,
+    rng: &mut Philox,
+) -> crate::Result<(Tensor<B>, Option<Tensor<B>>)> {
+    let bound = default_uniform_bound(fan_in);
+    let weight = uniform_parameter(backend, shape, bound, rng)?;
+    let bias = bias
+        .then(|| uniform_parameter(backend, [out], bound, rng))
+        .transpose()?;
+    Ok((weight, bias))
+}
+
 /// Checks that `bias` (if any) has shape `[out]` and returns fresh leaf parameters that
 /// copy `weight` and `bias` (contiguous, requiring gradients), for `from_tensors`
 /// constructors.

@@ -47,18 +47,14 @@ impl<B: Backend> Linear<B> {
         bias: bool,
         rng: &mut Philox,
     ) -> Result<Self> {
-        let bound = init::default_uniform_bound(in_features);
-        let weight = init::uniform_parameter(backend, [out_features, in_features], bound, rng)?;
-        let bias = if bias {
-            Some(init::uniform_parameter(
-                backend,
-                [out_features],
-                bound,
-                rng,
-            )?)
-        } else {
-            None
-        };
+        let (weight, bias) = init::default_parameters(
+            backend,
+            [out_features, in_features],
+            out_features,
+            in_features,
+            bias,
+            rng,
+        )?;
         Ok(Self { weight, bias })
     }
 
