@@ -24,6 +24,10 @@
 //!
 //! Pooling is in [`super::pool`], constant padding (which the im2col source uses) in
 //! [`super::pad`].
+//!
+//! Over 800 lines on purpose: conv1d, conv2d and conv_transpose2d share one geometry,
+//! one im2col/col2im path and three gradient kernels that call each other with roles
+//! swapped; kept in one file so the accumulation orders of `docs/conv.md` read together.
 
 use super::pad::pad_forward;
 use super::{canon_all, fmt_pair, sum_unrecorded};

@@ -14,6 +14,10 @@
 //! [`elementwise`] the element-wise loops over slices (the formulas are
 //! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
 //! copy, select, sums, softmax).
+//!
+//! Over 800 lines on purpose: this is the one `Backend` implementation of the CPU paths —
+//! every trait method's argument check and dispatch — next to the ISA and compute-context
+//! types it dispatches on; the kernels themselves live in the submodules.
 
 mod buffers;
 pub mod elementwise;

@@ -10,6 +10,10 @@
 //! order), which removes the latency chain of a single accumulator. Work is split over
 //! groups, planes, channels or element chunks whose sizes are constants of the kernel
 //! and the shape.
+//!
+//! Over 800 lines on purpose: the training kernels (normalisation, pooling, im2col/col2im,
+//! attention scores, dropout, optimizer updates) share the per-ISA dispatch macro, the
+//! task-splitting helpers and the row-run helpers defined at the top.
 
 // Lane loops index several arrays by the lane number.
 #![allow(clippy::needless_range_loop)]
