@@ -482,19 +482,10 @@ fn norm_op<B: Backend>(
     // An empty input has only empty groups: no statistics to compute or keep, however
     // large its other dimensions (or the group count) are.
     let geo = if x.numel() == 0 {
-        let param = match geo.param {
-            ParamIndex::Group { groups, cpg, .. } => ParamIndex::Group {
-                groups,
-                cpg,
-                spatial: 0,
-            },
-            other => other,
-        };
         Geometry {
             p: 0,
             q: 0,
             r: 0,
-            param,
             ..geo
         }
     } else {
