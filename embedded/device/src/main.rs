@@ -4,9 +4,10 @@
 //! Built for `thumbv7em-none-eabihf` (Cortex-M4F, QEMU `mps2-an386`) and
 //! `thumbv7m-none-eabi` (Cortex-M3 without FPU, QEMU `mps2-an385`); `.cargo/config.toml`
 //! runs it under `qemu-system-arm`. It prints over semihosting the lines the host binary
-//! prints, then the SysTick ticks per SGD step (at the core clock; under QEMU's
-//! `-icount shift=0` one instruction takes 1 ns, so a tick of the boards' 25 MHz clock is
-//! 40 instructions), the RAM it used (statics, and the stack's peak measured by the paint
+//! prints, then the SysTick ticks per SGD step (at the core clock), the ticks of a loop of
+//! known length and from them the instructions per step (exact under QEMU's
+//! `-icount shift=0`, where one instruction takes 1 ns and a tick of the boards' 25 MHz
+//! clock is 40 instructions), the RAM it used (statics, and the stack's peak measured by the paint
 //! cortex-m-rt puts on the free RAM at reset), and exits with status 0 if the run passes
 //! `Report::check` (tape status, arena use, pinned hash), 1 otherwise or on a panic.
 #![no_std]
