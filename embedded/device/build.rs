@@ -1,0 +1,11 @@
+//! Puts `memory.x` where cortex-m-rt's `link.x` finds it, and links with `link.x`.
+
+use std::{env, fs, path::PathBuf};
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    fs::write(out.join("memory.x"), include_bytes!("memory.x")).expect("writing memory.x");
+    println!("cargo:rustc-link-search={}", out.display());
+    println!("cargo:rerun-if-changed=memory.x");
+    println!("cargo:rustc-link-arg=-Tlink.x");
+}
