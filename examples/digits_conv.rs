@@ -74,20 +74,12 @@ impl<B: Backend> Module<B> for DigitsConvNet<B> {
         self.fc.forward(&x.flatten(1, -1)?)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        f("conv1", &self.conv1);
-        f("bn1", &self.bn1);
-        f("conv2", &self.conv2);
-        f("bn2", &self.bn2);
-        f("fc", &self.fc);
-    }
-
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        f("conv1", &mut self.conv1);
-        f("bn1", &mut self.bn1);
-        f("conv2", &mut self.conv2);
-        f("bn2", &mut self.bn2);
-        f("fc", &mut self.fc);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.child("conv1", &self.conv1);
+        v.child("bn1", &self.bn1);
+        v.child("conv2", &self.conv2);
+        v.child("bn2", &self.bn2);
+        v.child("fc", &self.fc);
     }
 }
 

@@ -8,7 +8,7 @@ use exactgrad_nn::optim::{
     clip_grad_norm, clip_grad_value, grad_norm, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer,
     Sgd, SgdConfig,
 };
-use exactgrad_nn::{
+use exactgrad_nn::{ModuleExt, 
     Error, Flatten, Gelu, LeakyRelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh,
 };
 

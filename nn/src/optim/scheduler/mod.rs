@@ -379,7 +379,7 @@ fn commit(rule: &mut dyn Rule, epoch: i64, lr: f64) -> Result<f64> {
 
 /// The rate given to the optimizer for a schedule value: negative values (only
 /// [`OneCycleLr`]'s extrapolation at the step after its cycle) become 0.
-fn optimizer_rate(lr: f64) -> f64 {
+pub(crate) fn optimizer_rate(lr: f64) -> f64 {
     if lr < 0.0 {
         0.0
     } else {
