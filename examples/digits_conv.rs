@@ -27,7 +27,7 @@ use std::time::Instant;
 #[path = "watch/mod.rs"]
 mod watch;
 
-/// The conv net. It names its children once, in `visit_children`; its parameters,
+/// The conv net. It names its children once, in `visit`; its parameters,
 /// buffers, training mode and state dict follow from that.
 #[derive(Debug)]
 struct DigitsConvNet<B: Backend> {

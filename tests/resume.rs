@@ -347,13 +347,19 @@ fn every_random_module_of_nn_is_in_the_stochastic_model_and_draws() -> exactgrad
             "drop.rng",
             "lstm.dropout_rng",
             "gru.dropout_rng",
-            "encoder.self_attn.dropout_rng",
             "encoder.dropout_rng",
+            "encoder.self_attn.dropout_rng",
             "attention.dropout_rng",
         ]
     );
     m.seed_streams(3);
-    m.forward(&Tensor::randn(&b, [2, 1, 8, 8], 0.0, 1.0, &mut Philox::new(1))?)?;
+    m.forward(&Tensor::randn(
+        &b,
+        [2, 1, 8, 8],
+        0.0,
+        1.0,
+        &mut Philox::new(1),
+    )?)?;
     m.visit_entries(&mut |name, e| {
         if let Entry::Stream(s) = e {
             let (_, position) = s.state().expect("seeded");
@@ -442,26 +448,17 @@ fn a_checkpoint_with_any_part_changed_gives_another_run() -> exactgrad::Result<(
     let path = temp("control");
     first_half(&b, arch, kind, &path)?;
     let good = TrainingCheckpoint::load(&path)?;
-    let edits: [(&str, &dyn Fn(&mut TensorFile)); 5] = [
-        ("a dropout stream", &|f| {
-            f.set_metadata("stream.drop.rng", "1:0");
-        }),
-        ("the LSTM's dropout stream", &|f| {
-            f.set_metadata("stream.lstm.dropout_rng", "1:0");
-        }),
-        ("attention dropout", &|f| {
-            f.set_metadata("stream.attention.dropout_rng", "1:0");
-        }),
-        ("the loader's position", &|f| {
-            f.set_metadata("loader.batch", "0");
-        }),
-        ("the loop's stream", &|f| {
-            f.set_metadata("rng.noise", "1:0");
-        }),
+    // (what, metadata entry, new value)
+    let edits = [
+        ("a dropout stream", "stream.drop.rng", "1:0"),
+        ("the LSTM's dropout stream", "stream.lstm.dropout_rng", "1:0"),
+        ("attention dropout", "stream.attention.dropout_rng", "1:0"),
+        ("the loader's position", "loader.batch", "0"),
+        ("the loop's stream", "rng.noise", "1:0"),
     ];
-    for (what, edit) in edits {
+    for (what, key, value) in edits {
         let mut file = good.file().clone();
-        edit(&mut file);
+        file.set_metadata(key, value);
         TrainingCheckpoint::from_file(file).save(&path)?;
         let (h, _) = second_half(&b, arch, kind, &path)?;
         assert_ne!(h, whole, "with {what} changed the run must differ");
@@ -532,7 +529,10 @@ fn restoring_refuses_what_does_not_fit_and_changes_nothing() -> exactgrad::Resul
         .restore(&TrainingCheckpoint::from_file(file))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("momentum_buffer") && err.contains("element 3"), "{err}");
+    assert!(
+        err.contains("momentum_buffer") && err.contains("element 3"),
+        "{err}"
+    );
     assert_eq!(sgd.loader.position(), LoaderPosition::default());
     Ok(())
 }

@@ -32,9 +32,9 @@ const DOMAIN: u32 = u32::from_le_bytes(*b"strm");
 /// `[h, h >> 32, "strm", 0]` under the key `run_seed`, where `h` is the 64-bit FNV-1a hash
 /// of the path's UTF-8 bytes.
 pub fn stream_seed(run_seed: u64, path: &str) -> u64 {
-    let h = path
-        .bytes()
-        .fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME));
+    let h = path.bytes().fold(FNV_OFFSET, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
+    });
     let out = philox4x32_10(
         [h as u32, (h >> 32) as u32, DOMAIN, 0],
         [run_seed as u32, (run_seed >> 32) as u32],
@@ -134,7 +134,10 @@ mod tests {
     fn an_unseeded_stream_refuses_to_draw() {
         let s = RandomStream::new();
         let err = s.next_u64("Dropout").unwrap_err().to_string();
-        assert!(err.contains("Dropout") && err.contains("seed_streams"), "{err}");
+        assert!(
+            err.contains("Dropout") && err.contains("seed_streams"),
+            "{err}"
+        );
         s.seed_at(7, "rng");
         let first = s.next_u64("Dropout").unwrap();
         assert_eq!(first, Philox::new(stream_seed(7, "rng")).next_u64());

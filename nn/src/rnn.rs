@@ -1,9 +1,9 @@
 //! Recurrent layers: [`Lstm`] and [`Gru`] (PyTorch's `nn.LSTM` and `nn.GRU` without
 //! projections), on the fused operators [`Tensor::lstm`] and [`Tensor::gru`].
 
+use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init;
-use crate::dropout::Dropout;
 use crate::module::{Module, TrainingFlag, Visitor};
 use crate::random::RandomStream;
 use exactgrad_autograd::{GruOptions, GruOutput, LstmOptions, LstmOutput, RnnWeights, Tensor};

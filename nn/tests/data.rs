@@ -287,8 +287,8 @@ fn loader_builds_batches() {
 #[test]
 fn the_loader_advances_its_own_position_and_restores_it() {
     let b = ScalarRefBackend;
-    let data = ClassificationData::new((0..20).map(|v| v as f32).collect(), vec![0; 10], 2, 1)
-        .unwrap();
+    let data =
+        ClassificationData::new((0..20).map(|v| v as f32).collect(), vec![0; 10], 2, 1).unwrap();
     let loader = DataLoader::new(&b, &data, 4).unwrap().shuffle(9); // 3 batches per epoch
     assert_eq!(loader.iter().next().unwrap().unwrap().targets.len(), 4);
     assert_eq!(loader.position(), LoaderPosition { epoch: 0, batch: 1 });
@@ -310,13 +310,29 @@ fn the_loader_advances_its_own_position_and_restores_it() {
     assert_eq!(loader.epoch(), 2, "an epoch used up counts as the next");
 
     // A state saved mid-epoch restores into a loader built with another seed.
-    loader.set_position(LoaderPosition { epoch: 4, batch: 2 }).unwrap();
+    loader
+        .set_position(LoaderPosition { epoch: 4, batch: 2 })
+        .unwrap();
     let state = loader.state();
-    let next = loader.iter().next().unwrap().unwrap().inputs.to_vec().unwrap();
+    let next = loader
+        .iter()
+        .next()
+        .unwrap()
+        .unwrap()
+        .inputs
+        .to_vec()
+        .unwrap();
     let other = DataLoader::new(&b, &data, 4).unwrap().shuffle(1);
     other.restore_state(&state).unwrap();
     assert_eq!(other.state(), state);
-    let got = other.iter().next().unwrap().unwrap().inputs.to_vec().unwrap();
+    let got = other
+        .iter()
+        .next()
+        .unwrap()
+        .unwrap()
+        .inputs
+        .to_vec()
+        .unwrap();
     assert_eq!(got, next, "same seed, same position, same batch");
 
     // States of another configuration, or beyond an epoch, are refused unchanged.

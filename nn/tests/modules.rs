@@ -8,8 +8,8 @@ use exactgrad_nn::optim::{
     clip_grad_norm, clip_grad_value, grad_norm, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer,
     Sgd, SgdConfig,
 };
-use exactgrad_nn::{ModuleExt, 
-    Error, Flatten, Gelu, LeakyRelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh,
+use exactgrad_nn::{
+    Error, Flatten, Gelu, LeakyRelu, Linear, Module, ModuleExt, Relu, Sequential, Sigmoid, Tanh,
 };
 
 type B = ScalarRefBackend;

@@ -6,13 +6,14 @@
 //!   `safetensors.torch.save_file` writes (`F32`, `F16`, `BF16` and `F64` tensors become
 //!   `f32`, see [`TensorFile::from_bytes`] for the rounding; integer and boolean tensors
 //!   become `i64`) and writes `F32` and `I64` tensors ([`TensorFile::save`], atomic).
-//! - [`Module::state_dict`] and [`Module::load_state_dict`] (or [`load_state_dict_with`]
+//! - [`ModuleExt::state_dict`] and [`ModuleExt::load_state_dict`] (or [`load_state_dict_with`]
 //!   with a prefix) move a module's parameters and buffers in and out, by their PyTorch
 //!   names; loading reports missing, unexpected, wrong-shape, wrong-type and non-finite
 //!   entries by name ([`StateDictMismatch`]).
-//! - [`TrainingCheckpoint`] gathers a model, an optimizer, a learning-rate scheduler,
-//!   random streams and a data-loader position in one file, so that an interrupted run
-//!   resumes with the same bits as an uninterrupted one.
+//! - [`TrainingState`] captures a model (with its modules' random streams), an
+//!   optimizer, a learning-rate scheduler, a data loader's position and the loop's random
+//!   streams into a [`TrainingCheckpoint`] in one call, and restores them in one call, so
+//!   that an interrupted run resumes with the same bits as an uninterrupted one.
 //!
 //! [`TensorFile`] and [`load_state_dict`] are also re-exported from [`crate::reference`],
 //! where they first lived.
@@ -417,16 +418,28 @@ pub(crate) fn module_state_dict<B: Backend, M: Module<B> + ?Sized>(
 /// and do not move.
 fn with_sorted_metadata(bytes: &[u8], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>> {
     let bad = || file_error("the serialised header is malformed".to_string());
-    let n = u64::from_le_bytes(bytes.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+    let n = u64::from_le_bytes(
+        bytes
+            .get(..8)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
     let end = usize::try_from(n)
         .ok()
         .and_then(|n| n.checked_add(8))
         .filter(|&e| e <= bytes.len())
         .ok_or_else(bad)?;
-    let header = std::str::from_utf8(&bytes[8..end]).map_err(|_| bad())?.trim_end();
+    let header = std::str::from_utf8(&bytes[8..end])
+        .map_err(|_| bad())?
+        .trim_end();
     let rest = header.strip_prefix('{').ok_or_else(bad)?;
     let meta = serde_json::to_string(metadata).map_err(|e| file_error(e.to_string()))?;
-    let sep = if rest.trim_start().starts_with('}') { "" } else { "," };
+    let sep = if rest.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
     let mut new_header = format!("{{\"__metadata__\":{meta}{sep}{rest}").into_bytes();
     new_header.resize(new_header.len().next_multiple_of(8), b' ');
     let mut out = Vec::with_capacity(8 + new_header.len() + bytes.len() - end);

@@ -364,9 +364,9 @@ impl<'a, B: Backend> TrainingState<'a, B> {
         let mut streams = Vec::with_capacity(self.streams.len());
         for (name, _) in &self.streams {
             let key = format!("rng.{name}");
-            let v = file.metadata(&key).ok_or_else(|| {
-                bad(op, format!("holds no random stream `{key}`"))
-            })?;
+            let v = file
+                .metadata(&key)
+                .ok_or_else(|| bad(op, format!("holds no random stream `{key}`")))?;
             match parse_stream(op, &key, v)? {
                 Some((seed, position)) => streams.push(Philox::at_position(seed, position)),
                 None => return Err(bad(op, format!("entry `{key}` has no seed"))),

@@ -83,10 +83,7 @@ impl HostTensor {
             return Err(Error::invalid(
                 "HostTensor::new",
                 "values",
-                format!(
-                    "{} values for shape {shape:?} ({n} expected)",
-                    values.len()
-                ),
+                format!("{} values for shape {shape:?} ({n} expected)", values.len()),
             ));
         }
         Ok(Self { shape, values })

@@ -80,9 +80,9 @@ fn buffer<B: Backend>(
             ),
         ));
     }
-    let bad = values.iter().position(|v| {
-        !v.is_finite() || (values_allowed == Values::NonNegative && *v < 0.0)
-    });
+    let bad = values
+        .iter()
+        .position(|v| !v.is_finite() || (values_allowed == Values::NonNegative && *v < 0.0));
     if let Some(i) = bad {
         return Err(Error::invalid(
             op,
