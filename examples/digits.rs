@@ -144,7 +144,7 @@ pub fn train<B: Backend>(
     let mut epoch_losses = Vec::with_capacity(config.epochs);
     for epoch in 0..config.epochs {
         let mut sum = 0.0f64;
-        for batch in loader.epoch(epoch as u64) {
+        for batch in loader.batches_of_epoch(epoch as u64) {
             let batch = batch?;
             opt.clear_grad();
             let logits = model.forward(&batch.inputs)?;

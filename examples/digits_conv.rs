@@ -16,7 +16,7 @@
 //! it; `--stop-after K` stops after epoch K (an interruption, for trying `--resume`).
 
 use exactgrad::nn::checkpoint::TrainingCheckpoint;
-use exactgrad::nn::data::{ClassificationData, DataLoader, Digits, LoaderPosition};
+use exactgrad::nn::data::{ClassificationData, DataLoader, Digits};
 use exactgrad::nn::metrics::accuracy;
 use exactgrad::nn::optim::{SchedulerConfig, SequentialLr};
 use exactgrad::nn::{BatchNorm2d, Conv2d, Linear, Module};
@@ -27,7 +27,7 @@ use std::time::Instant;
 #[path = "watch/mod.rs"]
 mod watch;
 
-/// The conv net. It names its children once, in `visit_children`; its parameters,
+/// The conv net. It names its children once, in `visit`; its parameters,
 /// buffers, training mode and state dict follow from that.
 #[derive(Debug)]
 struct DigitsConvNet<B: Backend> {
@@ -74,20 +74,12 @@ impl<B: Backend> Module<B> for DigitsConvNet<B> {
         self.fc.forward(&x.flatten(1, -1)?)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        f("conv1", &self.conv1);
-        f("bn1", &self.bn1);
-        f("conv2", &self.conv2);
-        f("bn2", &self.bn2);
-        f("fc", &self.fc);
-    }
-
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        f("conv1", &mut self.conv1);
-        f("bn1", &mut self.bn1);
-        f("conv2", &mut self.conv2);
-        f("bn2", &mut self.bn2);
-        f("fc", &mut self.fc);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.child("conv1", &self.conv1);
+        v.child("bn1", &self.bn1);
+        v.child("conv2", &self.conv2);
+        v.child("bn2", &self.bn2);
+        v.child("fc", &self.fc);
     }
 }
 
@@ -204,7 +196,6 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
         b.mode()
     );
 
-    let mut pos = LoaderPosition::default();
     let mut curves: Vec<watch::EpochRecord> = Vec::new();
     if a.resume && a.checkpoint.exists() {
         let ckpt = TrainingCheckpoint::load(&a.checkpoint)?;
@@ -220,10 +211,10 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
                 ),
             });
         }
-        ckpt.restore_model(&model)?;
-        ckpt.restore_optimizer(&mut opt)?;
-        ckpt.restore_scheduler(&mut sched, &mut opt)?;
-        pos = ckpt.position()?;
+        TrainingState::new(&model, &mut opt)
+            .scheduler(&mut sched)
+            .loader(&loader)
+            .restore(&ckpt)?;
         for line in ckpt.value("curves").unwrap_or("").lines() {
             let v: Vec<&str> = line.split(',').collect();
             if let [e, l, t] = v[..] {
@@ -234,6 +225,7 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
                 });
             }
         }
+        let pos = loader.position();
         println!(
             "resumed from {} at epoch {}, batch {}",
             a.checkpoint.display(),
@@ -254,14 +246,15 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
     }
 
     let total = (a.epochs * per_epoch) as u64;
+    let pos = loader.position();
     let done = pos.epoch * per_epoch as u64 + pos.batch as u64;
     let progress = watch::Progress::new(total, done.min(total));
     let mut stopped = false;
-    while (pos.epoch as usize) < a.epochs {
-        let epoch = pos.epoch;
+    while loader.epoch() < a.epochs as u64 {
+        let epoch = loader.epoch();
         let mut sum = 0.0f64;
         let mut seen = 0usize;
-        for batch in loader.epoch_from(epoch, pos.batch) {
+        for batch in &loader {
             let batch = batch?;
             let loss = model
                 .forward(&batch.inputs)?
@@ -273,7 +266,6 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
             let l = f64::from(loss.item()?);
             sum += l * batch.targets.len() as f64;
             seen += batch.targets.len();
-            pos = pos.next(per_epoch);
             progress.step(l);
         }
         let record = watch::EpochRecord {
@@ -283,11 +275,10 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
         };
         curves.push(record);
         // The checkpoint of this epoch: everything the next one needs.
-        let mut ckpt = TrainingCheckpoint::new();
-        ckpt.set_model(&model)?;
-        ckpt.set_optimizer(&opt)?;
-        ckpt.set_scheduler(&sched);
-        ckpt.set_position(pos);
+        let mut ckpt = TrainingState::new(&model, &mut opt)
+            .scheduler(&mut sched)
+            .loader(&loader)
+            .capture()?;
         ckpt.set_value("config", run_config(a));
         let rows: Vec<String> = curves
             .iter()

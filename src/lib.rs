@@ -66,7 +66,7 @@ pub struct MemoryDoctests;
 ///         .push(Linear::new(&b, 16, Digits::CLASSES, &mut rng)?);
 ///     let mut opt = Sgd::new(model.parameters(), SgdConfig::new(0.1))?; // optimizers
 ///     let mut sched = StepLr::new(&mut opt, StepLrConfig { step_size: 1, gamma: 0.5 })?;
-///     for batch in loader.epoch(0).take(2) {
+///     for batch in loader.iter().take(2) {
 ///         let batch = batch?;
 ///         let loss = model // tensor operations
 ///             .forward(&batch.inputs)?
@@ -76,13 +76,16 @@ pub struct MemoryDoctests;
 ///         opt.step()?;
 ///         sched.step(&mut opt)?;
 ///     }
-///     let mut ckpt = TrainingCheckpoint::new(); // checkpoints
-///     ckpt.set_model(&model)?;
-///     ckpt.set_optimizer(&opt)?;
-///     ckpt.set_scheduler(&sched);
 ///     let path = std::env::temp_dir().join(format!("prelude-{}.safetensors", std::process::id()));
-///     ckpt.save(&path)?;
-///     TrainingCheckpoint::load(&path)?.restore_model(&model)?;
+///     TrainingState::new(&model, &mut opt) // checkpoints
+///         .scheduler(&mut sched)
+///         .loader(&loader)
+///         .save(&path)?;
+///     TrainingState::new(&model, &mut opt)
+///         .scheduler(&mut sched)
+///         .loader(&loader)
+///         .load(&path)?;
+///     assert_eq!(loader.position(), LoaderPosition { epoch: 0, batch: 2 });
 ///     let bad = TensorFile::from_bytes(b"not a checkpoint");
 ///     assert!(matches!(bad, Err(exactgrad::Error::Data(_))));
 ///     std::fs::remove_file(&path).ok();
@@ -104,8 +107,13 @@ pub mod prelude {
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
     };
     pub use exactgrad_core::{Backend, ComputeMode, MemoryPool, Philox, PoolStats, Shape};
-    pub use exactgrad_nn::checkpoint::{LoadOptions, LoadReport, TensorFile, TrainingCheckpoint};
-    pub use exactgrad_nn::data::{BatchSampler, DataLoader, Digits, LoaderPosition};
+    pub use exactgrad_nn::checkpoint::{
+        LoadOptions, LoadReport, TensorFile, TrainingCheckpoint, TrainingState,
+    };
+    pub use exactgrad_nn::data::{
+        Batch, BatchSampler, ClassificationData, Collate, DataLoader, Dataset, Digits, HostTensor,
+        Labeled, LoaderPosition,
+    };
     pub use exactgrad_nn::optim::{
         clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, AnnealStrategy,
         CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig, LinearLr,
@@ -113,9 +121,10 @@ pub mod prelude {
         Optimizer, SchedulerConfig, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
     };
     pub use exactgrad_nn::{
-        BatchNorm2d, BatchNormConfig, Conv2d, FeedForwardActivation, Flatten, Gelu, LayerNorm,
-        LeakyRelu, Linear, Module, MultiheadAttention, MultiheadAttentionConfig, Relu, Sequential,
-        Sigmoid, Tanh, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+        BatchNorm2d, BatchNormConfig, Conv2d, Entry, FeedForwardActivation, Flatten, Gelu,
+        LayerNorm, LeakyRelu, Linear, Module, ModuleExt, MultiheadAttention,
+        MultiheadAttentionConfig, RandomStream, Relu, Sequential, Sigmoid, Tanh, TrainingFlag,
+        TransformerEncoderLayer, TransformerEncoderLayerConfig, Visitor,
     };
     pub use exactgrad_nn::{
         Conv1d, ConvTranspose2d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample,

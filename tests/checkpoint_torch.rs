@@ -73,7 +73,11 @@ fn check_pytorch_files<B: Backend>(b: &B) -> exactgrad::Result<()> {
             );
         }
         let mut counts = Vec::new();
-        m.visit_int_buffers("", &mut |n, c| counts.push((n.to_string(), c.get())));
+        m.visit_entries(&mut |n, e| {
+            if let Entry::IntBuffer(c) = e {
+                counts.push((n.to_string(), c.get()));
+            }
+        });
         assert_eq!(counts, [("1.num_batches_tracked".to_string(), 3)]);
         let (_, want) = io.floats(&format!("{variant}/y"))?;
         assert_close(variant, &eval_output(&mut m, &io)?, want);

@@ -15,7 +15,6 @@
 mod fuzz_support;
 
 use exactgrad::nn::checkpoint::{load_state_dict_with, LoadOptions, TensorFile};
-use exactgrad::nn::Module;
 use exactgrad::prelude::*;
 use fuzz_support::*;
 use proptest::prelude::*;

@@ -237,7 +237,7 @@ impl Spec {
                 config,
                 training,
             } => {
-                let mut m = BatchNorm2d::with_config(b, *c, *config)?;
+                let m = BatchNorm2d::with_config(b, *c, *config)?;
                 m.set_training(*training);
                 Box::new(m)
             }
@@ -248,12 +248,12 @@ impl Spec {
                 bias,
             } => Box::new(LayerNorm::with_config(b, shape, *eps, *affine, *bias)?),
             Spec::Attention(config, training) => {
-                let mut m = MultiheadAttention::new(b, *config, rng)?;
+                let m = MultiheadAttention::new(b, *config, rng)?;
                 m.set_training(*training);
                 Box::new(m)
             }
             Spec::Encoder(config, training) => {
-                let mut m = TransformerEncoderLayer::new(b, *config, rng)?;
+                let m = TransformerEncoderLayer::new(b, *config, rng)?;
                 m.set_training(*training);
                 Box::new(m)
             }

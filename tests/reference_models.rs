@@ -17,7 +17,7 @@ use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
     ConvNetCase, EncoderCase, ReferenceCase, TensorFile, PINNED_HASHES,
 };
-use exactgrad::nn::{AttentionMask, Module, MultiheadAttention, MultiheadAttentionConfig};
+use exactgrad::nn::{AttentionMask, MultiheadAttention, MultiheadAttentionConfig};
 use exactgrad::prelude::*;
 use oracle_support::scaled_error;
 

@@ -30,7 +30,7 @@ use exactgrad::autograd::{
 use exactgrad::nn::reference::{
     load_state_dict, CrnnCase, ReferenceCase, TensorFile, PINNED_HASHES,
 };
-use exactgrad::nn::{Gru, Lstm, Module, RnnConfig};
+use exactgrad::nn::{Gru, Lstm, RnnConfig};
 use exactgrad::prelude::*;
 use oracle_support::{compare_gradients, scaled_error};
 

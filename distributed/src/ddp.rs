@@ -4,7 +4,7 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::plan::{DdpConfig, ReductionPlan, Shard, ShardResults, StepReport};
 use crate::tree::{self, Node};
-use exactgrad::nn::Module;
+use exactgrad::nn::{Module, ModuleExt};
 use exactgrad::prelude::*;
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};

@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! use exactgrad::nn::data::{BatchSampler, Digits};
-//! use exactgrad::nn::{Linear, Module, Relu, Sequential};
+//! use exactgrad::nn::{Linear, Module, ModuleExt, Relu, Sequential};
 //! use exactgrad::prelude::*;
 //! use exactgrad_distributed::{run, DataParallel, DdpConfig};
 //!

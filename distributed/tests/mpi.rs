@@ -26,7 +26,7 @@
 
 use exactgrad::nn::data::{BatchSampler, ClassificationData, Digits};
 use exactgrad::nn::reference::{ConvNet, ConvNetConfig};
-use exactgrad::nn::{Linear, Module, Relu, Sequential};
+use exactgrad::nn::{Linear, Module, ModuleExt, Relu, Sequential};
 use exactgrad::prelude::*;
 use exactgrad_distributed::{run, Assignment, Comm, DataParallel, DdpConfig, Error, Result};
 use mpi::datatype::PartitionMut;

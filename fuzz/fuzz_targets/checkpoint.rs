@@ -5,7 +5,7 @@
 #![no_main]
 
 use exactgrad::nn::checkpoint::{load_state_dict_with, LoadOptions, TensorFile};
-use exactgrad::nn::Module;
+use exactgrad::nn::ModuleExt;
 use exactgrad::prelude::*;
 use libfuzzer_sys::fuzz_target;
 

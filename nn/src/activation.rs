@@ -1,7 +1,7 @@
 //! Parameter-free activation modules, for use in [`Sequential`](crate::Sequential).
 
 use crate::error::Result;
-use crate::module::Module;
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::{GeluApproximation, Tensor};
 use exactgrad_core::Backend;
 
@@ -50,6 +50,12 @@ macro_rules! stateless {
             fn forward(&self, $x: &Tensor<B>) -> Result<Tensor<B>> {
                 let $s = self;
                 Ok($body?)
+            }
+
+            fn visit(&self, _v: &mut Visitor<'_, B>) {}
+
+            fn describe(&self) -> String {
+                format!("{self:?}")
             }
         }
     };

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::init;
-use crate::module::{join_name, Module};
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::{Conv1dOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
@@ -186,11 +186,13 @@ impl<B: Backend> Module<B> for Conv1d<B> {
         Ok(input.conv1d(&self.weight, self.bias.as_ref(), self.options)?)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f(&join_name(prefix, "weight"), &self.weight);
-        if let Some(b) = &self.bias {
-            f(&join_name(prefix, "bias"), b);
-        }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", &self.weight);
+        v.parameter("bias", self.bias.as_ref());
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -215,6 +217,7 @@ impl<B: Backend> fmt::Debug for Conv1d<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::ModuleExt;
     use exactgrad_backends::ScalarRefBackend;
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::init;
-use crate::module::Module;
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::{ConvTranspose2dOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
@@ -214,11 +214,13 @@ impl<B: Backend> Module<B> for ConvTranspose2d<B> {
         Ok(input.conv_transpose2d(&self.weight, self.bias.as_ref(), self.options)?)
     }
 
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f("weight", &self.weight);
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", &self.weight);
+        v.parameter("bias", self.bias.as_ref());
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -244,6 +246,7 @@ impl<B: Backend> fmt::Debug for ConvTranspose2d<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::ModuleExt;
     use exactgrad_backends::ScalarRefBackend;
 
     #[test]

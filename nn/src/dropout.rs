@@ -1,29 +1,32 @@
 //! The dropout layer.
 
 use crate::error::{Error, Result};
-use crate::module::Module;
+use crate::module::{Module, TrainingFlag, Visitor};
+use crate::random::RandomStream;
 use exactgrad_autograd::Tensor;
-use exactgrad_core::{Backend, Philox};
+use exactgrad_core::Backend;
 use std::fmt;
-use std::sync::Mutex;
 
 /// Zeroes elements with probability `p` in training and scales the others by
-/// `1 / (1 − p)` (PyTorch's `nn.Dropout`); the identity in evaluation.
+/// `1 / (1 − p)` (PyTorch's `nn.Dropout`); the identity in evaluation and when `p = 0`.
 ///
-/// The masks come from the layer's own [`Philox`] stream, one key per training call
-/// ([`Tensor::dropout`], `docs/arithmetic.md` §5), so a seed fixes every mask on every
-/// backend and thread count. A new layer is in training mode.
+/// The masks come from the layer's [`RandomStream`] `rng`, one key per training call
+/// ([`Tensor::dropout`], `docs/arithmetic.md` §5). The stream is keyed when the model is
+/// seeded ([`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams)) and saved by
+/// training checkpoints, so a seed fixes every mask on every backend and thread count,
+/// and a resumed run draws the masks an uninterrupted one would. A new layer is in
+/// training mode.
 pub struct Dropout {
     p: f32,
-    training: bool,
-    rng: Mutex<Philox>,
+    training: TrainingFlag,
+    rng: RandomStream,
 }
 
 impl Dropout {
-    /// A layer dropping with probability `p`, its masks drawn from `rng`.
+    /// A layer dropping with probability `p`.
     ///
     /// Fails when `p` is outside `[0, 1]` (or NaN).
-    pub fn new(p: f32, rng: Philox) -> Result<Self> {
+    pub fn new(p: f32) -> Result<Self> {
         if !(0.0..=1.0).contains(&p) {
             return Err(Error::invalid(
                 "Dropout::new",
@@ -33,8 +36,8 @@ impl Dropout {
         }
         Ok(Self {
             p,
-            training: true,
-            rng: Mutex::new(rng),
+            training: TrainingFlag::new(),
+            rng: RandomStream::new(),
         })
     }
 
@@ -45,23 +48,38 @@ impl Dropout {
 
     /// Whether the layer is in training mode.
     pub fn is_training(&self) -> bool {
-        self.training
+        self.training.get()
+    }
+
+    /// `x` through dropout with probability `p`, drawing from `stream` in training (the
+    /// dropout of the layers that hold a stream of their own: attention, transformer and
+    /// recurrent layers). `owner` names the layer in errors.
+    pub(crate) fn apply<B: Backend>(
+        owner: &'static str,
+        x: &Tensor<B>,
+        p: f32,
+        training: bool,
+        stream: &RandomStream,
+    ) -> Result<Tensor<B>> {
+        if !training || p == 0.0 {
+            return Ok(x.clone());
+        }
+        Ok(stream.with(owner, |rng| x.dropout(p, true, rng))??)
     }
 }
 
 impl<B: Backend> Module<B> for Dropout {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        if !self.training {
-            return Ok(input.clone());
-        }
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(input.dropout(self.p, true, &mut rng)?)
+        Self::apply("Dropout", input, self.p, self.training.get(), &self.rng)
     }
 
-    fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor<B>)) {}
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.stream("rng", &self.rng);
+        v.training(&self.training);
+    }
 
-    fn set_training(&mut self, training: bool) {
-        self.training = training;
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -74,13 +92,21 @@ impl fmt::Debug for Dropout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::ModuleExt;
+    use crate::random::stream_seed;
     use exactgrad_backends::ScalarRefBackend;
+    use exactgrad_core::Philox;
 
     #[test]
     fn training_masks_and_evaluation_identity() {
         let b = ScalarRefBackend;
-        let mut d = Dropout::new(0.5, Philox::new(7)).unwrap();
+        let d = Dropout::new(0.5).unwrap();
         let x = Tensor::ones(&b, [400]).unwrap();
+        let err = Module::<ScalarRefBackend>::forward(&d, &x)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seed_streams"), "{err}");
+        ModuleExt::<ScalarRefBackend>::seed_streams(&d, 7);
         let y = Module::<ScalarRefBackend>::forward(&d, &x)
             .unwrap()
             .to_vec()
@@ -88,9 +114,9 @@ mod tests {
         assert!(y.iter().all(|&v| v == 0.0 || v == 2.0));
         let kept = y.iter().filter(|&&v| v == 2.0).count();
         assert!((150..250).contains(&kept), "{kept} of 400 kept");
-        // The layer's stream equals the functional call with the same generator.
+        // The layer's stream is the functional call with the stream keyed by the path.
         let want = x
-            .dropout(0.5, true, &mut Philox::new(7))
+            .dropout(0.5, true, &mut Philox::new(stream_seed(7, "rng")))
             .unwrap()
             .to_vec()
             .unwrap();
@@ -100,11 +126,11 @@ mod tests {
             .to_vec()
             .unwrap();
         assert_ne!(y, y2, "a new mask per call");
-        Module::<ScalarRefBackend>::set_training(&mut d, false);
+        ModuleExt::<ScalarRefBackend>::eval(&d);
         assert!(!d.is_training());
         let e = Module::<ScalarRefBackend>::forward(&d, &x).unwrap();
         assert!(e.shares_storage(&x));
-        assert!(Dropout::new(1.5, Philox::new(1)).is_err());
-        assert!(Dropout::new(f32::NAN, Philox::new(1)).is_err());
+        assert!(Dropout::new(1.5).is_err());
+        assert!(Dropout::new(f32::NAN).is_err());
     }
 }

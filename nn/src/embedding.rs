@@ -1,7 +1,7 @@
 //! The embedding table.
 
 use crate::error::{Error, Result};
-use crate::module::{join_name, Module};
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
@@ -135,8 +135,12 @@ impl<B: Backend> Module<B> for Embedding<B> {
         self.lookup(&idx, input.dims())
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f(&join_name(prefix, "weight"), &self.weight);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", &self.weight);
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -155,6 +159,7 @@ impl<B: Backend> fmt::Debug for Embedding<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::ModuleExt;
     use exactgrad_backends::ScalarRefBackend;
 
     #[test]

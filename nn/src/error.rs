@@ -42,6 +42,18 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A module drew from a random stream that has no key: its model was not seeded with
+    /// [`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams) (or restored from a
+    /// training checkpoint), or the module does not report the stream in
+    /// [`Module::visit`](crate::Module::visit).
+    #[error(
+        "{owner}: its random stream has no seed; call `seed_streams(seed)` on the model after \
+         building it (a module must report each RandomStream in `Module::visit`)"
+    )]
+    UnseededStream {
+        /// The module that drew.
+        owner: &'static str,
+    },
     /// Writing a file failed (the previous file at that path, if any, is intact).
     #[error("writing {}: {source}", path.display())]
     Write {

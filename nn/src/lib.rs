@@ -6,9 +6,10 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`module`] | the [`Module`] trait: forward, own parameters and buffers, a child visitor from which names, training mode and `state_dict` follow |
+//! | [`module`] | the [`Module`] trait (forward and one visitor naming parameters, buffers, random streams, the training flag and children) and [`ModuleExt`], the methods that follow from it (`parameters`, `state_dict`, `set_training`, …) |
+//! | [`random`] | [`RandomStream`]: the random streams of modules, keyed by the run's seed and the module's path |
 //! | [`linear`], [`sequential`], [`activation`] | [`Linear`], [`Sequential`], [`Relu`], [`Gelu`], [`Flatten`], … |
-//! | [`conv`], [`conv1d`], [`conv_transpose`], [`norm`] | [`Conv2d`], [`Conv1d`], [`ConvTranspose2d`], [`BatchNorm2d`] (running statistics are buffers, see [`Module::visit_buffers`]), [`LayerNorm`] |
+//! | [`conv`], [`conv1d`], [`conv_transpose`], [`norm`] | [`Conv2d`], [`Conv1d`], [`ConvTranspose2d`], [`BatchNorm2d`] (running statistics are buffers, see [`ModuleExt::named_buffers`]), [`LayerNorm`] |
 //! | [`rnn`] | [`Lstm`] and [`Gru`] (multi-layer, bidirectional, PyTorch's parameter names) |
 //! | [`embedding`], [`dropout`], [`upsample`] | [`Embedding`], [`Dropout`], [`Upsample`] |
 //! | [`attention`] | [`MultiheadAttention`] and [`TransformerEncoderLayer`]; masks are [`AttentionMask`]s |
@@ -24,7 +25,7 @@
 //! use exactgrad_backends::ScalarRefBackend;
 //! use exactgrad_core::Philox;
 //! use exactgrad_nn::optim::{Optimizer, Sgd, SgdConfig};
-//! use exactgrad_nn::{Linear, Module, Relu, Sequential};
+//! use exactgrad_nn::{Linear, Module, ModuleExt, Relu, Sequential};
 //!
 //! # fn main() -> exactgrad_nn::Result<()> {
 //! let b = ScalarRefBackend;
@@ -63,6 +64,7 @@ pub mod metrics;
 pub mod module;
 pub mod norm;
 pub mod optim;
+pub mod random;
 pub mod reference;
 pub mod rnn;
 pub mod sequential;
@@ -81,8 +83,9 @@ pub use embedding::Embedding;
 pub use error::{DataError, Error, Result};
 pub use exactgrad_autograd::AttentionMask;
 pub use linear::Linear;
-pub use module::{BufferRef, IntBuffer, Module};
+pub use module::{Entry, IntBuffer, Module, ModuleExt, TrainingFlag, Visitor};
 pub use norm::{BatchNorm2d, BatchNormConfig, LayerNorm};
+pub use random::RandomStream;
 pub use rnn::{Gru, Lstm, RnnConfig};
 pub use sequential::Sequential;
 pub use upsample::Upsample;

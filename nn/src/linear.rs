@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::init;
-use crate::module::Module;
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
@@ -101,11 +101,13 @@ impl<B: Backend> Module<B> for Linear<B> {
         Ok(input.linear(&self.weight, self.bias.as_ref())?)
     }
 
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f("weight", &self.weight);
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", &self.weight);
+        v.parameter("bias", self.bias.as_ref());
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 

@@ -1,38 +1,76 @@
-//! The [`Module`] trait: a differentiable function with named parameters, buffers and
-//! children.
+//! The [`Module`] trait: a differentiable function whose parameters, buffers, random
+//! streams, training flag and children are named once, in one visitor.
 //!
 //! # What an implementor provides
 //!
-//! | method | when | default |
-//! |---|---|---|
-//! | [`forward`](Module::forward) | always | — (required) |
-//! | [`visit_own_parameters`](Module::visit_own_parameters) | the module holds parameters itself (not through a child) | none |
-//! | [`visit_own_buffers`](Module::visit_own_buffers) | the module holds buffers itself (running statistics, counters) | none |
-//! | [`visit_children`](Module::visit_children) and [`visit_children_mut`](Module::visit_children_mut) | the module holds other modules | none |
-//! | [`set_own_training`](Module::set_own_training) | the module itself behaves differently in training (dropout, batch statistics) | ignores the flag |
-//! | [`visit_own_rngs`](Module::visit_own_rngs) | the module itself draws random numbers in `forward` (dropout) | none |
+//! Two methods, both required:
 //!
-//! Everything else — [`visit_parameters`](Module::visit_parameters),
-//! [`visit_buffers`](Module::visit_buffers), [`named_parameters`](Module::named_parameters),
-//! [`set_training`](Module::set_training), [`state_dict`](Module::state_dict),
-//! [`load_state_dict`](Module::load_state_dict), … — follows from these and is not
-//! overridden: a composite module names each child once, in
-//! [`visit_children`](Module::visit_children), and its parameters, buffers, training
-//! mode and state dict follow, so none of them can forget a child.
+//! - [`forward`](Module::forward), the function;
+//! - [`visit`](Module::visit), which names everything the module holds once, in
+//!   `state_dict` order: its parameters ([`Visitor::parameter`]), buffers
+//!   ([`Visitor::buffer`], [`Visitor::int_buffer`]), random streams
+//!   ([`Visitor::stream`]), training flag ([`Visitor::training`]) and child modules
+//!   ([`Visitor::child`]).
 //!
-//! The two child visitors must name the same children in the same order (one for shared
-//! access, one for [`set_training`](Module::set_training)). A module written before the
-//! child visitor existed, which overrides `visit_parameters`, `visit_buffers` and
-//! `set_training` directly, still compiles and still saves and loads its state; it gains
-//! the guarantee by moving to the methods above.
+//! Everything else — [`parameters`](ModuleExt::parameters),
+//! [`state_dict`](ModuleExt::state_dict), [`load_state_dict`](ModuleExt::load_state_dict),
+//! [`set_training`](ModuleExt::set_training), [`seed_streams`](ModuleExt::seed_streams), … —
+//! lives in [`ModuleExt`], which is implemented for every module and cannot be
+//! overridden, so none of it can disagree with the visitor. A composite module names each
+//! child once; its parameters, buffers, streams, training mode and state dict follow.
+//!
+//! Whatever order a module's `visit` names things in, the walks give PyTorch's order: a
+//! module's own entries first (in the order named), then each child's, depth first.
+//!
+//! ```
+//! use exactgrad_autograd::Tensor;
+//! use exactgrad_core::{Backend, Philox};
+//! use exactgrad_nn::{Dropout, Linear, Module, ModuleExt, Visitor};
+//!
+//! /// A linear layer followed by dropout, with a learned output scale.
+//! struct Head<B: Backend> {
+//!     linear: Linear<B>,
+//!     dropout: Dropout,
+//!     scale: Tensor<B>,
+//! }
+//!
+//! impl<B: Backend> Module<B> for Head<B> {
+//!     fn forward(&self, x: &Tensor<B>) -> exactgrad_nn::Result<Tensor<B>> {
+//!         let y = self.dropout.forward(&self.linear.forward(x)?)?;
+//!         Ok(y.mul(&self.scale)?)
+//!     }
+//!     fn visit(&self, v: &mut Visitor<'_, B>) {
+//!         v.parameter("scale", &self.scale);
+//!         v.child("linear", &self.linear);
+//!         v.child("dropout", &self.dropout);
+//!     }
+//! }
+//!
+//! # fn main() -> exactgrad_nn::Result<()> {
+//! let b = exactgrad_backends::ScalarRefBackend;
+//! let mut rng = Philox::new(0);
+//! let head = Head {
+//!     linear: Linear::new(&b, 4, 2, &mut rng)?,
+//!     dropout: Dropout::new(0.5)?,
+//!     scale: Tensor::ones(&b, [2])?.requires_grad()?,
+//! };
+//! let names: Vec<String> = head.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["scale", "linear.weight", "linear.bias"]);
+//! head.seed_streams(42); // every random stream of the tree, keyed by its path
+//! let y = head.forward(&Tensor::ones(&b, [3, 4])?)?;
+//! head.eval(); // the dropout child follows
+//! assert!(!head.is_training());
+//! # let _ = y;
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::checkpoint::{LoadOptions, LoadReport, TensorFile};
 use crate::error::Result;
+use crate::random::RandomStream;
 use exactgrad_autograd::Tensor;
-use exactgrad_core::{Backend, Philox};
-use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
+use exactgrad_core::Backend;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// An integer buffer of a module: one `i64` saved in the state dict as a 0-dimensional
 /// `I64` tensor, as PyTorch saves `BatchNorm2d.num_batches_tracked`.
@@ -82,152 +120,290 @@ impl IntBuffer {
     }
 }
 
-/// A buffer of a module, as [`Module::visit_own_buffers`] reports it.
-#[derive(Clone, Copy, Debug)]
-pub enum BufferRef<'a, B: Backend> {
-    /// A float tensor (running mean and variance, …): an `F32` entry of the state dict.
-    Float(&'a Tensor<B>),
-    /// An integer scalar (a batch counter): an `I64` entry of shape `[]`.
-    Int(&'a IntBuffer),
+/// Whether a module behaves as in training (dropout active, batch statistics) or in
+/// evaluation. A module reports its flag in [`Module::visit`] and
+/// [`ModuleExt::set_training`] switches every flag of the tree; a new flag is in
+/// training mode, as a new PyTorch module.
+#[derive(Debug)]
+pub struct TrainingFlag(AtomicBool);
+
+impl Default for TrainingFlag {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
-/// A layer or model: a forward function and parameters named as in PyTorch's
-/// `state_dict` (`weight`, `bias`, `0.weight`, `encoder.1.bias`, …).
+impl TrainingFlag {
+    /// A flag in training mode.
+    pub fn new() -> Self {
+        Self(AtomicBool::new(true))
+    }
+
+    /// Whether the module is in training mode.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Sets the mode (normally through [`ModuleExt::set_training`]).
+    pub fn set(&self, training: bool) {
+        self.0.store(training, Ordering::Relaxed)
+    }
+}
+
+/// One thing a module holds, as the walks of [`ModuleExt::visit_entries`] see it.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry<'a, B: Backend> {
+    /// A parameter: a leaf tensor that requires gradients (an `F32` state dict entry).
+    Parameter(&'a Tensor<B>),
+    /// A float buffer (running mean and variance, …): an `F32` state dict entry.
+    Buffer(&'a Tensor<B>),
+    /// An integer buffer (a batch counter): an `I64` entry of shape `[]`.
+    IntBuffer(&'a IntBuffer),
+    /// A random stream drawn from in `forward` (dropout masks); saved by training
+    /// checkpoints, not by the state dict.
+    Stream(&'a RandomStream),
+    /// The module's training flag (its path is the module's own).
+    Training(&'a TrainingFlag),
+}
+
+/// What [`Module::visit`] reports its contents to. A walk calls each module's `visit`
+/// twice — once for its own entries, once for its children — so that the order is
+/// PyTorch's however the calls are arranged; a call that does not belong to the current
+/// pass does nothing.
+pub struct Visitor<'v, B: Backend> {
+    prefix: &'v str,
+    own: bool,
+    sink: &'v mut dyn FnMut(&str, Entry<'_, B>),
+}
+
+impl<B: Backend> Visitor<'_, B> {
+    fn entry(&mut self, name: &str, entry: Entry<'_, B>) {
+        if self.own {
+            (self.sink)(&join_name(self.prefix, name), entry);
+        }
+    }
+
+    /// Reports a parameter named `name` (`weight`, `in_proj_bias`, …); `None` (an absent
+    /// bias) reports nothing.
+    pub fn parameter<'t>(&mut self, name: &str, tensor: impl Into<Option<&'t Tensor<B>>>)
+    where
+        B: 't,
+    {
+        if let Some(t) = tensor.into() {
+            self.entry(name, Entry::Parameter(t));
+        }
+    }
+
+    /// Reports a float buffer: state saved with the parameters but not trained
+    /// (PyTorch's `register_buffer`, e.g. running statistics). `None` reports nothing.
+    pub fn buffer<'t>(&mut self, name: &str, tensor: impl Into<Option<&'t Tensor<B>>>)
+    where
+        B: 't,
+    {
+        if let Some(t) = tensor.into() {
+            self.entry(name, Entry::Buffer(t));
+        }
+    }
+
+    /// Reports an integer buffer (see [`IntBuffer`]).
+    pub fn int_buffer(&mut self, name: &str, buffer: &IntBuffer) {
+        self.entry(name, Entry::IntBuffer(buffer));
+    }
+
+    /// Reports a random stream the module draws from in `forward`. Only reported streams
+    /// can be seeded ([`ModuleExt::seed_streams`]) or restored from a checkpoint, and an
+    /// unseeded stream refuses to draw, so a stream a module forgets to report fails
+    /// loudly instead of breaking resume silently.
+    pub fn stream(&mut self, name: &str, stream: &RandomStream) {
+        self.entry(name, Entry::Stream(stream));
+    }
+
+    /// Reports the module's training flag.
+    pub fn training(&mut self, flag: &TrainingFlag) {
+        if self.own {
+            (self.sink)(self.prefix, Entry::Training(flag));
+        }
+    }
+
+    /// Reports a child module named `name` (`0`, `linear1`, `layers.0`, …).
+    pub fn child(&mut self, name: &str, module: &dyn Module<B>) {
+        if !self.own {
+            walk(module, &join_name(self.prefix, name), self.sink);
+        }
+    }
+}
+
+/// Visits `module` at `prefix`: its own entries, then its children's.
+fn walk<B: Backend>(
+    module: &dyn Module<B>,
+    prefix: &str,
+    sink: &mut dyn FnMut(&str, Entry<'_, B>),
+) {
+    for own in [true, false] {
+        module.visit(&mut Visitor { prefix, own, sink });
+    }
+}
+
+/// A layer or model: a forward function and what it holds, named as in PyTorch's
+/// `state_dict` (`weight`, `bias`, `0.weight`, `encoder.1.bias`, …). The
+/// [module documentation](self) shows an implementation; [`ModuleExt`] has the methods
+/// every module gets.
 ///
 /// Parameters are leaf tensors that require gradients. Cloning a [`Tensor`] shares its
-/// storage and gradient slot, so the tensors returned by [`Module::parameters`] are the
-/// module's own: an optimizer that updates them in place (`copy_` under `no_grad`)
-/// updates the module. The [module documentation](self) says which methods an
-/// implementor provides.
-pub trait Module<B: Backend>: fmt::Debug {
+/// storage and gradient slot, so the tensors returned by [`ModuleExt::parameters`] are
+/// the module's own: an optimizer that updates them in place (`copy_` under `no_grad`)
+/// updates the module.
+pub trait Module<B: Backend> {
     /// Applies the module to `input`.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>>;
 
-    /// Calls `f` with the local name (`weight`, `in_proj_bias`, …) and the tensor of
-    /// every parameter this module holds itself (not through a child), in `state_dict`
-    /// order. Modules without own parameters keep this default, which visits nothing.
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        let _ = f;
-    }
+    /// Names every parameter, buffer, random stream, the training flag and every child
+    /// of this module once (see [`Visitor`]).
+    fn visit(&self, v: &mut Visitor<'_, B>);
 
-    /// Calls `f` with the local name and every buffer this module holds itself: state
-    /// that is saved with the parameters but not trained (PyTorch's `register_buffer`,
-    /// e.g. the running statistics of batch normalisation). Buffers do not require
-    /// gradients. The default visits nothing.
-    fn visit_own_buffers(&self, f: &mut dyn FnMut(&str, BufferRef<'_, B>)) {
-        let _ = f;
+    /// A one-line description for printing a model (PyTorch's `repr`): by default the
+    /// type's name without its path and generic arguments; the layers of this crate give
+    /// their configuration (`Linear(in_features=4, out_features=2, bias=true)`).
+    fn describe(&self) -> String {
+        short_type_name(std::any::type_name::<Self>())
     }
+}
 
-    /// Calls `f` with the name (`0`, `linear1`, `layers.0`, …) and a reference of every
-    /// child module, in `state_dict` order. The default visits nothing (a leaf module).
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        let _ = f;
-    }
+/// `a::b::Name<c::D>` → `Name`.
+fn short_type_name(full: &str) -> String {
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_string()
+}
 
-    /// [`visit_children`](Module::visit_children) with mutable references: the same
-    /// children, names and order.
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        let _ = f;
+impl<B: Backend, M: Module<B> + ?Sized> Module<B> for Box<M> {
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        (**self).forward(input)
     }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        (**self).visit(v)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
 
-    /// Switches this module's own training behaviour (its children are switched by
-    /// [`set_training`](Module::set_training)); modules without such behaviour keep this
-    /// default, which ignores it.
-    fn set_own_training(&mut self, training: bool) {
-        let _ = training;
+impl<B: Backend, M: Module<B> + ?Sized> Module<B> for &M {
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        (**self).forward(input)
     }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        (**self).visit(v)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
 
-    /// Calls `f` with the local name and the generator of every random stream this
-    /// module draws from in `forward` (dropout), so that a training checkpoint can save
-    /// and restore its position. The default visits nothing.
-    fn visit_own_rngs(&self, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
-        let _ = f;
-    }
-
-    /// Calls `f` with the full name (`prefix` joined with the local name by a dot) and the
-    /// tensor of every parameter, own ones first, then each child's, in `state_dict`
-    /// order. Follows from the methods above; not overridden.
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.visit_own_parameters(&mut |name, t| f(&join_name(prefix, name), t));
-        self.visit_children(&mut |name, child| child.visit_parameters(&join_name(prefix, name), f));
-    }
-
-    /// Calls `f` with the full name and the tensor of every float buffer, own ones first,
-    /// then each child's. Follows from the methods above; not overridden.
-    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.visit_own_buffers(&mut |name, b| {
-            if let BufferRef::Float(t) = b {
-                f(&join_name(prefix, name), t)
-            }
-        });
-        self.visit_children(&mut |name, child| child.visit_buffers(&join_name(prefix, name), f));
-    }
-
-    /// Calls `f` with the full name of every integer buffer (see [`IntBuffer`]), own ones
-    /// first, then each child's. Follows from the methods above; not overridden.
-    fn visit_int_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &IntBuffer)) {
-        self.visit_own_buffers(&mut |name, b| {
-            if let BufferRef::Int(i) = b {
-                f(&join_name(prefix, name), i)
-            }
-        });
-        self.visit_children(&mut |name, child| {
-            child.visit_int_buffers(&join_name(prefix, name), f)
-        });
-    }
-
-    /// Calls `f` with the full name of every random stream (see
-    /// [`visit_own_rngs`](Module::visit_own_rngs)). Follows from the methods above.
-    fn visit_rngs(&self, prefix: &str, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
-        self.visit_own_rngs(&mut |name, r| f(&join_name(prefix, name), r));
-        self.visit_children(&mut |name, child| child.visit_rngs(&join_name(prefix, name), f));
-    }
-
-    /// Switches between training and evaluation behaviour (dropout, batch statistics)
-    /// of this module and, recursively, of its children (PyTorch's `train(mode)`).
-    /// Follows from the methods above; not overridden.
-    fn set_training(&mut self, training: bool) {
-        self.set_own_training(training);
-        self.visit_children_mut(&mut |_, child| child.set_training(training));
-    }
-
-    /// Training mode (PyTorch's `train()`): `set_training(true)`.
-    fn train(&mut self) {
-        self.set_training(true)
-    }
-
-    /// Evaluation mode (PyTorch's `eval()`): `set_training(false)`.
-    fn eval(&mut self) {
-        self.set_training(false)
-    }
-
-    /// The float buffers with their `state_dict` names, in order (see
-    /// [`Module::visit_buffers`]).
-    fn named_buffers(&self) -> Vec<(String, Tensor<B>)> {
-        let mut out = Vec::new();
-        self.visit_buffers("", &mut |name, t| out.push((name.to_string(), t.clone())));
-        out
-    }
+/// The methods every [`Module`] has, derived from its visitor. Implemented for every
+/// module (and `dyn Module`) and not overridable.
+pub trait ModuleExt<B: Backend>: Module<B> {
+    /// Calls `f` with the full name and every entry of the tree (own entries first, then
+    /// each child's, depth first): the walk every other method is made of.
+    fn visit_entries(&self, f: &mut dyn FnMut(&str, Entry<'_, B>));
 
     /// The parameters with their `state_dict` names, in order.
     fn named_parameters(&self) -> Vec<(String, Tensor<B>)> {
         let mut out = Vec::new();
-        self.visit_parameters("", &mut |name, t| out.push((name.to_string(), t.clone())));
+        self.visit_entries(&mut |name, e| {
+            if let Entry::Parameter(t) = e {
+                out.push((name.to_string(), t.clone()));
+            }
+        });
         out
     }
 
     /// The parameters in `state_dict` order (the order optimizers and hashes use).
     fn parameters(&self) -> Vec<Tensor<B>> {
         let mut out = Vec::new();
-        self.visit_parameters("", &mut |_, t| out.push(t.clone()));
+        self.visit_entries(&mut |_, e| {
+            if let Entry::Parameter(t) = e {
+                out.push(t.clone());
+            }
+        });
+        out
+    }
+
+    /// The float buffers with their `state_dict` names, in order.
+    fn named_buffers(&self) -> Vec<(String, Tensor<B>)> {
+        let mut out = Vec::new();
+        self.visit_entries(&mut |name, e| {
+            if let Entry::Buffer(t) = e {
+                out.push((name.to_string(), t.clone()));
+            }
+        });
         out
     }
 
     /// The total number of parameter elements.
     fn num_parameters(&self) -> usize {
         let mut n = 0;
-        self.visit_parameters("", &mut |_, t| n += t.numel());
+        self.visit_entries(&mut |_, e| {
+            if let Entry::Parameter(t) = e {
+                n += t.numel();
+            }
+        });
         n
+    }
+
+    /// The names of the random streams of the tree, in order.
+    fn stream_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.visit_entries(&mut |name, e| {
+            if let Entry::Stream(_) = e {
+                out.push(name.to_string());
+            }
+        });
+        out
+    }
+
+    /// Seeds every random stream of the tree from the run's `seed`: the stream at path
+    /// `p` gets the key [`stream_seed`](crate::random::stream_seed)`(seed, p)` and starts
+    /// at position 0 (`docs/arithmetic.md`, "Random streams of modules"). Call it once
+    /// after building the model (PyTorch's `torch.manual_seed`); a training checkpoint
+    /// restores the seed and the positions.
+    fn seed_streams(&self, seed: u64) {
+        self.visit_entries(&mut |name, e| {
+            if let Entry::Stream(s) = e {
+                s.seed_at(seed, name);
+            }
+        });
+    }
+
+    /// Switches between training and evaluation behaviour (dropout, batch statistics)
+    /// of every module of the tree (PyTorch's `train(mode)`).
+    fn set_training(&self, training: bool) {
+        self.visit_entries(&mut |_, e| {
+            if let Entry::Training(flag) = e {
+                flag.set(training);
+            }
+        });
+    }
+
+    /// Training mode (PyTorch's `train()`): `set_training(true)`.
+    fn train(&self) {
+        self.set_training(true)
+    }
+
+    /// Evaluation mode (PyTorch's `eval()`): `set_training(false)`.
+    fn eval(&self) {
+        self.set_training(false)
+    }
+
+    /// Whether any module of the tree is in training mode (a tree without training flags
+    /// is not).
+    fn is_training(&self) -> bool {
+        let mut any = false;
+        self.visit_entries(&mut |_, e| {
+            if let Entry::Training(flag) = e {
+                any |= flag.get();
+            }
+        });
+        any
     }
 
     /// The parameters and buffers by their PyTorch names, copied to the host: float
@@ -253,67 +429,45 @@ pub trait Module<B: Backend>: fmt::Debug {
     /// (PyTorch's `zero_grad(set_to_none=False)`). Fails when a new gradient buffer
     /// cannot be allocated.
     fn zero_grad(&self) -> Result<()> {
-        let mut result = Ok(());
-        self.visit_parameters("", &mut |_, t| {
-            if result.is_ok() {
-                result = t.zero_grad();
-            }
-        });
-        Ok(result?)
+        for p in self.parameters() {
+            p.zero_grad()?;
+        }
+        Ok(())
     }
 
     /// Frees every parameter's gradient (PyTorch's `zero_grad()`, `set_to_none=True`).
     fn clear_grad(&self) {
-        self.visit_parameters("", &mut |_, t| t.clear_grad());
+        self.visit_entries(&mut |_, e| {
+            if let Entry::Parameter(t) = e {
+                t.clear_grad();
+            }
+        });
     }
 }
 
-/// `prefix.name`, or `name` alone when the prefix is empty.
+impl<B: Backend, M: Module<B> + ?Sized> ModuleExt<B> for M {
+    fn visit_entries(&self, f: &mut dyn FnMut(&str, Entry<'_, B>)) {
+        // `walk` needs a `dyn Module`; a sized `M` coerces, and `dyn Module` is itself.
+        struct Root<'a, M: ?Sized>(&'a M);
+        impl<B: Backend, M: Module<B> + ?Sized> Module<B> for Root<'_, M> {
+            fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+                self.0.forward(input)
+            }
+            fn visit(&self, v: &mut Visitor<'_, B>) {
+                self.0.visit(v)
+            }
+        }
+        walk(&Root(self), "", f);
+    }
+}
+
+/// `prefix.name`, or `name` alone when the prefix is empty (or the name is).
 pub fn join_name(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {
         name.to_string()
+    } else if name.is_empty() {
+        prefix.to_string()
     } else {
         format!("{prefix}.{name}")
-    }
-}
-
-impl<B: Backend, M: Module<B> + ?Sized> Module<B> for Box<M> {
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        (**self).forward(input)
-    }
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        (**self).visit_own_parameters(f)
-    }
-    fn visit_own_buffers(&self, f: &mut dyn FnMut(&str, BufferRef<'_, B>)) {
-        (**self).visit_own_buffers(f)
-    }
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        (**self).visit_children(f)
-    }
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        (**self).visit_children_mut(f)
-    }
-    fn set_own_training(&mut self, training: bool) {
-        (**self).set_own_training(training)
-    }
-    fn visit_own_rngs(&self, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
-        (**self).visit_own_rngs(f)
-    }
-    // The derived methods are forwarded too, so that a module that still overrides them
-    // keeps its behaviour behind a box.
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        (**self).visit_parameters(prefix, f)
-    }
-    fn visit_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        (**self).visit_buffers(prefix, f)
-    }
-    fn visit_int_buffers(&self, prefix: &str, f: &mut dyn FnMut(&str, &IntBuffer)) {
-        (**self).visit_int_buffers(prefix, f)
-    }
-    fn visit_rngs(&self, prefix: &str, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
-        (**self).visit_rngs(prefix, f)
-    }
-    fn set_training(&mut self, training: bool) {
-        (**self).set_training(training)
     }
 }

@@ -1,7 +1,7 @@
 //! Normalisation layers: [`BatchNorm2d`] and [`LayerNorm`].
 
 use crate::error::{Error, Result};
-use crate::module::{BufferRef, IntBuffer, Module};
+use crate::module::{IntBuffer, Module, TrainingFlag, Visitor};
 use exactgrad_autograd::{BatchNormOptions, LayerNormOptions, Momentum, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
@@ -38,10 +38,10 @@ impl Default for BatchNormConfig {
 /// `nn.BatchNorm2d`), on [`Tensor::batch_norm`].
 ///
 /// Parameters: `weight` (ones) and `bias` (zeros), `[C]`, when affine. Buffers (see
-/// [`Module::visit_buffers`]): `running_mean` (zeros) and `running_var` (ones), `[C]`,
+/// [`ModuleExt::named_buffers`](crate::ModuleExt::named_buffers)): `running_mean` (zeros) and `running_var` (ones), `[C]`,
 /// when running statistics are tracked. A new layer is in training mode: it normalises
 /// with the batch mean and biased variance and updates the running statistics in place
-/// with the unbiased variance; after [`Module::set_training`]`(false)` it normalises with
+/// with the unbiased variance; after [`ModuleExt::eval`](crate::ModuleExt::eval) it normalises with
 /// the running statistics. PyTorch's `num_batches_tracked` is an integer buffer
 /// ([`IntBuffer`], saved as a 0-dimensional `I64` entry, read by
 /// [`BatchNorm2d::num_batches_tracked`]); a state dict may lack it, as in PyTorch.
@@ -53,7 +53,7 @@ pub struct BatchNorm2d<B: Backend> {
     num_batches_tracked: IntBuffer,
     config: BatchNormConfig,
     num_features: usize,
-    training: bool,
+    training: TrainingFlag,
 }
 
 impl<B: Backend> BatchNorm2d<B> {
@@ -86,7 +86,7 @@ impl<B: Backend> BatchNorm2d<B> {
             num_batches_tracked: IntBuffer::optional(0),
             config,
             num_features,
-            training: true,
+            training: TrainingFlag::new(),
         })
     }
 
@@ -133,7 +133,7 @@ impl<B: Backend> BatchNorm2d<B> {
 
     /// Whether the layer is in training mode.
     pub fn is_training(&self) -> bool {
-        self.training
+        self.training.get()
     }
 }
 
@@ -163,7 +163,7 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
             ));
         }
         // Training with running statistics counts this batch and updates them.
-        let updates = self.training && self.config.track_running_stats;
+        let updates = self.training.get() && self.config.track_running_stats;
         let batches = updates.then(|| u64::try_from(self.num_batches_tracked.add(1)).unwrap_or(0));
         let momentum = match (self.config.momentum, batches) {
             (Some(m), _) => Momentum::Exponential(m),
@@ -178,39 +178,26 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
             running_var: self.running_var.as_ref(),
             weight: self.weight.as_ref(),
             bias: self.bias.as_ref(),
-            training: self.training || self.running_mean.is_none(),
+            training: self.training.get() || self.running_mean.is_none(),
             momentum,
             eps: self.config.eps,
         };
         Ok(input.batch_norm(opts)?)
     }
 
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        if let Some(w) = &self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
-    }
-
-    fn visit_own_buffers(&self, f: &mut dyn FnMut(&str, BufferRef<'_, B>)) {
-        if let Some(m) = &self.running_mean {
-            f("running_mean", BufferRef::Float(m));
-        }
-        if let Some(v) = &self.running_var {
-            f("running_var", BufferRef::Float(v));
-        }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", self.weight.as_ref());
+        v.parameter("bias", self.bias.as_ref());
+        v.buffer("running_mean", self.running_mean.as_ref());
+        v.buffer("running_var", self.running_var.as_ref());
         if self.config.track_running_stats {
-            f(
-                "num_batches_tracked",
-                BufferRef::Int(&self.num_batches_tracked),
-            );
+            v.int_buffer("num_batches_tracked", &self.num_batches_tracked);
         }
+        v.training(&self.training);
     }
 
-    fn set_own_training(&mut self, training: bool) {
-        self.training = training;
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -220,7 +207,7 @@ impl<B: Backend> fmt::Debug for BatchNorm2d<B> {
         write!(
             f,
             "BatchNorm2d({}, eps={}, momentum={:?}, affine={}, track_running_stats={}, training={})",
-            self.num_features, c.eps, c.momentum, c.affine, c.track_running_stats, self.training
+            self.num_features, c.eps, c.momentum, c.affine, c.track_running_stats, self.training.get()
         )
     }
 }
@@ -314,13 +301,13 @@ impl<B: Backend> Module<B> for LayerNorm<B> {
         Ok(input.layer_norm(&self.normalized_shape, opts)?)
     }
 
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        if let Some(w) = &self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", self.weight.as_ref());
+        v.parameter("bias", self.bias.as_ref());
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -340,6 +327,7 @@ impl<B: Backend> fmt::Debug for LayerNorm<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::ModuleExt;
     use exactgrad_backends::ScalarRefBackend;
     use exactgrad_core::Philox;
 
@@ -369,7 +357,7 @@ mod tests {
     #[test]
     fn batch_norm_names_buffers_and_running_statistics() {
         let b = ScalarRefBackend;
-        let mut bn = BatchNorm2d::new(&b, 3).unwrap();
+        let bn = BatchNorm2d::new(&b, 3).unwrap();
         let names: Vec<String> = bn.named_parameters().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["weight", "bias"]);
         let buffers: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();
@@ -438,7 +426,7 @@ mod tests {
             track_running_stats: false,
             ..BatchNormConfig::default()
         };
-        let mut bn = BatchNorm2d::with_config(&b, 2, config).unwrap();
+        let bn = BatchNorm2d::with_config(&b, 2, config).unwrap();
         assert!(bn.named_parameters().is_empty() && bn.named_buffers().is_empty());
         bn.set_training(false);
         // Without running statistics, batch statistics are used in evaluation too.

@@ -1,13 +1,14 @@
 //! Recurrent layers: [`Lstm`] and [`Gru`] (PyTorch's `nn.LSTM` and `nn.GRU` without
 //! projections), on the fused operators [`Tensor::lstm`] and [`Tensor::gru`].
 
+use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init;
-use crate::module::{join_name, Module};
+use crate::module::{Module, TrainingFlag, Visitor};
+use crate::random::RandomStream;
 use exactgrad_autograd::{GruOptions, GruOutput, LstmOptions, LstmOutput, RnnWeights, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
-use std::sync::Mutex;
 
 /// The sizes and flags of an [`Lstm`] or [`Gru`], with PyTorch's defaults except the two
 /// sizes: one layer, biases, sequence first, no dropout, one direction.
@@ -98,17 +99,18 @@ impl<B: Backend> LayerParams<B> {
 /// The shared parts of both layers: parameters, config, training flag and the dropout
 /// stream.
 struct Stack<B: Backend> {
+    owner: &'static str,
     params: Vec<LayerParams<B>>,
     config: RnnConfig,
-    training: bool,
-    rng: Mutex<Philox>,
+    training: TrainingFlag,
+    rng: RandomStream,
 }
 
 impl<B: Backend> Stack<B> {
     /// Parameters of `gates` blocks per layer and direction, drawn as PyTorch does: every
     /// tensor from U(−1/√hidden, 1/√hidden), in the order weight_ih, weight_hh, bias_ih,
-    /// bias_hh, layer by layer, forward before reverse. The dropout stream is keyed by one
-    /// more draw.
+    /// bias_hh, layer by layer, forward before reverse; then one more `u64` (which keyed
+    /// the dropout stream before streams were keyed by path).
     fn new(
         op: &'static str,
         backend: &B,
@@ -141,15 +143,20 @@ impl<B: Backend> Stack<B> {
                 });
             }
         }
+        let _ = rng.next_u64();
+        let owner = if gates == 4 { "Lstm" } else { "Gru" };
         Ok(Self {
+            owner,
             params,
             config,
-            training: true,
-            rng: Mutex::new(Philox::new(rng.next_u64())),
+            training: TrainingFlag::new(),
+            rng: RandomStream::new(),
         })
     }
 
-    fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
+    /// The parameters (PyTorch's names), the inter-layer dropout stream `dropout_rng` and
+    /// the training flag.
+    fn visit(&self, v: &mut Visitor<'_, B>) {
         let dirs = self.config.directions();
         for (k, p) in self.params.iter().enumerate() {
             let suffix = format!(
@@ -157,21 +164,13 @@ impl<B: Backend> Stack<B> {
                 k / dirs,
                 if k % dirs == 1 { "_reverse" } else { "" }
             );
-            f(
-                &join_name(prefix, &format!("weight_ih{suffix}")),
-                &p.weight_ih,
-            );
-            f(
-                &join_name(prefix, &format!("weight_hh{suffix}")),
-                &p.weight_hh,
-            );
-            if let Some(b) = &p.bias_ih {
-                f(&join_name(prefix, &format!("bias_ih{suffix}")), b);
-            }
-            if let Some(b) = &p.bias_hh {
-                f(&join_name(prefix, &format!("bias_hh{suffix}")), b);
-            }
+            v.parameter(&format!("weight_ih{suffix}"), &p.weight_ih);
+            v.parameter(&format!("weight_hh{suffix}"), &p.weight_hh);
+            v.parameter(&format!("bias_ih{suffix}"), p.bias_ih.as_ref());
+            v.parameter(&format!("bias_hh{suffix}"), p.bias_hh.as_ref());
         }
+        v.stream("dropout_rng", &self.rng);
+        v.training(&self.training);
     }
 
     fn weights(&self, layers: std::ops::Range<usize>) -> Vec<RnnWeights<'_, B>> {
@@ -184,7 +183,7 @@ impl<B: Backend> Stack<B> {
 
     /// Whether dropout runs between layers.
     fn drops(&self) -> bool {
-        self.training && self.config.dropout > 0.0 && self.config.num_layers > 1
+        self.training.get() && self.config.dropout > 0.0 && self.config.num_layers > 1
     }
 
     /// Runs `layer(input, layers, h0 slice, c0 slice)` over all layers at once, or one
@@ -232,8 +231,7 @@ impl<B: Backend> Stack<B> {
             hs.push(h);
             cs.extend(c);
             x = if l + 1 < cfg.num_layers {
-                let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-                y.dropout(cfg.dropout, true, &mut rng)?
+                Dropout::apply(self.owner, &y, cfg.dropout, true, &self.rng)?
             } else {
                 y
             };
@@ -283,7 +281,7 @@ impl<B: Backend> fmt::Debug for Stack<B> {
 /// use exactgrad_autograd::Tensor;
 /// use exactgrad_backends::ScalarRefBackend;
 /// use exactgrad_core::Philox;
-/// use exactgrad_nn::{Lstm, Module, RnnConfig};
+/// use exactgrad_nn::{Lstm, ModuleExt, RnnConfig};
 ///
 /// # fn main() -> exactgrad_nn::Result<()> {
 /// let b = ScalarRefBackend;
@@ -358,12 +356,12 @@ impl<B: Backend> Module<B> for Lstm<B> {
         Ok(self.forward_with_state(input, None, None)?.output)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.stack.visit(prefix, f)
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        self.stack.visit(v)
     }
 
-    fn set_training(&mut self, training: bool) {
-        self.stack.training = training;
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -426,12 +424,12 @@ impl<B: Backend> Module<B> for Gru<B> {
         Ok(self.forward_with_state(input, None)?.output)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.stack.visit(prefix, f)
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        self.stack.visit(v)
     }
 
-    fn set_training(&mut self, training: bool) {
-        self.stack.training = training;
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -444,6 +442,7 @@ impl<B: Backend> fmt::Debug for Gru<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::module::ModuleExt;
     use exactgrad_backends::ScalarRefBackend;
 
     #[test]
@@ -517,8 +516,12 @@ mod tests {
             batch_first: true,
             ..RnnConfig::new(3, 4)
         };
-        let mut gru = Gru::new(&b, cfg, &mut Philox::new(3)).unwrap();
+        let gru = Gru::new(&b, cfg, &mut Philox::new(3)).unwrap();
         let x = Tensor::randn(&b, [2, 6, 3], 0.0, 1.0, &mut Philox::new(4)).unwrap();
+        let err = gru.forward(&x).unwrap_err().to_string();
+        assert!(err.contains("Gru") && err.contains("seed_streams"), "{err}");
+        assert_eq!(gru.stream_names(), ["dropout_rng"]);
+        gru.seed_streams(5);
         let a = gru.forward(&x).unwrap().to_vec().unwrap();
         let c = gru.forward(&x).unwrap().to_vec().unwrap();
         assert_ne!(a, c, "a new mask every call in training");

@@ -1,7 +1,7 @@
 //! A chain of modules applied in order.
 
 use crate::error::Result;
-use crate::module::Module;
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
 use std::fmt;
@@ -69,16 +69,14 @@ impl<B: Backend> Module<B> for Sequential<B> {
         Ok(x)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+    fn visit(&self, v: &mut Visitor<'_, B>) {
         for (i, layer) in self.layers.iter().enumerate() {
-            f(&i.to_string(), &**layer);
+            v.child(&i.to_string(), &**layer);
         }
     }
 
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        for (i, layer) in self.layers.iter_mut().enumerate() {
-            f(&i.to_string(), &mut **layer);
-        }
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -86,7 +84,7 @@ impl<B: Backend> fmt::Debug for Sequential<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Sequential(")?;
         for (i, layer) in self.layers.iter().enumerate() {
-            writeln!(f, "  ({i}): {layer:?}")?;
+            writeln!(f, "  ({i}): {}", layer.describe())?;
         }
         write!(f, ")")
     }

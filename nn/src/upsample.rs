@@ -1,7 +1,7 @@
 //! The resizing layer.
 
 use crate::error::Result;
-use crate::module::Module;
+use crate::module::{Module, Visitor};
 use exactgrad_autograd::{InterpolateOptions, InterpolateSize, Tensor};
 use exactgrad_core::Backend;
 
@@ -41,7 +41,11 @@ impl<B: Backend> Module<B> for Upsample {
         Ok(input.interpolate(self.size, self.options)?)
     }
 
-    fn visit_parameters(&self, _prefix: &str, _f: &mut dyn FnMut(&str, &Tensor<B>)) {}
+    fn visit(&self, _v: &mut Visitor<'_, B>) {}
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_core::Philox;
-use exactgrad_nn::data::{permutation, BatchSampler, ClassificationData, DataLoader, Digits};
+use exactgrad_nn::data::{
+    permutation, BatchSampler, ClassificationData, DataLoader, Digits, LoaderPosition, LoaderState,
+};
 use exactgrad_nn::{DataError, Error};
 
 fn bundled_bytes() -> Vec<u8> {
@@ -257,7 +259,7 @@ fn loader_builds_batches() {
     )
     .unwrap();
     let loader = DataLoader::new(&b, &data, 4).unwrap();
-    let batches: Vec<_> = loader.epoch(0).collect::<Result<_, _>>().unwrap();
+    let batches: Vec<_> = loader.iter().collect::<Result<_, _>>().unwrap();
     assert_eq!(batches.len(), 2);
     assert_eq!(batches[0].inputs.dims(), [4, 2]);
     assert_eq!(
@@ -267,7 +269,8 @@ fn loader_builds_batches() {
     assert_eq!(batches[1].targets, vec![0, 2]);
 
     let shuffled = DataLoader::new(&b, &data, 6).unwrap().shuffle(3);
-    let one = shuffled.epoch(5).next().unwrap().unwrap();
+    let one = shuffled.batches_of_epoch(5).next().unwrap().unwrap();
+    assert_eq!(shuffled.position(), LoaderPosition::default(), "untouched");
     let order = shuffled.sampler().order(5);
     let want: Vec<f32> = order
         .iter()
@@ -279,4 +282,75 @@ fn loader_builds_batches() {
     assert!(ClassificationData::new(vec![0.0; 4], vec![0, 3], 2, 3).is_err());
     assert!(data.batch(&b, &[6]).is_err());
     assert_eq!(data.subset(&[5, 0]).unwrap().labels(), &[2, 0]);
+}
+
+#[test]
+fn the_loader_advances_its_own_position_and_restores_it() {
+    let b = ScalarRefBackend;
+    let data =
+        ClassificationData::new((0..20).map(|v| v as f32).collect(), vec![0; 10], 2, 1).unwrap();
+    let loader = DataLoader::new(&b, &data, 4).unwrap().shuffle(9); // 3 batches per epoch
+    assert_eq!(loader.iter().next().unwrap().unwrap().targets.len(), 4);
+    assert_eq!(loader.position(), LoaderPosition { epoch: 0, batch: 1 });
+    // The rest of the epoch, then the end of it moves to the next one.
+    assert_eq!(loader.iter().count(), 2);
+    assert_eq!(loader.position(), LoaderPosition { epoch: 1, batch: 0 });
+    assert_eq!(loader.epoch(), 1);
+    let epoch1: Vec<_> = loader
+        .iter()
+        .take(3)
+        .map(|b| b.unwrap().inputs.to_vec().unwrap())
+        .collect();
+    let want: Vec<_> = loader
+        .batches_of_epoch(1)
+        .map(|b| b.unwrap().inputs.to_vec().unwrap())
+        .collect();
+    assert_eq!(epoch1, want);
+    assert_eq!(loader.position(), LoaderPosition { epoch: 1, batch: 3 });
+    assert_eq!(loader.epoch(), 2, "an epoch used up counts as the next");
+
+    // A state saved mid-epoch restores into a loader built with another seed.
+    loader
+        .set_position(LoaderPosition { epoch: 4, batch: 2 })
+        .unwrap();
+    let state = loader.state();
+    let next = loader
+        .iter()
+        .next()
+        .unwrap()
+        .unwrap()
+        .inputs
+        .to_vec()
+        .unwrap();
+    let other = DataLoader::new(&b, &data, 4).unwrap().shuffle(1);
+    other.restore_state(&state).unwrap();
+    assert_eq!(other.state(), state);
+    let got = other
+        .iter()
+        .next()
+        .unwrap()
+        .unwrap()
+        .inputs
+        .to_vec()
+        .unwrap();
+    assert_eq!(got, next, "same seed, same position, same batch");
+
+    // States of another configuration, or beyond an epoch, are refused unchanged.
+    let wrong = DataLoader::new(&b, &data, 5).unwrap();
+    let err = wrong.restore_state(&state).unwrap_err().to_string();
+    assert!(err.contains("batches of 4"), "{err}");
+    assert_eq!(wrong.position(), LoaderPosition::default());
+    let beyond = LoaderState {
+        position: LoaderPosition { epoch: 0, batch: 4 },
+        ..state
+    };
+    assert!(other.restore_state(&beyond).is_err());
+    assert!(other.set_position(beyond.position).is_err());
+
+    // An epoch without batches still ends, so `while loader.epoch() < n` terminates.
+    let none = DataLoader::new(&b, &data, 11).unwrap().drop_last(true);
+    assert_eq!(none.num_batches(), 0);
+    while none.epoch() < 3 {
+        assert!(none.iter().next().is_none());
+    }
 }

@@ -9,7 +9,7 @@ use exactgrad_nn::optim::{
     Sgd, SgdConfig,
 };
 use exactgrad_nn::{
-    Error, Flatten, Gelu, LeakyRelu, Linear, Module, Relu, Sequential, Sigmoid, Tanh,
+    Error, Flatten, Gelu, LeakyRelu, Linear, Module, ModuleExt, Relu, Sequential, Sigmoid, Tanh,
 };
 
 type B = ScalarRefBackend;

@@ -683,7 +683,16 @@ fn bad_states_are_errors() {
         op,
         "state",
     );
-    assert_invalid(cos.load_state(&with(&|s| s.last_epoch = -1)), op, "state");
+    assert_invalid(
+        cos.load_state(&with(&|s| s.last_epoch = -1)),
+        op,
+        "state.last_epoch",
+    );
+    assert_invalid(
+        cos.load_state(&with(&|s| s.last_lr = -1.0)),
+        op,
+        "state.last_lr",
+    );
     assert_invalid(
         cos.load_state(&with(&|s| s.children = vec![good.clone()])),
         op,
@@ -720,11 +729,21 @@ fn bad_states_are_errors() {
         op,
         "state",
     );
-    one.load_state(&SchedulerState {
-        last_epoch: 10,
-        ..s
-    })
-    .unwrap();
+    // Only the cycle's own rate at a step is a state of it.
+    assert_invalid(
+        one.load_state(&SchedulerState {
+            last_lr: s.last_lr * 2.0,
+            ..s.clone()
+        }),
+        op,
+        "state.last_lr",
+    );
+    let mut later = OneCycleLr::new(&mut opt, OneCycleLrConfig::new(0.1, 10)).unwrap();
+    for _ in 0..10 {
+        later.step(&mut opt).unwrap();
+    }
+    one.load_state(&later.state()).unwrap();
+    assert_eq!(one.state(), later.state());
 
     let mut seq = SequentialLr::new(
         &mut opt,
@@ -744,6 +763,9 @@ fn bad_states_are_errors() {
     swapped.children.swap(0, 1);
     assert_invalid(seq.load_state(&swapped), op, "state");
     assert_invalid(seq.load_state(&good), op, "state");
+    let mut off = s.clone();
+    off.last_lr *= 0.5;
+    assert_invalid(seq.load_state(&off), op, "state.last_lr");
     // Inner schedulers that have not started yet have last_epoch −1.
     assert_eq!(s.children[1].last_epoch, -1);
     seq.load_state(&s).unwrap();

@@ -11,7 +11,7 @@ use exactgrad_nn::optim::{
     clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd,
     SgdConfig,
 };
-use exactgrad_nn::{Linear, Module, Relu, Sequential};
+use exactgrad_nn::{Linear, Module, ModuleExt, Relu, Sequential};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,15 +1,15 @@
 //! [`TransformerEncoderLayer`] (PyTorch's `nn.TransformerEncoderLayer`).
 
-use super::lock;
 use super::multihead::{MultiheadAttention, MultiheadAttentionConfig};
+use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::Module;
+use crate::module::{Module, TrainingFlag, Visitor};
 use crate::norm::LayerNorm;
+use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, GeluApproximation, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
-use std::sync::Mutex;
 
 /// The activation of a transformer layer's feed-forward block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,7 +75,9 @@ impl TransformerEncoderLayerConfig {
 /// out_proj.weight, out_proj.bias}`, `linear1.{weight, bias}`, `linear2.{weight, bias}`,
 /// `norm1.{weight, bias}`, `norm2.{weight, bias}`. Initialisation draws `self_attn`,
 /// then `linear1`, then `linear2` (as [`Linear::new`]) from the generator, then one
-/// `u64` that seeds the layer's dropout.
+/// `u64` (which keyed dropout before streams were keyed by path). Dropout draws from the
+/// layer's stream `dropout_rng` and attention dropout from `self_attn.dropout_rng`, both
+/// keyed by [`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams).
 pub struct TransformerEncoderLayer<B: Backend> {
     self_attn: MultiheadAttention<B>,
     linear1: Linear<B>,
@@ -83,8 +85,8 @@ pub struct TransformerEncoderLayer<B: Backend> {
     norm1: LayerNorm<B>,
     norm2: LayerNorm<B>,
     config: TransformerEncoderLayerConfig,
-    training: bool,
-    rng: Mutex<Philox>,
+    training: TrainingFlag,
+    rng: RandomStream,
 }
 
 impl<B: Backend> TransformerEncoderLayer<B> {
@@ -129,7 +131,7 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         let norm =
             || LayerNorm::with_config(backend, &[e], config.layer_norm_eps, true, config.bias);
         let (norm1, norm2) = (norm()?, norm()?);
-        let seed = rng.next_u64();
+        let _ = rng.next_u64();
         Ok(Self {
             self_attn,
             linear1,
@@ -137,8 +139,8 @@ impl<B: Backend> TransformerEncoderLayer<B> {
             norm1,
             norm2,
             config,
-            training: true,
-            rng: Mutex::new(Philox::new(seed)),
+            training: TrainingFlag::new(),
+            rng: RandomStream::new(),
         })
     }
 
@@ -170,13 +172,6 @@ impl<B: Backend> TransformerEncoderLayer<B> {
     /// The configuration.
     pub fn config(&self) -> TransformerEncoderLayerConfig {
         self.config
-    }
-
-    /// Reseeds the dropout generators of the layer and of its attention.
-    pub fn set_dropout_seed(&self, seed: u64) {
-        let mut r = Philox::new(seed);
-        self.self_attn.set_dropout_seed(r.next_u64());
-        *lock(&self.rng) = r;
     }
 
     /// The layer applied to `src` (`[N, L, E]` when `batch_first`, else `[L, N, E]`;
@@ -215,11 +210,13 @@ impl<B: Backend> TransformerEncoderLayer<B> {
     }
 
     fn dropout(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        let p = self.config.dropout;
-        if !self.training || p == 0.0 {
-            return Ok(x.clone());
-        }
-        Ok(x.dropout(p, true, &mut lock(&self.rng))?)
+        Dropout::apply(
+            "TransformerEncoderLayer",
+            x,
+            self.config.dropout,
+            self.training.get(),
+            &self.rng,
+        )
     }
 }
 
@@ -229,28 +226,18 @@ impl<B: Backend> Module<B> for TransformerEncoderLayer<B> {
         self.forward_masked(input, None, None)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        f("self_attn", &self.self_attn);
-        f("linear1", &self.linear1);
-        f("linear2", &self.linear2);
-        f("norm1", &self.norm1);
-        f("norm2", &self.norm2);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.child("self_attn", &self.self_attn);
+        v.child("linear1", &self.linear1);
+        v.child("linear2", &self.linear2);
+        v.child("norm1", &self.norm1);
+        v.child("norm2", &self.norm2);
+        v.stream("dropout_rng", &self.rng);
+        v.training(&self.training);
     }
 
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        f("self_attn", &mut self.self_attn);
-        f("linear1", &mut self.linear1);
-        f("linear2", &mut self.linear2);
-        f("norm1", &mut self.norm1);
-        f("norm2", &mut self.norm2);
-    }
-
-    fn set_own_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn visit_own_rngs(&self, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
-        f("dropout_rng", &self.rng);
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 

@@ -19,12 +19,3 @@ pub use encoder_layer::{
 };
 pub use exactgrad_autograd::AttentionMask;
 pub use multihead::{MultiheadAttention, MultiheadAttentionConfig};
-
-use exactgrad_core::Philox;
-use std::sync::{Mutex, MutexGuard};
-
-/// The dropout generator of a layer, locked (a poisoned lock is still usable: the
-/// generator has no invariant a panic could break).
-pub(crate) fn lock(m: &Mutex<Philox>) -> MutexGuard<'_, Philox> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}

@@ -1,15 +1,15 @@
 //! [`MultiheadAttention`] (PyTorch's `nn.MultiheadAttention`) on the fused
 //! [`Tensor::scaled_dot_product_attention`], and the combination of its two masks.
 
-use super::lock;
+use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init;
 use crate::linear::Linear;
-use crate::module::Module;
+use crate::module::{Module, TrainingFlag, Visitor};
+use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, AttentionOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
-use std::sync::Mutex;
 
 /// Options of [`MultiheadAttention`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -49,8 +49,10 @@ impl MultiheadAttentionConfig {
 ///
 /// Initialisation, as PyTorch: `in_proj_weight` from U(−a, a) with the Xavier bound
 /// `a = √(6 / (E + 3E))`, then `out_proj.weight` from U(−1/√E, 1/√E), both drawn
-/// row-major from the given generator; biases are zero. A generator for attention
-/// dropout is seeded by one further `u64` drawn from it.
+/// row-major from the given generator; biases are zero; then one further `u64` is drawn
+/// (it keyed attention dropout before streams were keyed by path, and stays drawn so that
+/// a seed gives the same parameters). Attention dropout draws from the stream
+/// `dropout_rng`, keyed by [`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams).
 ///
 /// The forward pass returns the attention output only (PyTorch's
 /// `need_weights=False`). With dropout 0 or outside training it runs the fused
@@ -61,8 +63,8 @@ pub struct MultiheadAttention<B: Backend> {
     in_proj_bias: Option<Tensor<B>>,
     out_proj: Linear<B>,
     config: MultiheadAttentionConfig,
-    training: bool,
-    rng: Mutex<Philox>,
+    training: TrainingFlag,
+    rng: RandomStream,
 }
 
 impl<B: Backend> MultiheadAttention<B> {
@@ -106,14 +108,14 @@ impl<B: Backend> MultiheadAttention<B> {
             (None, None)
         };
         let out_proj = Linear::from_tensors(&out_w, out_b.as_ref())?;
-        let seed = rng.next_u64();
+        let _ = rng.next_u64();
         Ok(Self {
             in_proj_weight,
             in_proj_bias,
             out_proj,
             config,
-            training: true,
-            rng: Mutex::new(Philox::new(seed)),
+            training: TrainingFlag::new(),
+            rng: RandomStream::new(),
         })
     }
 
@@ -135,11 +137,6 @@ impl<B: Backend> MultiheadAttention<B> {
     /// The configuration.
     pub fn config(&self) -> MultiheadAttentionConfig {
         self.config
-    }
-
-    /// Reseeds the generator of attention dropout.
-    pub fn set_dropout_seed(&self, seed: u64) {
-        *lock(&self.rng) = Philox::new(seed);
     }
 
     /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]` (`[L, N, E]`
@@ -280,7 +277,7 @@ impl<B: Backend> MultiheadAttention<B> {
             None => None,
         };
         let p = self.config.dropout;
-        let o = if self.training && p > 0.0 {
+        let o = if self.training.get() && p > 0.0 {
             // Explicit weights so that dropout can act on them.
             let scale = (1.0 / (hd as f64).sqrt()) as f32;
             let mut scores = qh.matmul(&kh.transpose(-2, -1)?)?.mul_scalar(scale)?;
@@ -298,7 +295,7 @@ impl<B: Backend> MultiheadAttention<B> {
                 scores = scores.add(&additive)?;
             }
             let weights = scores.softmax(-1)?;
-            let weights = weights.dropout(p, true, &mut lock(&self.rng))?;
+            let weights = Dropout::apply("MultiheadAttention", &weights, p, true, &self.rng)?;
             weights.matmul(&vh)?
         } else {
             let m = match (&mask, &mask_t) {
@@ -501,27 +498,16 @@ impl<B: Backend> Module<B> for MultiheadAttention<B> {
         self.forward_attention(input, input, input, None, None)
     }
 
-    fn visit_own_parameters(&self, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        f("in_proj_weight", &self.in_proj_weight);
-        if let Some(b) = &self.in_proj_bias {
-            f("in_proj_bias", b);
-        }
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("in_proj_weight", &self.in_proj_weight);
+        v.parameter("in_proj_bias", self.in_proj_bias.as_ref());
+        v.child("out_proj", &self.out_proj);
+        v.stream("dropout_rng", &self.rng);
+        v.training(&self.training);
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        f("out_proj", &self.out_proj);
-    }
-
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        f("out_proj", &mut self.out_proj);
-    }
-
-    fn set_own_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn visit_own_rngs(&self, f: &mut dyn FnMut(&str, &Mutex<Philox>)) {
-        f("dropout_rng", &self.rng);
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
 }
 

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// (`.NAME.tmp-PID-N`), which is flushed to disk (`fsync`) and then renamed over `path`;
 /// on Unix the directory is flushed too, so the rename survives a power loss. A crash,
 /// kill or error while writing leaves the previous file intact (and at most a temporary
-/// file, which an error removes).
+/// file, which an error removes, and which the next save to `path` removes if the
+/// process that wrote it no longer runs).
 ///
 /// Fails with [`Error::Write`] naming the file when any step fails.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -67,7 +68,57 @@ pub(crate) fn write_atomic_with(
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result.map_err(err)
+    result.map_err(err)?;
+    remove_stale_temporaries(path);
+    Ok(())
+}
+
+/// Removes the temporary files that saves to `path` by processes that no longer run left
+/// behind (a save killed before its rename): `.NAME.tmp-PID-N` files next to `path` whose
+/// `PID` is not this process and, where the running processes can be listed (`/proc`),
+/// not a running one; where they cannot, those older than an hour. Best effort: a file
+/// that cannot be read or removed is left.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    let proc_listed = Path::new("/proc/self").exists();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stale = pid != me
+            && if proc_listed {
+                !Path::new(&format!("/proc/{pid}")).exists()
+            } else {
+                entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age.as_secs() > 3600)
+            };
+        if stale {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]

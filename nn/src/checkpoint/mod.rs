@@ -6,13 +6,14 @@
 //!   `safetensors.torch.save_file` writes (`F32`, `F16`, `BF16` and `F64` tensors become
 //!   `f32`, see [`TensorFile::from_bytes`] for the rounding; integer and boolean tensors
 //!   become `i64`) and writes `F32` and `I64` tensors ([`TensorFile::save`], atomic).
-//! - [`Module::state_dict`] and [`Module::load_state_dict`] (or [`load_state_dict_with`]
+//! - [`ModuleExt::state_dict`] and [`ModuleExt::load_state_dict`] (or [`load_state_dict_with`]
 //!   with a prefix) move a module's parameters and buffers in and out, by their PyTorch
 //!   names; loading reports missing, unexpected, wrong-shape, wrong-type and non-finite
 //!   entries by name ([`StateDictMismatch`]).
-//! - [`TrainingCheckpoint`] gathers a model, an optimizer, a learning-rate scheduler,
-//!   random streams and a data-loader position in one file, so that an interrupted run
-//!   resumes with the same bits as an uninterrupted one.
+//! - [`TrainingState`] captures a model (with its modules' random streams), an
+//!   optimizer, a learning-rate scheduler, a data loader's position and the loop's random
+//!   streams into a [`TrainingCheckpoint`] in one call, and restores them in one call, so
+//!   that an interrupted run resumes with the same bits as an uninterrupted one.
 //!
 //! [`TensorFile`] and [`load_state_dict`] are also re-exported from [`crate::reference`],
 //! where they first lived.
@@ -25,10 +26,10 @@ mod atomic;
 mod training;
 
 pub use atomic::write_atomic;
-pub use training::TrainingCheckpoint;
+pub use training::{ResumableLoader, TrainingCheckpoint, TrainingState};
 
 use crate::error::{DataError, Error, Result};
-use crate::module::Module;
+use crate::module::{Entry, Module, ModuleExt};
 use exactgrad_autograd::{no_grad, Tensor};
 use exactgrad_core::Backend;
 use safetensors::tensor::TensorView;
@@ -203,13 +204,12 @@ impl TensorFile {
                 .map_err(|e| file_error(format!("tensor `{name}`: {e}")))?;
             views.push((name.to_string(), view));
         }
-        let metadata = (!self.metadata.is_empty()).then(|| {
-            self.metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<HashMap<_, _>>()
-        });
-        safetensors::serialize(views, metadata).map_err(|e| file_error(e.to_string()))
+        let bytes = safetensors::serialize(views, None::<HashMap<String, String>>)
+            .map_err(|e| file_error(e.to_string()))?;
+        if self.metadata.is_empty() {
+            return Ok(bytes);
+        }
+        with_sorted_metadata(&bytes, &self.metadata)
     }
 
     /// Writes the file to `path` atomically (see [`write_atomic`]): a crash or error while
@@ -397,14 +397,55 @@ pub(crate) fn module_state_dict<B: Backend, M: Module<B> + ?Sized>(
             result = out.insert_tensor(name, t);
         }
     };
-    module.visit_parameters("", &mut add);
-    module.visit_buffers("", &mut add);
-    result?;
     let mut ints = Vec::new();
-    module.visit_int_buffers("", &mut |name, b| ints.push((name.to_string(), b.get())));
+    module.visit_entries(&mut |name, e| match e {
+        Entry::Parameter(t) | Entry::Buffer(t) => add(name, t),
+        Entry::IntBuffer(b) => ints.push((name.to_string(), b.get())),
+        Entry::Stream(_) | Entry::Training(_) => {}
+    });
+    result?;
     for (name, v) in ints {
         out.insert_ints(&name, &[], vec![v])?;
     }
+    Ok(out)
+}
+
+/// `bytes` (a safetensors file without metadata) with `metadata` as its `__metadata__`
+/// entry, keys in sorted order: the safetensors library takes metadata as a `HashMap`,
+/// whose order changes from one process to the next, so the entry is written here and the
+/// same state always gives the same bytes. The header stays padded with spaces to a
+/// multiple of 8 bytes, as the library pads it; tensor offsets are relative to the data
+/// and do not move.
+fn with_sorted_metadata(bytes: &[u8], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>> {
+    let bad = || file_error("the serialised header is malformed".to_string());
+    let n = u64::from_le_bytes(
+        bytes
+            .get(..8)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    let end = usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(bad)?;
+    let header = std::str::from_utf8(&bytes[8..end])
+        .map_err(|_| bad())?
+        .trim_end();
+    let rest = header.strip_prefix('{').ok_or_else(bad)?;
+    let meta = serde_json::to_string(metadata).map_err(|e| file_error(e.to_string()))?;
+    let sep = if rest.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    let mut new_header = format!("{{\"__metadata__\":{meta}{sep}{rest}").into_bytes();
+    new_header.resize(new_header.len().next_multiple_of(8), b' ');
+    let mut out = Vec::with_capacity(8 + new_header.len() + bytes.len() - end);
+    out.extend_from_slice(&(new_header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&new_header);
+    out.extend_from_slice(&bytes[end..]);
     Ok(out)
 }
 
@@ -566,7 +607,8 @@ pub fn load_state_dict_with<B: Backend, M: Module<B> + ?Sized>(
         }
     }
     let mut int_values = Vec::new();
-    module.visit_int_buffers("", &mut |name, b| {
+    module.visit_entries(&mut |name, e| {
+        let Entry::IntBuffer(b) = e else { return };
         let key = format!("{prefix}{name}");
         known.insert(key.clone());
         match file.ints(&key) {
@@ -607,7 +649,8 @@ pub fn load_state_dict_with<B: Backend, M: Module<B> + ?Sized>(
     // The integer buffers, in the same visiting order (a missing optional one keeps its
     // value).
     let mut i = 0;
-    module.visit_int_buffers("", &mut |_, b| {
+    module.visit_entries(&mut |_, e| {
+        let Entry::IntBuffer(b) = e else { return };
         if let Some(Some(v)) = int_values.get(i) {
             b.set(*v);
         }

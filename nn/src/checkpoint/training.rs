@@ -1,15 +1,20 @@
-//! [`TrainingCheckpoint`]: everything a training run needs to resume with the same bits.
+//! Training checkpoints: [`TrainingState`] captures and restores everything a run needs
+//! to continue with the same bits, in one call each; [`TrainingCheckpoint`] is the file.
 
 use super::{load_state_dict_with, LoadOptions, TensorFile};
-use crate::data::LoaderPosition;
+use crate::data::{Collate, DataLoader, Dataset, LoaderPosition, LoaderState};
 use crate::error::{Error, Result};
-use crate::module::Module;
+use crate::module::{Entry, Module, ModuleExt};
 use crate::optim::{LrScheduler, Optimizer, SchedulerKind, SchedulerState};
 use exactgrad_core::{Backend, Philox};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 const MODEL: &str = "model.";
 const OPTIMIZER: &str = "optimizer.";
+/// The metadata entry naming the format and its version.
+const FORMAT_KEY: &str = "format";
+const FORMAT: &str = "exactgrad training checkpoint 2";
 
 const KINDS: [SchedulerKind; 7] = [
     SchedulerKind::Step,
@@ -23,48 +28,11 @@ const KINDS: [SchedulerKind; 7] = [
 
 /// The state of a training run in one safetensors file: the model's state dict (tensors
 /// `model.*`, PyTorch's names), the optimizer's state (`optimizer.*`), and in the
-/// metadata the scheduler's progress (`scheduler.*`), named random streams (`rng.*`,
-/// seed and position), the modules' dropout streams (`rng.model.*`), the data-loader
-/// position (`loader.*`) and free entries (`user.*`). Floats are stored as `f32` bit for
-/// bit and rates as the shortest decimal that parses back to the same `f64`, so a run
-/// restored from it continues with the same bits as a run that never stopped
-/// (`docs/checkpoints.md` lists the entries).
-///
-/// ```
-/// use exactgrad_autograd::Tensor;
-/// use exactgrad_backends::ScalarRefBackend;
-/// use exactgrad_core::Philox;
-/// use exactgrad_nn::checkpoint::TrainingCheckpoint;
-/// use exactgrad_nn::data::LoaderPosition;
-/// use exactgrad_nn::optim::{Optimizer, Sgd, SgdConfig};
-/// use exactgrad_nn::{Linear, Module};
-///
-/// # fn main() -> exactgrad_nn::Result<()> {
-/// let b = ScalarRefBackend;
-/// let model = Linear::new(&b, 3, 2, &mut Philox::new(1))?;
-/// let mut opt = Sgd::new(model.parameters(), SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
-/// let x = Tensor::ones(&b, [4, 3])?;
-/// model.forward(&x)?.sum()?.backward(None, false)?;
-/// opt.step()?;
-///
-/// let mut ckpt = TrainingCheckpoint::new();
-/// ckpt.set_model(&model)?;
-/// ckpt.set_optimizer(&opt)?;
-/// ckpt.set_position(LoaderPosition { epoch: 0, batch: 1 });
-/// let path = std::env::temp_dir().join(format!("doc-ckpt-{}.safetensors", std::process::id()));
-/// ckpt.save(&path)?;
-///
-/// let restored = TrainingCheckpoint::load(&path)?;
-/// let model2 = Linear::new(&b, 3, 2, &mut Philox::new(99))?;
-/// let mut opt2 = Sgd::new(model2.parameters(), SgdConfig { momentum: 0.9, ..SgdConfig::new(0.1) })?;
-/// restored.restore_model(&model2)?;
-/// restored.restore_optimizer(&mut opt2)?;
-/// assert_eq!(model2.weight().to_vec()?, model.weight().to_vec()?);
-/// assert_eq!(restored.position()?, LoaderPosition { epoch: 0, batch: 1 });
-/// # std::fs::remove_file(&path).ok();
-/// # Ok(())
-/// # }
-/// ```
+/// metadata the random streams of the model's modules (`stream.<path>`), the scheduler's
+/// progress (`scheduler.*`), the data loader's configuration, shuffle seed and position
+/// (`loader.*`), the loop's own random streams (`rng.<name>`) and free entries
+/// (`user.*`). Made by [`TrainingState::capture`] and read by [`TrainingState::restore`]
+/// (`docs/checkpoints.md` lists the entries). The same state always gives the same bytes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainingCheckpoint {
     file: TensorFile,
@@ -75,11 +43,6 @@ fn bad(op: &'static str, message: impl Into<String>) -> Error {
 }
 
 impl TrainingCheckpoint {
-    /// An empty checkpoint.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// A checkpoint holding the tensors and metadata of `file`.
     pub fn from_file(file: TensorFile) -> Self {
         Self { file }
@@ -103,119 +66,6 @@ impl TrainingCheckpoint {
         self.file.save(path)
     }
 
-    /// Stores the state dict of `model` (tensors `model.<name>`) and the positions of
-    /// its dropout streams ([`Module::visit_rngs`]).
-    pub fn set_model<B: Backend, M: Module<B> + ?Sized>(&mut self, model: &M) -> Result<()> {
-        let dict = model.state_dict()?;
-        self.file.extend_prefixed(MODEL, &dict);
-        let mut rngs = Vec::new();
-        model.visit_rngs("", &mut |name, r| {
-            let r = crate::attention::lock(r);
-            rngs.push((name.to_string(), r.seed(), r.position()));
-        });
-        for (name, seed, position) in rngs {
-            self.file
-                .set_metadata(&format!("rng.model.{name}"), format!("{seed}:{position}"));
-        }
-        Ok(())
-    }
-
-    /// Loads the model's state dict strictly (every entry present, none unexpected, see
-    /// [`load_state_dict_with`]) and restores its dropout streams. Fails, changing
-    /// nothing, when the model does not fit; the error names every offending entry.
-    pub fn restore_model<B: Backend, M: Module<B> + ?Sized>(&self, model: &M) -> Result<()> {
-        let op = "TrainingCheckpoint::restore_model";
-        let mut rngs = Vec::new();
-        let mut missing = None;
-        model.visit_rngs("", &mut |name, _| {
-            let key = format!("rng.model.{name}");
-            match parse_rng(&self.file, &key) {
-                Ok(r) => rngs.push(r),
-                Err(_) => {
-                    missing.get_or_insert(key);
-                }
-            }
-        });
-        if let Some(key) = missing {
-            return Err(bad(
-                op,
-                format!("the metadata entry `{key}` is missing or invalid"),
-            ));
-        }
-        load_state_dict_with(model, &self.file, MODEL, LoadOptions::default())?;
-        let mut i = 0;
-        model.visit_rngs("", &mut |_, r| {
-            if let Some(state) = rngs.get(i) {
-                *crate::attention::lock(r) = state.clone();
-            }
-            i += 1;
-        });
-        Ok(())
-    }
-
-    /// Stores the optimizer's state ([`Optimizer::state_dict`], tensors and metadata
-    /// under `optimizer.`).
-    pub fn set_optimizer<B: Backend, O: Optimizer<B> + ?Sized>(&mut self, opt: &O) -> Result<()> {
-        let state = opt.state_dict()?;
-        self.file.extend_prefixed(OPTIMIZER, &state);
-        Ok(())
-    }
-
-    /// Restores the optimizer's state ([`Optimizer::load_state_dict`]).
-    pub fn restore_optimizer<B: Backend, O: Optimizer<B> + ?Sized>(
-        &self,
-        opt: &mut O,
-    ) -> Result<()> {
-        opt.load_state_dict(&self.file.strip_prefix(OPTIMIZER))
-    }
-
-    /// Stores the scheduler's progress ([`LrScheduler::state`]).
-    pub fn set_scheduler<S: LrScheduler + ?Sized>(&mut self, scheduler: &S) {
-        put_scheduler(&mut self.file, "scheduler", &scheduler.state());
-    }
-
-    /// Restores the scheduler's progress and sets the optimizer's learning rate to the
-    /// restored one ([`LrScheduler::restore`]).
-    pub fn restore_scheduler<S, B, O>(&self, scheduler: &mut S, opt: &mut O) -> Result<()>
-    where
-        S: LrScheduler,
-        B: Backend,
-        O: Optimizer<B> + ?Sized,
-    {
-        let state = get_scheduler(&self.file, "scheduler")?;
-        scheduler.restore(&state, opt)
-    }
-
-    /// Stores the seed and position of the random stream `name` (a shuffling or
-    /// augmentation stream of the training loop).
-    pub fn set_rng(&mut self, name: &str, rng: &Philox) {
-        self.file.set_metadata(
-            &format!("rng.{name}"),
-            format!("{}:{}", rng.seed(), rng.position()),
-        );
-    }
-
-    /// The random stream `name`, at the position it was stored at.
-    pub fn rng(&self, name: &str) -> Result<Philox> {
-        parse_rng(&self.file, &format!("rng.{name}"))
-    }
-
-    /// Stores the data-loader position: the next batch to train on.
-    pub fn set_position(&mut self, position: LoaderPosition) {
-        self.file
-            .set_metadata("loader.epoch", position.epoch.to_string());
-        self.file
-            .set_metadata("loader.batch", position.batch.to_string());
-    }
-
-    /// The data-loader position stored by [`set_position`](Self::set_position).
-    pub fn position(&self) -> Result<LoaderPosition> {
-        Ok(LoaderPosition {
-            epoch: self.file.metadata_parsed("loader.epoch", "an epoch")?,
-            batch: self.file.metadata_parsed("loader.batch", "a batch index")?,
-        })
-    }
-
     /// Stores a free entry (a run's configuration, its history) as metadata `user.<key>`.
     pub fn set_value(&mut self, key: &str, value: impl Into<String>) {
         self.file.set_metadata(&format!("user.{key}"), value);
@@ -225,20 +75,415 @@ impl TrainingCheckpoint {
     pub fn value(&self, key: &str) -> Option<&str> {
         self.file.metadata(&format!("user.{key}"))
     }
+
+    /// The data loader's position stored in the checkpoint, if it holds a loader.
+    pub fn position(&self) -> Option<LoaderPosition> {
+        get_loader(&self.file).ok().flatten().map(|s| s.position)
+    }
 }
 
-fn parse_rng(file: &TensorFile, key: &str) -> Result<Philox> {
-    let v: String = file.metadata_parsed(key, "a random stream")?;
-    let parsed = v
-        .split_once(':')
-        .and_then(|(s, p)| Some((s.parse::<u64>().ok()?, p.parse::<u64>().ok()?)));
-    match parsed {
-        Some((seed, position)) => Ok(Philox::at_position(seed, position)),
-        None => Err(bad(
-            "TrainingCheckpoint::rng",
-            format!("metadata entry `{key}` = `{v}` is not SEED:POSITION"),
-        )),
+/// A data loader whose state a training checkpoint saves (every [`DataLoader`]).
+pub trait ResumableLoader {
+    /// The configuration, shuffle seed and position.
+    fn loader_state(&self) -> LoaderState;
+
+    /// Checks that a saved state fits this loader (see
+    /// [`DataLoader::check_state`]).
+    fn check_loader_state(&self, state: &LoaderState) -> Result<()>;
+
+    /// Restores a saved state; fails, changing nothing, when it does not fit.
+    fn restore_loader_state(&self, state: &LoaderState) -> Result<()>;
+}
+
+impl<B: Backend, D: Dataset> ResumableLoader for DataLoader<B, D>
+where
+    D::Item: Collate<B>,
+{
+    fn loader_state(&self) -> LoaderState {
+        self.state()
     }
+
+    fn check_loader_state(&self, state: &LoaderState) -> Result<()> {
+        self.check_state(state)
+    }
+
+    fn restore_loader_state(&self, state: &LoaderState) -> Result<()> {
+        self.restore_state(state)
+    }
+}
+
+/// The parts of a training run — model, optimizer, and optionally a learning-rate
+/// scheduler, a data loader and the loop's own random streams — gathered so that one call
+/// captures them into a [`TrainingCheckpoint`] (or a file) and one restores them.
+///
+/// What is captured: the model's parameters and buffers and the key and position of every
+/// random stream its modules report (dropout: [`RandomStream`](crate::RandomStream)), the
+/// optimizer's state and rate, the scheduler's progress, the loader's shuffle seed and
+/// position (the loader advances it itself as batches are taken), and each named
+/// [`Philox`] stream. A run restored from it continues with the same bits as one that
+/// never stopped (`docs/checkpoints.md`).
+///
+/// Restoring is strict: the checkpoint must hold exactly the parts given (a scheduler
+/// given with no scheduler state in the file is an error, and so is a scheduler state with
+/// no scheduler given), the model's streams by their paths, and values that the
+/// optimizer and scheduler can hold. When anything does not fit, nothing changes.
+///
+/// ```
+/// use exactgrad_autograd::Tensor;
+/// use exactgrad_backends::ScalarRefBackend;
+/// use exactgrad_core::Philox;
+/// use exactgrad_nn::checkpoint::TrainingState;
+/// use exactgrad_nn::data::{ClassificationData, DataLoader};
+/// use exactgrad_nn::optim::{Optimizer, Sgd, SgdConfig};
+/// use exactgrad_nn::{Linear, ModuleExt, Module};
+///
+/// # fn main() -> exactgrad_nn::Result<()> {
+/// let b = ScalarRefBackend;
+/// let data = ClassificationData::new((0..24).map(|i| i as f32).collect(), vec![0, 1, 0, 1, 1, 0, 0, 1], 3, 2)?;
+/// let run = |steps: usize, path: Option<&std::path::Path>| -> exactgrad_nn::Result<Vec<f32>> {
+///     let model = Linear::new(&b, 3, 2, &mut Philox::new(1))?;
+///     let mut opt = Sgd::new(model.parameters(), SgdConfig { momentum: 0.9, ..SgdConfig::new(0.01) })?;
+///     let loader = DataLoader::new(&b, &data, 2)?.shuffle(5);
+///     if let Some(p) = path.filter(|p| p.exists()) {
+///         TrainingState::new(&model, &mut opt).loader(&loader).load(p)?;
+///     }
+///     for _ in 0..steps {
+///         let batch = match loader.iter().next() {
+///             Some(batch) => batch?,
+///             None => loader.iter().next().expect("a batch")?, // the next epoch
+///         };
+///         let loss = model.forward(&batch.inputs)?.cross_entropy(&batch.targets, Default::default())?;
+///         opt.clear_grad();
+///         loss.backward(None, false)?;
+///         opt.step()?;
+///     }
+///     if let Some(p) = path {
+///         TrainingState::new(&model, &mut opt).loader(&loader).save(p)?;
+///     }
+///     Ok(model.weight().to_vec()?)
+/// };
+/// let path = std::env::temp_dir().join(format!("doc-state-{}.safetensors", std::process::id()));
+/// let whole = run(6, None)?;
+/// run(3, Some(&path))?; // 3 steps, then saved
+/// assert_eq!(run(3, Some(&path))?, whole); // restored, 3 more: the same bits
+/// # std::fs::remove_file(&path).ok();
+/// # Ok(())
+/// # }
+/// ```
+pub struct TrainingState<'a, B: Backend> {
+    model: &'a dyn Module<B>,
+    optimizer: &'a mut dyn Optimizer<B>,
+    scheduler: Option<&'a mut dyn LrScheduler>,
+    loader: Option<&'a dyn ResumableLoader>,
+    streams: Vec<(&'a str, &'a mut Philox)>,
+}
+
+/// A model stream's saved state: the key and position, or `None` for a stream that was
+/// never seeded.
+type StreamState = Option<(u64, u64)>;
+
+/// Everything a checkpoint says, read and checked before anything changes.
+struct Plan {
+    model_streams: BTreeMap<String, StreamState>,
+    scheduler: Option<SchedulerState>,
+    loader: Option<LoaderState>,
+    streams: Vec<Philox>,
+}
+
+impl<'a, B: Backend> TrainingState<'a, B> {
+    /// The model and its optimizer.
+    pub fn new(model: &'a dyn Module<B>, optimizer: &'a mut dyn Optimizer<B>) -> Self {
+        Self {
+            model,
+            optimizer,
+            scheduler: None,
+            loader: None,
+            streams: Vec::new(),
+        }
+    }
+
+    /// Adds the learning-rate scheduler.
+    #[must_use]
+    pub fn scheduler(mut self, scheduler: &'a mut dyn LrScheduler) -> Self {
+        self.scheduler = Some(scheduler);
+        self
+    }
+
+    /// Adds the data loader (its shuffle seed and position).
+    #[must_use]
+    pub fn loader(mut self, loader: &'a dyn ResumableLoader) -> Self {
+        self.loader = Some(loader);
+        self
+    }
+
+    /// Adds a random stream of the training loop itself (input noise, augmentation),
+    /// saved as `rng.<name>`.
+    #[must_use]
+    pub fn stream(mut self, name: &'a str, rng: &'a mut Philox) -> Self {
+        self.streams.push((name, rng));
+        self
+    }
+
+    /// The checkpoint of the current state.
+    ///
+    /// Fails when a tensor cannot be read.
+    pub fn capture(&self) -> Result<TrainingCheckpoint> {
+        let mut file = TensorFile::new();
+        file.set_metadata(FORMAT_KEY, FORMAT);
+        file.extend_prefixed(MODEL, &self.model.state_dict()?);
+        let mut streams = Vec::new();
+        self.model.visit_entries(&mut |name, e| {
+            if let Entry::Stream(s) = e {
+                streams.push((name.to_string(), s.state()));
+            }
+        });
+        for (name, state) in streams {
+            file.set_metadata(&format!("stream.{name}"), put_stream(state));
+        }
+        file.extend_prefixed(OPTIMIZER, &self.optimizer.state_dict()?);
+        if let Some(s) = &self.scheduler {
+            put_scheduler(&mut file, "scheduler", &s.state());
+        }
+        if let Some(l) = &self.loader {
+            put_loader(&mut file, &l.loader_state());
+        }
+        for (name, rng) in &self.streams {
+            file.set_metadata(
+                &format!("rng.{name}"),
+                put_stream(Some((rng.seed(), rng.position()))),
+            );
+        }
+        Ok(TrainingCheckpoint { file })
+    }
+
+    /// Captures the state and writes it to `path` atomically.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.capture()?.save(path)
+    }
+
+    /// Reads the checkpoint at `path` and restores it (see [`restore`](Self::restore)).
+    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        self.restore(&TrainingCheckpoint::load(path)?)
+    }
+
+    /// Restores every part from `checkpoint`: the model's parameters, buffers and random
+    /// streams, the optimizer's state, the scheduler's progress (and the optimizer's rate
+    /// from it), the loader's shuffle seed and position, and the named streams.
+    ///
+    /// Fails, changing nothing, when the checkpoint is not of this format, lacks a part
+    /// given here or holds one not given, does not fit the model (the error names every
+    /// entry), or holds optimizer or scheduler values they cannot hold (named).
+    pub fn restore(&mut self, checkpoint: &TrainingCheckpoint) -> Result<()> {
+        let plan = self.plan(checkpoint)?;
+        let before = self.capture()?;
+        let undo = self.plan(&before)?;
+        if let Err(e) = self.apply(checkpoint, plan) {
+            // A part refused its state after others took theirs: put everything back.
+            let _ = self.apply(&before, undo);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Reads and checks everything `checkpoint` holds for the parts given.
+    fn plan(&self, checkpoint: &TrainingCheckpoint) -> Result<Plan> {
+        let op = "TrainingState::restore";
+        let file = &checkpoint.file;
+        match file.metadata(FORMAT_KEY) {
+            Some(FORMAT) => {}
+            Some(other) => {
+                return Err(bad(op, format!("is `{other}`, this build reads `{FORMAT}`")))
+            }
+            None => {
+                return Err(bad(
+                    op,
+                    format!("has no `{FORMAT_KEY}` entry: not a training checkpoint of this format ({FORMAT})"),
+                ))
+            }
+        }
+        // The model's streams, by path, strictly.
+        let mut paths = Vec::new();
+        self.model.visit_entries(&mut |name, e| {
+            if let Entry::Stream(_) = e {
+                paths.push(name.to_string());
+            }
+        });
+        let mut model_streams = BTreeMap::new();
+        let mut missing = Vec::new();
+        for p in &paths {
+            match file.metadata(&format!("stream.{p}")) {
+                Some(v) => {
+                    model_streams.insert(p.clone(), parse_stream(op, &format!("stream.{p}"), v)?);
+                }
+                None => missing.push(format!("stream.{p}")),
+            }
+        }
+        let unexpected: Vec<&str> = file
+            .metadata_entries()
+            .filter_map(|(k, _)| k.strip_prefix("stream."))
+            .filter(|p| !paths.iter().any(|q| q == p))
+            .collect();
+        if !missing.is_empty() || !unexpected.is_empty() {
+            return Err(bad(
+                op,
+                format!(
+                    "the model's random streams do not match: missing {missing:?}, unexpected {:?}",
+                    unexpected
+                        .iter()
+                        .map(|p| format!("stream.{p}"))
+                        .collect::<Vec<_>>()
+                ),
+            ));
+        }
+        let scheduler = match (&self.scheduler, file.metadata("scheduler.kind")) {
+            (Some(_), Some(_)) => Some(get_scheduler(file, "scheduler")?),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(bad(op, "holds no scheduler state, but a scheduler was given"))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    op,
+                    "holds a scheduler's state: give the scheduler (`.scheduler(&mut s)`) to restore it",
+                ))
+            }
+        };
+        let loader = match (&self.loader, get_loader(file)?) {
+            (Some(_), Some(state)) => Some(state),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(bad(op, "holds no data loader state, but a loader was given"))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    op,
+                    "holds a data loader's position: give the loader (`.loader(&loader)`) to restore it",
+                ))
+            }
+        };
+        let mut streams = Vec::with_capacity(self.streams.len());
+        for (name, _) in &self.streams {
+            let key = format!("rng.{name}");
+            let v = file
+                .metadata(&key)
+                .ok_or_else(|| bad(op, format!("holds no random stream `{key}`")))?;
+            match parse_stream(op, &key, v)? {
+                Some((seed, position)) => streams.push(Philox::at_position(seed, position)),
+                None => return Err(bad(op, format!("entry `{key}` has no seed"))),
+            }
+        }
+        let extra: Vec<&str> = file
+            .metadata_entries()
+            .filter_map(|(k, _)| k.strip_prefix("rng."))
+            .filter(|n| !self.streams.iter().any(|(m, _)| m == n))
+            .collect();
+        if !extra.is_empty() {
+            return Err(bad(
+                op,
+                format!("holds random streams that were not given: {extra:?}"),
+            ));
+        }
+        if let (Some(l), Some(state)) = (&self.loader, &loader) {
+            l.check_loader_state(state)?;
+        }
+        Ok(Plan {
+            model_streams,
+            scheduler,
+            loader,
+            streams,
+        })
+    }
+
+    /// Applies a checked plan; the parts that can still refuse (the model's entries, the
+    /// optimizer's and scheduler's values) go first.
+    fn apply(&mut self, checkpoint: &TrainingCheckpoint, plan: Plan) -> Result<()> {
+        let file = &checkpoint.file;
+        load_state_dict_with(self.model, file, MODEL, LoadOptions::default())?;
+        self.optimizer
+            .load_state_dict(&file.strip_prefix(OPTIMIZER))?;
+        if let (Some(s), Some(state)) = (self.scheduler.as_deref_mut(), &plan.scheduler) {
+            s.load_state(state)?;
+            self.optimizer
+                .set_lr(crate::optim::scheduler::optimizer_rate(s.get_last_lr()))?;
+        }
+        if let (Some(l), Some(state)) = (self.loader, &plan.loader) {
+            l.restore_loader_state(state)?;
+        }
+        self.model.visit_entries(&mut |name, e| {
+            if let Entry::Stream(s) = e {
+                match plan.model_streams.get(name) {
+                    Some(Some((seed, position))) => s.restore(*seed, *position),
+                    Some(None) => s.clear(),
+                    None => {}
+                }
+            }
+        });
+        for ((_, rng), state) in self.streams.iter_mut().zip(plan.streams) {
+            **rng = state;
+        }
+        Ok(())
+    }
+}
+
+fn put_stream(state: StreamState) -> String {
+    match state {
+        Some((seed, position)) => format!("{seed}:{position}"),
+        None => "unseeded".to_string(),
+    }
+}
+
+fn parse_stream(op: &'static str, key: &str, v: &str) -> Result<StreamState> {
+    if v == "unseeded" {
+        return Ok(None);
+    }
+    v.split_once(':')
+        .and_then(|(s, p)| Some((s.parse::<u64>().ok()?, p.parse::<u64>().ok()?)))
+        .map(Some)
+        .ok_or_else(|| {
+            bad(
+                op,
+                format!("metadata entry `{key}` = `{v}` is not SEED:POSITION"),
+            )
+        })
+}
+
+fn put_loader(file: &mut TensorFile, s: &LoaderState) {
+    file.set_metadata("loader.len", s.len.to_string());
+    file.set_metadata("loader.batch_size", s.batch_size.to_string());
+    file.set_metadata("loader.drop_last", s.drop_last.to_string());
+    file.set_metadata(
+        "loader.shuffle_seed",
+        s.shuffle_seed
+            .map_or_else(|| "none".to_string(), |seed| seed.to_string()),
+    );
+    file.set_metadata("loader.epoch", s.position.epoch.to_string());
+    file.set_metadata("loader.batch", s.position.batch.to_string());
+}
+
+fn get_loader(file: &TensorFile) -> Result<Option<LoaderState>> {
+    if file.metadata("loader.epoch").is_none() {
+        return Ok(None);
+    }
+    let seed: String = file.metadata_parsed("loader.shuffle_seed", "a seed or `none`")?;
+    let shuffle_seed = match seed.as_str() {
+        "none" => None,
+        s => Some(s.parse::<u64>().map_err(|_| {
+            bad(
+                "TrainingState::restore",
+                format!("metadata entry `loader.shuffle_seed` = `{s}` is not a seed or `none`"),
+            )
+        })?),
+    };
+    Ok(Some(LoaderState {
+        len: file.metadata_parsed("loader.len", "a length")?,
+        batch_size: file.metadata_parsed("loader.batch_size", "a batch size")?,
+        drop_last: file.metadata_parsed("loader.drop_last", "true or false")?,
+        shuffle_seed,
+        position: LoaderPosition {
+            epoch: file.metadata_parsed("loader.epoch", "an epoch")?,
+            batch: file.metadata_parsed("loader.batch", "a batch count")?,
+        },
+    }))
 }
 
 fn put_scheduler(file: &mut TensorFile, prefix: &str, s: &SchedulerState) {
@@ -259,11 +504,17 @@ fn get_scheduler(file: &TensorFile, prefix: &str) -> Result<SchedulerState> {
         .find(|k| k.name() == name)
         .ok_or_else(|| {
             bad(
-                "TrainingCheckpoint::restore_scheduler",
+                "TrainingState::restore",
                 format!("metadata entry `{prefix}.kind` = `{name}` names no scheduler"),
             )
         })?;
     let children: usize = file.metadata_parsed(&format!("{prefix}.children"), "a count")?;
+    if children > KINDS.len() * 64 {
+        return Err(bad(
+            "TrainingState::restore",
+            format!("metadata entry `{prefix}.children` = {children} is not a scheduler count"),
+        ));
+    }
     Ok(SchedulerState {
         kind,
         last_epoch: file.metadata_parsed(&format!("{prefix}.last_epoch"), "a step count")?,
@@ -278,47 +529,6 @@ fn get_scheduler(file: &TensorFile, prefix: &str) -> Result<SchedulerState> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{TransformerEncoderLayer, TransformerEncoderLayerConfig};
-    use exactgrad_autograd::Tensor;
-    use exactgrad_backends::ScalarRefBackend;
-
-    #[test]
-    fn the_dropout_streams_of_modules_are_saved_and_restored() -> Result<()> {
-        let b = ScalarRefBackend;
-        let config = TransformerEncoderLayerConfig {
-            dropout: 0.3,
-            batch_first: true,
-            ..TransformerEncoderLayerConfig::new(8, 2)
-        };
-        let layer = TransformerEncoderLayer::new(&b, config, &mut Philox::new(1))?;
-        let x = Tensor::randn(&b, [2, 3, 8], 0.0, 1.0, &mut Philox::new(2))?;
-        layer.forward(&x)?; // moves the streams
-        let mut names = Vec::new();
-        layer.visit_rngs("", &mut |n, _| names.push(n.to_string()));
-        assert_eq!(names, ["dropout_rng", "self_attn.dropout_rng"]);
-        let mut ckpt = TrainingCheckpoint::new();
-        ckpt.set_model(&layer)?;
-        let want = layer.forward(&x)?.to_vec()?;
-
-        let fresh = TransformerEncoderLayer::new(&b, config, &mut Philox::new(9))?;
-        assert_ne!(fresh.forward(&x)?.to_vec()?, want);
-        ckpt.restore_model(&fresh)?;
-        assert_eq!(
-            fresh.forward(&x)?.to_vec()?,
-            want,
-            "same weights, same dropout masks"
-        );
-
-        // A checkpoint without the streams is refused by name.
-        let mut no_rng = TensorFile::new();
-        no_rng.extend_prefixed(MODEL, &layer.state_dict()?);
-        let err = TrainingCheckpoint::from_file(no_rng)
-            .restore_model(&fresh)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("rng.model.dropout_rng"), "{err}");
-        Ok(())
-    }
 
     #[test]
     fn scheduler_states_round_trip_through_the_metadata() -> Result<()> {

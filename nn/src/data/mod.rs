@@ -1,13 +1,19 @@
 //! Data sets and mini-batch loading.
 //!
-//! [`ClassificationData`] holds rows of f32 features with one class label each;
-//! [`BatchSampler`] cuts an epoch into mini-batches of indices, shuffled from a seed;
-//! [`DataLoader`] turns those into tensors. [`Digits`] is the shipped 8×8 handwritten
+//! A [`Dataset`] has a length and gives one item per index; [`Collate`] stacks items into
+//! a batch of tensors. [`ClassificationData`] (rows of f32 features with one class label
+//! each) is one data set; [`BatchSampler`] cuts an epoch into mini-batches of indices,
+//! shuffled from a seed; [`DataLoader`] turns those into batches and keeps its position in
+//! the data, which training checkpoints save. [`Digits`] is the shipped 8×8 handwritten
 //! digits data set.
 
+mod dataset;
 mod digits;
+mod loader;
 
+pub use dataset::{Collate, Dataset, HostTensor, Labeled};
 pub use digits::{Digits, DigitsSplit};
+pub use loader::{Batch, BatchSampler, Batches, DataLoader, LoaderPosition, LoaderState};
 
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;
@@ -160,200 +166,5 @@ impl ClassificationData {
             labels.push(self.labels[i]);
         }
         Ok((features, labels))
-    }
-}
-
-/// One mini-batch: inputs `[batch, features]` and class targets.
-#[derive(Clone, Debug)]
-pub struct Batch<B: Backend> {
-    /// The inputs, one row per example.
-    pub inputs: Tensor<B>,
-    /// The class index of each row.
-    pub targets: Vec<i64>,
-}
-
-/// Splits `0..len` into mini-batches of indices, in order or shuffled from a seed
-/// (PyTorch's `BatchSampler` over a sequential or random sampler).
-///
-/// Shuffled, epoch `e` visits the permutation [`permutation`]`(len,
-/// Philox::new(mix_seed(seed ^ mix_seed(e))))`, so every epoch has its own order and any
-/// epoch can be replayed alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BatchSampler {
-    len: usize,
-    batch_size: usize,
-    shuffle_seed: Option<u64>,
-    drop_last: bool,
-}
-
-impl BatchSampler {
-    /// Batches of `batch_size` (> 0) over `len` (< 2³²) items, in order, the last one
-    /// possibly smaller.
-    pub fn new(len: usize, batch_size: usize) -> Result<Self> {
-        if batch_size == 0 {
-            return Err(Error::invalid(
-                "BatchSampler::new",
-                "batch_size",
-                "must be > 0",
-            ));
-        }
-        if u32::try_from(len).is_err() {
-            return Err(Error::invalid(
-                "BatchSampler::new",
-                "len",
-                format!("{len} items exceed the limit of 2^32 - 1"),
-            ));
-        }
-        Ok(Self {
-            len,
-            batch_size,
-            shuffle_seed: None,
-            drop_last: false,
-        })
-    }
-
-    /// Shuffles every epoch from `seed`.
-    #[must_use]
-    pub fn shuffle(mut self, seed: u64) -> Self {
-        self.shuffle_seed = Some(seed);
-        self
-    }
-
-    /// Drops the last batch when it is smaller than `batch_size`.
-    #[must_use]
-    pub fn drop_last(mut self, drop_last: bool) -> Self {
-        self.drop_last = drop_last;
-        self
-    }
-
-    /// Number of batches per epoch.
-    pub fn num_batches(&self) -> usize {
-        if self.drop_last {
-            self.len / self.batch_size
-        } else {
-            self.len.div_ceil(self.batch_size)
-        }
-    }
-
-    /// The order in which epoch `epoch` visits the items.
-    pub fn order(&self, epoch: u64) -> Vec<usize> {
-        match self.shuffle_seed {
-            None => (0..self.len).collect(),
-            Some(seed) => {
-                let mut rng = Philox::new(mix_seed(seed ^ mix_seed(epoch)));
-                permutation(self.len as u32, &mut rng)
-            }
-        }
-    }
-
-    /// The mini-batches of indices of epoch `epoch` from batch `first` on (the ones a
-    /// run resumed at [`LoaderPosition`] `{ epoch, batch: first }` still has to visit).
-    pub fn batches_from(&self, epoch: u64, first: usize) -> Vec<Vec<usize>> {
-        let mut b = self.batches(epoch);
-        b.drain(..first.min(b.len()));
-        b
-    }
-
-    /// The mini-batches of indices of epoch `epoch`.
-    pub fn batches(&self, epoch: u64) -> Vec<Vec<usize>> {
-        let order = self.order(epoch);
-        order
-            .chunks(self.batch_size)
-            .filter(|c| !self.drop_last || c.len() == self.batch_size)
-            .map(<[usize]>::to_vec)
-            .collect()
-    }
-}
-
-/// Where a run stands in its data: the next batch to train on is batch `batch`
-/// (0-based) of epoch `epoch` (0-based). A training checkpoint saves it; a resumed run
-/// continues with [`DataLoader::epoch_from`]`(epoch, batch)`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LoaderPosition {
-    /// The epoch.
-    pub epoch: u64,
-    /// The next batch within the epoch.
-    pub batch: usize,
-}
-
-impl LoaderPosition {
-    /// The position after the batch at this one, in epochs of `batches_per_epoch`
-    /// batches (the next epoch's first batch after the last one).
-    pub fn next(self, batches_per_epoch: usize) -> Self {
-        if self.batch + 1 >= batches_per_epoch {
-            Self {
-                epoch: self.epoch + 1,
-                batch: 0,
-            }
-        } else {
-            Self {
-                epoch: self.epoch,
-                batch: self.batch + 1,
-            }
-        }
-    }
-}
-
-/// Mini-batches of a [`ClassificationData`] as tensors on a backend.
-#[derive(Clone, Debug)]
-pub struct DataLoader<'a, B: Backend> {
-    data: &'a ClassificationData,
-    sampler: BatchSampler,
-    backend: B,
-}
-
-impl<'a, B: Backend> DataLoader<'a, B> {
-    /// Batches of `batch_size` rows of `data`, in order (see [`DataLoader::shuffle`]).
-    pub fn new(backend: &B, data: &'a ClassificationData, batch_size: usize) -> Result<Self> {
-        Ok(Self {
-            data,
-            sampler: BatchSampler::new(data.len(), batch_size)?,
-            backend: backend.clone(),
-        })
-    }
-
-    /// Shuffles every epoch from `seed` (see [`BatchSampler`]).
-    #[must_use]
-    pub fn shuffle(mut self, seed: u64) -> Self {
-        self.sampler = self.sampler.shuffle(seed);
-        self
-    }
-
-    /// Drops the last batch when it is smaller than the batch size.
-    #[must_use]
-    pub fn drop_last(mut self, drop_last: bool) -> Self {
-        self.sampler = self.sampler.drop_last(drop_last);
-        self
-    }
-
-    /// The sampler that orders the rows.
-    pub fn sampler(&self) -> &BatchSampler {
-        &self.sampler
-    }
-
-    /// Number of batches per epoch.
-    pub fn num_batches(&self) -> usize {
-        self.sampler.num_batches()
-    }
-
-    /// The batches of epoch `epoch` from batch `first` on (0-based), built as they are
-    /// consumed: where a run resumed at `LoaderPosition { epoch, batch: first }` goes on.
-    pub fn epoch_from(
-        &self,
-        epoch: u64,
-        first: usize,
-    ) -> impl Iterator<Item = Result<Batch<B>>> + '_ {
-        self.sampler
-            .batches_from(epoch, first)
-            .into_iter()
-            .map(move |idx| self.data.batch(&self.backend, &idx))
-    }
-
-    /// The batches of epoch `epoch` (0-based), built as they are consumed.
-    pub fn epoch(&self, epoch: u64) -> impl Iterator<Item = Result<Batch<B>>> + '_ {
-        self.sampler
-            .batches(epoch)
-            .into_iter()
-            .map(move |idx| self.data.batch(&self.backend, &idx))
     }
 }

@@ -41,13 +41,22 @@ fn check_header(op: &'static str, kind: &str, params: usize, state: &TensorFile)
     Ok(lr)
 }
 
-/// The tensor `name` of `state`, which must have the shape of parameter `p`, on `p`'s
-/// backend.
+/// Which values an optimizer buffer can hold: finite ones (momentum, first moments), or
+/// finite and not negative (averages of squares).
+#[derive(Clone, Copy, PartialEq)]
+enum Values {
+    Finite,
+    NonNegative,
+}
+
+/// The tensor `name` of `state`, which must have the shape of parameter `p` and hold
+/// values an optimizer can produce (`values`), on `p`'s backend.
 fn buffer<B: Backend>(
     op: &'static str,
     state: &TensorFile,
     name: &str,
     p: &Tensor<B>,
+    values_allowed: Values,
 ) -> Result<Tensor<B>> {
     let (shape, values) = state.floats(name).map_err(|_| {
         Error::invalid(
@@ -68,6 +77,23 @@ fn buffer<B: Backend>(
             format!(
                 "entry `{name}` has shape {shape:?}, the parameter has shape {:?}",
                 p.dims()
+            ),
+        ));
+    }
+    let bad = values
+        .iter()
+        .position(|v| !v.is_finite() || (values_allowed == Values::NonNegative && *v < 0.0));
+    if let Some(i) = bad {
+        return Err(Error::invalid(
+            op,
+            "state",
+            format!(
+                "entry `{name}` holds {} at element {i}, which the optimizer cannot produce ({})",
+                values[i],
+                match values_allowed {
+                    Values::Finite => "values are finite",
+                    Values::NonNegative => "an average of squares is finite and not negative",
+                }
             ),
         ));
     }
@@ -92,7 +118,7 @@ impl<B: Backend> Sgd<B> {
         for (i, p) in self.params.iter().enumerate() {
             let name = format!("state.{i}.momentum_buffer");
             buffers.push(if state.contains(&name) {
-                Some(buffer(op, state, &name, p)?)
+                Some(buffer(op, state, &name, p, Values::Finite)?)
             } else {
                 None
             });
@@ -145,7 +171,7 @@ impl<B: Backend> Adam<B> {
             };
             let max_name = format!("state.{i}.max_exp_avg_sq");
             let max_exp_avg_sq = match (self.config.amsgrad, state.contains(&max_name)) {
-                (true, _) => Some(buffer(op, state, &max_name, p)?),
+                (true, _) => Some(buffer(op, state, &max_name, p, Values::NonNegative)?),
                 (false, false) => None,
                 (false, true) => {
                     return Err(Error::invalid(
@@ -155,10 +181,27 @@ impl<B: Backend> Adam<B> {
                     ))
                 }
             };
+            let sq_name = format!("state.{i}.exp_avg_sq");
+            let exp_avg_sq = buffer(op, state, &sq_name, p, Values::NonNegative)?;
+            if max_exp_avg_sq.is_some() {
+                // AMSGrad keeps the running maximum of the second moment.
+                let (_, v) = state.floats(&sq_name)?;
+                let (_, m) = state.floats(&max_name)?;
+                if let Some(j) = v.iter().zip(m).position(|(v, m)| m < v) {
+                    return Err(Error::invalid(
+                        op,
+                        "state",
+                        format!(
+                            "entry `{max_name}` element {j} ({}) is below `{sq_name}` ({}): not a running maximum",
+                            m[j], v[j]
+                        ),
+                    ));
+                }
+            }
             slots.push(Some(State {
                 step,
-                exp_avg: buffer(op, state, &format!("state.{i}.exp_avg"), p)?,
-                exp_avg_sq: buffer(op, state, &format!("state.{i}.exp_avg_sq"), p)?,
+                exp_avg: buffer(op, state, &format!("state.{i}.exp_avg"), p, Values::Finite)?,
+                exp_avg_sq,
                 max_exp_avg_sq,
             }));
         }

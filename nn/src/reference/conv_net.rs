@@ -6,7 +6,7 @@ use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::Module;
+use crate::module::{Module, ModuleExt, Visitor};
 use crate::norm::BatchNorm2d;
 use exactgrad_autograd::{
     AvgPool2dOptions, Conv2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor,
@@ -119,22 +119,13 @@ impl<B: Backend> Module<B> for ConvNet<B> {
         self.fc2.forward(&x)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        f("conv1", &self.conv1);
-        f("bn1", &self.bn1);
-        f("conv2", &self.conv2);
-        f("bn2", &self.bn2);
-        f("fc1", &self.fc1);
-        f("fc2", &self.fc2);
-    }
-
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        f("conv1", &mut self.conv1);
-        f("bn1", &mut self.bn1);
-        f("conv2", &mut self.conv2);
-        f("bn2", &mut self.bn2);
-        f("fc1", &mut self.fc1);
-        f("fc2", &mut self.fc2);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.child("conv1", &self.conv1);
+        v.child("bn1", &self.bn1);
+        v.child("conv2", &self.conv2);
+        v.child("bn2", &self.bn2);
+        v.child("fc1", &self.fc1);
+        v.child("fc2", &self.fc2);
     }
 }
 

@@ -6,7 +6,7 @@ use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{join_name, Module};
+use crate::module::{Module, ModuleExt, Visitor};
 use crate::rnn::{Lstm, RnnConfig};
 use exactgrad_autograd::{
     Conv2dOptions, CtcBatch, CtcLossOptions, CtcTargets, MaxPool2dOptions, Tensor,
@@ -113,15 +113,11 @@ impl<B: Backend> Module<B> for Crnn<B> {
         Ok(self.fc.forward(&y)?.log_softmax(-1)?)
     }
 
-    fn visit_parameters(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor<B>)) {
-        self.conv1.visit_parameters(&join_name(prefix, "conv1"), f);
-        self.conv2.visit_parameters(&join_name(prefix, "conv2"), f);
-        self.lstm.visit_parameters(&join_name(prefix, "lstm"), f);
-        self.fc.visit_parameters(&join_name(prefix, "fc"), f);
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.lstm.set_training(training);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.child("conv1", &self.conv1);
+        v.child("conv2", &self.conv2);
+        v.child("lstm", &self.lstm);
+        v.child("fc", &self.fc);
     }
 }
 

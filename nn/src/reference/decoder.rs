@@ -6,7 +6,7 @@ use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::conv_transpose::ConvTranspose2d;
 use crate::error::{Error, Result};
-use crate::module::Module;
+use crate::module::{Module, ModuleExt, Visitor};
 use crate::optim::{Optimizer, Sgd, SgdConfig};
 use exactgrad_autograd::{
     hash_tensors, Conv2dOptions, ConvTranspose2dOptions, InterpolateOptions, InterpolateSize,
@@ -118,16 +118,10 @@ impl<B: Backend> Module<B> for Decoder<B> {
         Ok(x.sigmoid()?)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
-        f("conv", &self.conv);
-        f("deconv1", &self.deconv1);
-        f("deconv2", &self.deconv2);
-    }
-
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        f("conv", &mut self.conv);
-        f("deconv1", &mut self.deconv1);
-        f("deconv2", &mut self.deconv2);
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.child("conv", &self.conv);
+        v.child("deconv1", &self.deconv1);
+        v.child("deconv2", &self.deconv2);
     }
 }
 

@@ -8,7 +8,7 @@ use crate::attention::{
 use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::Module;
+use crate::module::{Module, ModuleExt, Visitor};
 use crate::norm::LayerNorm;
 use exactgrad_autograd::{AttentionMask, CrossEntropyOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -118,20 +118,12 @@ impl<B: Backend> Module<B> for TransformerEncoder<B> {
         self.forward_masked(input, None)
     }
 
-    fn visit_children(&self, f: &mut dyn FnMut(&str, &dyn Module<B>)) {
+    fn visit(&self, v: &mut Visitor<'_, B>) {
         for (i, layer) in self.layers.iter().enumerate() {
-            f(&format!("layers.{i}"), layer);
+            v.child(&format!("layers.{i}"), layer);
         }
-        f("norm", &self.norm);
-        f("head", &self.head);
-    }
-
-    fn visit_children_mut(&mut self, f: &mut dyn FnMut(&str, &mut dyn Module<B>)) {
-        for (i, layer) in self.layers.iter_mut().enumerate() {
-            f(&format!("layers.{i}"), layer);
-        }
-        f("norm", &mut self.norm);
-        f("head", &mut self.head);
+        v.child("norm", &self.norm);
+        v.child("head", &self.head);
     }
 }
 

@@ -60,7 +60,7 @@ pub use decoder::{Decoder, DecoderCase, DecoderTraining};
 pub use encoder::{EncoderCase, EncoderConfig, TransformerEncoder};
 
 use crate::error::Result;
-use crate::module::Module;
+use crate::module::{Module, ModuleExt};
 use exactgrad_autograd::{hash_tensors, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;

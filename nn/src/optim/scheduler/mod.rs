@@ -288,6 +288,11 @@ trait Rule: core::fmt::Debug {
     fn check_state(&self, _state: &SchedulerState) -> Result<()> {
         Ok(())
     }
+    /// Whether the rule's rates can be negative ([`OneCycleLr`] with linear annealing, past
+    /// its cycle); a state with a negative rate is refused for the others.
+    fn allows_negative_rates(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that a learning rate is finite and `>= 0`.
@@ -310,6 +315,20 @@ fn check_finite(op: &'static str, arg: &'static str, lr: f64) -> Result<f64> {
         Ok(lr)
     } else {
         Err(Error::invalid(op, arg, format!("must be finite, got {lr}")))
+    }
+}
+
+/// Checks a state's step count: `min_epoch ..= MAX_STEPS` (a scheduler cannot have taken
+/// more steps than a count it accepts, nor fewer than none).
+fn check_epoch(op: &'static str, last_epoch: i64, min_epoch: i64) -> Result<()> {
+    if (min_epoch..=MAX_STEPS as i64).contains(&last_epoch) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            "state.last_epoch",
+            format!("must be between {min_epoch} and 2^53, got {last_epoch}"),
+        ))
     }
 }
 
@@ -379,7 +398,7 @@ fn commit(rule: &mut dyn Rule, epoch: i64, lr: f64) -> Result<f64> {
 
 /// The rate given to the optimizer for a schedule value: negative values (only
 /// [`OneCycleLr`]'s extrapolation at the step after its cycle) become 0.
-fn optimizer_rate(lr: f64) -> f64 {
+pub(crate) fn optimizer_rate(lr: f64) -> f64 {
     if lr < 0.0 {
         0.0
     } else {
@@ -435,18 +454,13 @@ fn checked_progress(
             ),
         ));
     }
-    if state.last_epoch < min_epoch {
-        return Err(Error::invalid(
-            op,
-            "state",
-            format!(
-                "last_epoch must be >= {min_epoch}, got {}",
-                state.last_epoch
-            ),
-        ));
-    }
+    check_epoch(op, state.last_epoch, min_epoch)?;
     check_rate(op, "state.base_lr", state.base_lr)?;
-    check_finite(op, "state.last_lr", state.last_lr)?;
+    if rule.allows_negative_rates() {
+        check_finite(op, "state.last_lr", state.last_lr)?;
+    } else {
+        check_rate(op, "state.last_lr", state.last_lr)?;
+    }
     rule.check_state(state)?;
     Ok(Progress {
         base_lr: state.base_lr,

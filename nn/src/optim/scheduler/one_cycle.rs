@@ -305,6 +305,9 @@ impl Rule for OneCycleLr {
     fn closed_form(&self, epoch: i64) -> Result<f64> {
         self.rate(epoch)
     }
+    fn allows_negative_rates(&self) -> bool {
+        self.config.anneal_strategy == AnnealStrategy::Linear
+    }
     fn check_state(&self, state: &SchedulerState) -> Result<()> {
         let op = SchedulerKind::OneCycle.load_op();
         if state.last_epoch > self.config.total_steps as i64 {
@@ -316,6 +319,20 @@ impl Rule for OneCycleLr {
                     state.last_epoch, self.config.total_steps
                 ),
             ));
+        }
+        if state.last_epoch >= 0 {
+            // A closed form of the step: the only rate this schedule gives at that step.
+            let want = self.rate(state.last_epoch)?;
+            if state.last_lr.to_bits() != want.to_bits() {
+                return Err(Error::invalid(
+                    op,
+                    "state.last_lr",
+                    format!(
+                        "{} is not the rate {want} this cycle gives at step {}",
+                        state.last_lr, state.last_epoch
+                    ),
+                ));
+            }
         }
         if state.base_lr.to_bits() != self.progress.base_lr.to_bits() {
             return Err(Error::invalid(

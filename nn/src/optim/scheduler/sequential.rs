@@ -280,21 +280,26 @@ impl LrScheduler for SequentialLr {
                 ),
             ));
         }
-        if state.last_epoch < 0 {
-            return Err(Error::invalid(
-                op,
-                "state",
-                format!("last_epoch must be >= 0, got {}", state.last_epoch),
-            ));
-        }
+        super::check_epoch(op, state.last_epoch, 0)?;
         super::check_rate(op, "state.base_lr", state.base_lr)?;
-        super::check_finite(op, "state.last_lr", state.last_lr)?;
         let children = self
             .schedulers
             .iter()
             .zip(&state.children)
             .map(|(r, s)| checked_progress(r.as_ref(), s, op, -1))
             .collect::<Result<Vec<_>>>()?;
+        // The rate is the one of the scheduler in charge of the last step.
+        let active = &state.children[self.active(state.last_epoch)];
+        if state.last_lr.to_bits() != active.last_lr.to_bits() {
+            return Err(Error::invalid(
+                op,
+                "state.last_lr",
+                format!(
+                    "{} differs from the rate {} of the scheduler in charge of step {}",
+                    state.last_lr, active.last_lr, state.last_epoch
+                ),
+            ));
+        }
         for (r, p) in self.schedulers.iter_mut().zip(children) {
             *r.progress_mut() = p;
         }
