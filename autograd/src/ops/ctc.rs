@@ -18,7 +18,7 @@ use super::{canon, Reduction};
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use exactgrad_core::backend::{checked_mul, try_vec_filled, try_vec_with_capacity};
+use exactgrad_core::backend::{checked_mul, try_collect, try_vec_filled, try_vec_with_capacity};
 use exactgrad_core::rng::ln_f64;
 use exactgrad_core::Backend;
 
@@ -480,7 +480,7 @@ impl<B: Backend> Tensor<B> {
         }
         let out = match options.reduction {
             Reduction::None => {
-                let v: Vec<f32> = losses.iter().map(|&l| canon(mode, l as f32)).collect();
+                let v = try_collect(op, losses.iter().map(|&l| canon(mode, l as f32)))?;
                 if unbatched {
                     Tensor::op_scalar(be, v[0])?
                 } else {
