@@ -597,3 +597,118 @@ fn a_data_set_whose_size_product_wraps_is_an_error() {
     let e = assert_err("ClassificationData::subset", wide.subset(&vec![0; 1 << 22]));
     assert!(e.contains("ClassificationData::subset"), "{e}");
 }
+
+#[test]
+fn operators_on_an_empty_batch_whose_items_overflow_return_empty_results() {
+    // An empty batch may have items whose size alone overflows usize (its element count
+    // is 0): attention, convolution and pooling form no product of those sizes (in
+    // debug builds they used to panic) and give empty results and gradients.
+    fn run<Bk: Backend>(b: &Bk) {
+        let h = 1usize << 40;
+        let leaf = |d: &[usize]| {
+            Tensor::zeros(b, d.to_vec())
+                .unwrap()
+                .requires_grad()
+                .unwrap()
+        };
+        let backward = |y: &Tensor<Bk>| y.sum().unwrap().backward(None, false).unwrap();
+        for (qd, kd, vd) in [
+            ([0, h, h], [0, 1, h], [0, 1, 1]),
+            ([0, 1, h], [0, h, h], [0, h, h]),
+        ] {
+            let (q, k, v) = (leaf(&qd), leaf(&kd), leaf(&vd));
+            let y = q
+                .scaled_dot_product_attention(&k, &v, AttentionOptions::default())
+                .unwrap();
+            assert_eq!(y.dims(), [0, qd[1], vd[2]]);
+            backward(&y);
+            assert_eq!(q.grad().unwrap().dims(), qd);
+            assert_eq!(k.grad().unwrap().dims(), kd);
+            assert_eq!(v.grad().unwrap().dims(), vd);
+        }
+        let x = leaf(&[0, 2, 1 << 62, 1 << 62]);
+        let w = leaf(&[1, 2, 1, 1]);
+        let y = x
+            .conv2d(
+                &w,
+                None,
+                Conv2dOptions {
+                    stride: [1 << 62, 1 << 62],
+                    ..Conv2dOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(y.dims(), [0, 1, 1, 1]);
+        backward(&y);
+        assert_eq!(x.grad().unwrap().dims(), [0, 2, 1 << 62, 1 << 62]);
+        assert_eq!(w.grad().unwrap().to_vec().unwrap(), [0.0, 0.0]);
+        let x = leaf(&[0, h, h, h]);
+        let y = x.max_pool2d(MaxPool2dOptions::new([1, 1])).unwrap();
+        assert_eq!(y.dims(), [0, h, h, h]);
+        let z = x.avg_pool2d(AvgPool2dOptions::new([1, 1])).unwrap();
+        assert_eq!(z.dims(), [0, h, h, h]);
+        backward(&y.add(&z).unwrap());
+        assert_eq!(x.grad().unwrap().dims(), [0, h, h, h]);
+    }
+    run(&ScalarRefBackend);
+    for threads in [1, 2] {
+        run(&ExactBackend::with_threads(threads));
+    }
+}
+
+#[test]
+fn recurrent_layers_whose_gate_or_step_counts_overflow_are_errors() {
+    let x = T::zeros(&B, [2, 1, 3]).unwrap();
+    // An empty weight_hh of hidden size 2^62: 4 · 2^62 wraps to 0 rows, which used to
+    // accept this weight as a valid [4·H, H] (or panic in debug builds).
+    for (h, gru) in [(1usize << 62, false), (usize::MAX, true)] {
+        let (wi, wh) = (T::zeros(&B, [0, 3]).unwrap(), T::zeros(&B, [0, h]).unwrap());
+        let w = [RnnWeights {
+            weight_ih: &wi,
+            weight_hh: &wh,
+            bias_ih: None,
+            bias_hh: None,
+        }];
+        let e = if gru {
+            assert_err(
+                "gru",
+                x.gru(&w, GruOptions::default())
+                    .map(|o| o.h_n.dims().to_vec()),
+            )
+        } else {
+            assert_err(
+                "lstm",
+                x.lstm(&w, LstmOptions::default())
+                    .map(|o| o.h_n.dims().to_vec()),
+            )
+        };
+        assert!(e.contains("weight_hh") && e.contains("overflow"), "{e}");
+    }
+    // No input features, 2^44 steps of a batch of 2^20: the gates of every step
+    // (T · B · 4·H) cannot exist; T · B used to wrap.
+    let x = T::zeros(&B, [1 << 44, 1 << 20, 0]).unwrap();
+    let (wi, wh) = (T::zeros(&B, [4, 0]).unwrap(), T::zeros(&B, [4, 1]).unwrap());
+    let w = [RnnWeights {
+        weight_ih: &wi,
+        weight_hh: &wh,
+        bias_ih: None,
+        bias_hh: None,
+    }];
+    let e = assert_err(
+        "lstm",
+        x.lstm(&w, LstmOptions::default())
+            .map(|o| o.h_n.dims().to_vec()),
+    );
+    assert!(e.contains("lstm"), "{e}");
+}
+
+#[test]
+fn a_gradient_check_of_a_huge_broadcast_output_is_an_error() {
+    // f returns a view of 2^60 elements: the check's weight tensor cannot be allocated.
+    let x = T::ones(&B, [1]).unwrap();
+    let e = assert_err(
+        "gradcheck",
+        GradCheck::default().run("huge", &[x], |v| v[0].expand(&[1 << 40, 1 << 20])),
+    );
+    assert!(e.contains("gradcheck") && e.contains("allocate"), "{e}");
+}
