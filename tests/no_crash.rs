@@ -469,3 +469,246 @@ fn average_pooling_to_an_empty_output_with_a_huge_dimension_allocates_no_windows
         assert_eq!(x.grad().unwrap().dims(), [0, 1, 1, 1]);
     }
 }
+
+#[test]
+fn ctc_loss_whose_recursion_table_no_memory_holds_is_an_error() {
+    // 2^22 steps and 2^22 labels: the α table of `T · (2S + 1)` f64 needs 2^48 bytes,
+    // more than any 64-bit address space holds (the inputs themselves take 100 MiB).
+    let t = 1usize << 22;
+    let x = T::zeros(&B, [t, 1, 2]).unwrap().requires_grad().unwrap();
+    let labels = vec![1i64; t];
+    let batch = CtcBatch {
+        targets: CtcTargets::Concatenated(&labels),
+        input_lengths: &[t],
+        target_lengths: &[t],
+    };
+    let e = assert_err("ctc_loss", x.ctc_loss(batch, CtcLossOptions::default()));
+    assert!(e.contains("ctc_loss") && e.contains("allocate"), "{e}");
+    // The same entry with a short input is computed (an impossible alignment: +∞).
+    let batch = CtcBatch {
+        input_lengths: &[3],
+        ..batch
+    };
+    let loss = x.ctc_loss(batch, CtcLossOptions::default()).unwrap();
+    assert_eq!(loss.item().unwrap(), f32::INFINITY);
+}
+
+#[test]
+fn interpolate_to_a_size_whose_index_tables_no_memory_holds_is_an_error() {
+    let x = T::ones(&B, [1, 1, 2, 2]).unwrap();
+    let huge = 1usize << 45;
+    for options in [
+        InterpolateOptions::default(),
+        InterpolateOptions::bilinear(),
+        InterpolateOptions {
+            align_corners: true,
+            ..InterpolateOptions::bilinear()
+        },
+    ] {
+        for size in [
+            InterpolateSize::Size([huge, 1]),
+            InterpolateSize::Size([1, huge]),
+            InterpolateSize::ScaleFactor([1.0, (1u64 << 44) as f64]),
+        ] {
+            let e = assert_err("interpolate", x.interpolate(size, options));
+            assert!(e.contains("interpolate"), "{size:?}: {e}");
+        }
+        // An empty batch builds no table: any representable size is fine.
+        let empty = T::zeros(&B, [0, 1, 2, 2]).unwrap().requires_grad().unwrap();
+        let y = empty
+            .interpolate(InterpolateSize::Size([huge, 3]), options)
+            .unwrap();
+        assert_eq!(y.dims(), [0, 1, huge, 3]);
+        y.sum().unwrap().backward(None, false).unwrap();
+        assert_eq!(empty.grad().unwrap().dims(), [0, 1, 2, 2]);
+    }
+}
+
+/// Set in the child process of the next test.
+const CHILD: &str = "EXACTGRAD_NO_CRASH_THREAD_CHILD";
+
+#[test]
+fn compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads() {
+    if std::env::var_os(CHILD).is_some() {
+        // Every thread of this process asks for a stack of 2^50 bytes, which no 64-bit
+        // address space holds, so the system refuses each one: the backend runs on the
+        // calling thread, with the same bits.
+        for threads in [2, 100_000, usize::MAX] {
+            let b = ExactBackend::with_threads(threads);
+            assert_eq!(b.threads(), 1, "{threads} threads asked");
+            let x = Tensor::randn(&b, [300, 200], 0.0, 1.0, &mut Philox::new(5)).unwrap();
+            let y = x.matmul(&x.t().unwrap()).unwrap().exp().unwrap();
+            let xr = T::randn(&B, [300, 200], 0.0, 1.0, &mut Philox::new(5)).unwrap();
+            let yr = xr.matmul(&xr.t().unwrap()).unwrap().exp().unwrap();
+            let same = y
+                .to_vec()
+                .unwrap()
+                .iter()
+                .zip(yr.to_vec().unwrap())
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{threads} threads asked: bits differ from ScalarRef");
+        }
+        println!("child: every backend ran");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("RUST_MIN_STACK", (1u64 << 50).to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("child: every backend ran"),
+        "child failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_data_set_whose_size_product_wraps_is_an_error() {
+    use exactgrad::nn::data::ClassificationData;
+    // 2 rows × 2^63 features wraps to 0 values: refused, not accepted empty.
+    let e = assert_err(
+        "ClassificationData::new",
+        ClassificationData::new(vec![], vec![0, 1], 1 << 63, 2),
+    );
+    assert!(
+        e.contains("ClassificationData::new") && e.contains("features"),
+        "{e}"
+    );
+    let data = ClassificationData::new(vec![1.0, 2.0, 3.0, 4.0], vec![0, 1], 2, 2).unwrap();
+    assert_eq!(data.row(1), Some(&[3.0, 4.0][..]));
+    // 2^63 · 2 wraps to 0: no row, not row 0.
+    assert_eq!(data.row(1 << 63), None);
+    assert_eq!(data.row(usize::MAX), None);
+    let empty = ClassificationData::new(vec![], vec![0, 1], 0, 2).unwrap();
+    assert_eq!(empty.row(1), Some(&[][..]));
+    assert_eq!(empty.row(2), None);
+    // 2^22 copies of a row of 2^24 features need 2^48 bytes: an error, not an abort.
+    let wide = ClassificationData::new(vec![0.5; 1 << 24], vec![0], 1 << 24, 1).unwrap();
+    let e = assert_err("ClassificationData::subset", wide.subset(&vec![0; 1 << 22]));
+    assert!(e.contains("ClassificationData::subset"), "{e}");
+}
+
+#[test]
+fn operators_on_an_empty_batch_whose_items_overflow_return_empty_results() {
+    // An empty batch may have items whose size alone overflows usize (its element count
+    // is 0): attention, convolution and pooling form no product of those sizes (in
+    // debug builds they used to panic) and give empty results and gradients.
+    fn run<Bk: Backend>(b: &Bk) {
+        let h = 1usize << 40;
+        let leaf = |d: &[usize]| {
+            Tensor::zeros(b, d.to_vec())
+                .unwrap()
+                .requires_grad()
+                .unwrap()
+        };
+        let backward = |y: &Tensor<Bk>| y.sum().unwrap().backward(None, false).unwrap();
+        for (qd, kd, vd) in [
+            ([0, h, h], [0, 1, h], [0, 1, 1]),
+            ([0, 1, h], [0, h, h], [0, h, h]),
+        ] {
+            let (q, k, v) = (leaf(&qd), leaf(&kd), leaf(&vd));
+            let y = q
+                .scaled_dot_product_attention(&k, &v, AttentionOptions::default())
+                .unwrap();
+            assert_eq!(y.dims(), [0, qd[1], vd[2]]);
+            backward(&y);
+            assert_eq!(q.grad().unwrap().dims(), qd);
+            assert_eq!(k.grad().unwrap().dims(), kd);
+            assert_eq!(v.grad().unwrap().dims(), vd);
+        }
+        let x = leaf(&[0, 2, 1 << 62, 1 << 62]);
+        let w = leaf(&[1, 2, 1, 1]);
+        let y = x
+            .conv2d(
+                &w,
+                None,
+                Conv2dOptions {
+                    stride: [1 << 62, 1 << 62],
+                    ..Conv2dOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(y.dims(), [0, 1, 1, 1]);
+        backward(&y);
+        assert_eq!(x.grad().unwrap().dims(), [0, 2, 1 << 62, 1 << 62]);
+        assert_eq!(w.grad().unwrap().to_vec().unwrap(), [0.0, 0.0]);
+        let x = leaf(&[0, h, h, h]);
+        let y = x.max_pool2d(MaxPool2dOptions::new([1, 1])).unwrap();
+        assert_eq!(y.dims(), [0, h, h, h]);
+        let z = x.avg_pool2d(AvgPool2dOptions::new([1, 1])).unwrap();
+        assert_eq!(z.dims(), [0, h, h, h]);
+        backward(&y.add(&z).unwrap());
+        assert_eq!(x.grad().unwrap().dims(), [0, h, h, h]);
+    }
+    run(&ScalarRefBackend);
+    for threads in [1, 2] {
+        run(&ExactBackend::with_threads(threads));
+    }
+}
+
+#[test]
+fn recurrent_layers_whose_gate_or_step_counts_overflow_are_errors() {
+    let x = T::zeros(&B, [2, 1, 3]).unwrap();
+    // An empty weight_hh of hidden size 2^62: 4 · 2^62 wraps to 0 rows, which used to
+    // accept this weight as a valid [4·H, H] (or panic in debug builds).
+    for (h, gru) in [(1usize << 62, false), (usize::MAX, true)] {
+        let (wi, wh) = (T::zeros(&B, [0, 3]).unwrap(), T::zeros(&B, [0, h]).unwrap());
+        let w = [RnnWeights {
+            weight_ih: &wi,
+            weight_hh: &wh,
+            bias_ih: None,
+            bias_hh: None,
+        }];
+        let e = if gru {
+            assert_err(
+                "gru",
+                x.gru(&w, GruOptions::default())
+                    .map(|o| o.h_n.dims().to_vec()),
+            )
+        } else {
+            assert_err(
+                "lstm",
+                x.lstm(&w, LstmOptions::default())
+                    .map(|o| o.h_n.dims().to_vec()),
+            )
+        };
+        assert!(e.contains("weight_hh") && e.contains("overflow"), "{e}");
+    }
+    // No input features, 2^44 steps of a batch of 2^20: the gates of every step
+    // (T · B · 4·H) cannot exist; T · B used to wrap.
+    let x = T::zeros(&B, [1 << 44, 1 << 20, 0]).unwrap();
+    let (wi, wh) = (T::zeros(&B, [4, 0]).unwrap(), T::zeros(&B, [4, 1]).unwrap());
+    let w = [RnnWeights {
+        weight_ih: &wi,
+        weight_hh: &wh,
+        bias_ih: None,
+        bias_hh: None,
+    }];
+    let e = assert_err(
+        "lstm",
+        x.lstm(&w, LstmOptions::default())
+            .map(|o| o.h_n.dims().to_vec()),
+    );
+    assert!(e.contains("lstm"), "{e}");
+}
+
+#[test]
+fn a_gradient_check_of_a_huge_broadcast_output_is_an_error() {
+    // f returns a view of 2^60 elements: the check's weight tensor cannot be allocated.
+    let x = T::ones(&B, [1]).unwrap();
+    let e = assert_err(
+        "gradcheck",
+        GradCheck::default().run("huge", &[x], |v| v[0].expand(&[1 << 40, 1 << 20])),
+    );
+    assert!(e.contains("gradcheck") && e.contains("allocate"), "{e}");
+}

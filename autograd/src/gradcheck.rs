@@ -12,6 +12,7 @@
 use crate::error::Result;
 use crate::grad_mode::no_grad;
 use crate::tensor::Tensor;
+use exactgrad_core::backend::{try_collect, try_vec_filled};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
 
@@ -133,7 +134,8 @@ impl GradCheck {
         let leaves = fresh(&values, true)?;
         let y = f(&leaves)?;
         let mut rng = Philox::new(self.seed);
-        let w: Vec<f32> = (0..y.numel()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        // Fallible: `f` may return a broadcast view of any size.
+        let w = try_collect("gradcheck", (0..y.numel()).map(|_| rng.uniform(-1.0, 1.0)))?;
         let w_t = Tensor::from_vec(y.backend(), w.clone(), y.shape().clone())?;
         if y.is_requires_grad() {
             y.backward(Some(&w_t), false)?;
@@ -142,7 +144,7 @@ impl GradCheck {
             .iter()
             .map(|l| match l.grad() {
                 Some(g) => g.to_vec(),
-                None => Ok(vec![0.0; l.numel()]),
+                None => Ok(try_vec_filled("gradcheck", l.numel(), 0.0)?),
             })
             .collect::<Result<_>>()?;
         // Numeric gradients.

@@ -252,7 +252,9 @@ impl<B: Backend> Tensor<B> {
 
     /// A tensor copying `data` (row-major) with the given shape.
     pub fn from_slice(backend: &B, data: &[f32], shape: impl Into<Shape>) -> Result<Self> {
-        Self::from_vec(backend, data.to_vec(), shape)
+        let mut copy = exactgrad_core::backend::try_vec_with_capacity("from_slice", data.len())?;
+        copy.extend_from_slice(data);
+        Self::from_vec(backend, copy, shape)
     }
 
     /// A zero-filled tensor.

@@ -55,13 +55,50 @@ pub fn try_zeroed_vec(op: &'static str, len: usize) -> Result<Vec<f32>> {
             limit: MAX_ELEMENTS,
         });
     }
-    let mut v: Vec<f32> = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::Alloc {
-        op,
-        bytes: len * core::mem::size_of::<f32>(),
-        reason: "the allocator refused the request",
-    })?;
-    v.resize(len, 0.0);
+    try_vec_filled(op, len, 0.0)
+}
+
+/// Reserves room for `additional` more elements in `v`, fallibly: a request above
+/// `isize::MAX` bytes, or one the allocator refuses, is an [`Error::Alloc`] naming `op`
+/// (never an abort). For the scratch tables and index lists whose length comes from the
+/// caller's sizes.
+pub fn try_reserve<T>(op: &'static str, v: &mut Vec<T>, additional: usize) -> Result<()> {
+    v.try_reserve_exact(additional).map_err(|_| {
+        let bytes = v
+            .len()
+            .saturating_add(additional)
+            .saturating_mul(core::mem::size_of::<T>());
+        Error::Alloc {
+            op,
+            bytes,
+            reason: if bytes > isize::MAX as usize {
+                "the size exceeds isize::MAX bytes"
+            } else {
+                "the allocator refused the request"
+            },
+        }
+    })
+}
+
+/// An empty vector with room for `len` elements, obtained fallibly (see [`try_reserve`]).
+pub fn try_vec_with_capacity<T>(op: &'static str, len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    try_reserve(op, &mut v, len)?;
+    Ok(v)
+}
+
+/// A vector of `len` copies of `value`, obtained fallibly (see [`try_reserve`]).
+pub fn try_vec_filled<T: Clone>(op: &'static str, len: usize, value: T) -> Result<Vec<T>> {
+    let mut v = try_vec_with_capacity(op, len)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// The items of `iter` in a vector whose memory is obtained fallibly up front (see
+/// [`try_reserve`]), for iterators whose length comes from the caller's sizes.
+pub fn try_collect<T>(op: &'static str, iter: impl ExactSizeIterator<Item = T>) -> Result<Vec<T>> {
+    let mut v = try_vec_with_capacity(op, iter.len())?;
+    v.extend(iter);
     Ok(v)
 }
 
@@ -523,5 +560,46 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
             max_exp_avg_sq,
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallible_vectors_refuse_impossible_sizes_with_a_named_error() {
+        // 2^62 × 8 bytes does not fit in isize::MAX.
+        match try_vec_filled("t", 1usize << 62, 0u64) {
+            Err(Error::Alloc { op, bytes, reason }) => {
+                assert_eq!(op, "t");
+                assert_eq!(bytes, usize::MAX);
+                assert!(reason.contains("isize::MAX"), "{reason}");
+            }
+            other => panic!("accepted or wrong error: {:?}", other.map(|v| v.len())),
+        }
+        // 2^48 bytes fit in isize but in no address space of a 64-bit process: refused by
+        // the allocator, not an abort.
+        let e = try_vec_with_capacity::<f64>("t", 1usize << 45).unwrap_err();
+        assert!(
+            matches!(e, Error::Alloc { op: "t", bytes, .. } if bytes == 1 << 48),
+            "{e:?}"
+        );
+        let e = try_collect("t", (0..1usize << 46).map(|i| i as u32)).unwrap_err();
+        assert!(matches!(e, Error::Alloc { op: "t", .. }), "{e:?}");
+        let mut v = alloc::vec![1u8];
+        assert!(try_reserve("t", &mut v, usize::MAX).is_err());
+        assert_eq!(v, [1]);
+        // Ordinary sizes work.
+        assert_eq!(try_vec_filled("t", 3, 7u16).unwrap(), [7, 7, 7]);
+        assert_eq!(
+            try_collect("t", (0..4).map(|i| i * 2)).unwrap(),
+            [0, 2, 4, 6]
+        );
+        assert_eq!(try_zeroed_vec("t", 2).unwrap(), [0.0, 0.0]);
+        assert!(matches!(
+            try_zeroed_vec("t", MAX_ELEMENTS + 1),
+            Err(Error::TooLarge { .. })
+        ));
     }
 }

@@ -191,6 +191,14 @@ struct Dims {
     ev: usize,
 }
 
+/// The batch stride `rows · cols` of one matrix of an operand. Exact when the batch is
+/// not empty (every operand, a broadcast view of at most `MAX_ELEMENTS` elements, holds
+/// such a matrix); an empty batch multiplies nothing and may have matrices whose size
+/// alone overflows, so the product saturates.
+fn mat(rows: usize, cols: usize) -> usize {
+    rows.saturating_mul(cols)
+}
+
 /// `out[b] = a[b] · b[b]` for contiguous-in-storage operands given by their strides
 /// (offset 0), on the backend's matmul kernel.
 #[allow(clippy::too_many_arguments)]
@@ -235,7 +243,17 @@ fn attention_weights<B: Backend>(
     scale: f32,
 ) -> Result<B::Storage> {
     let Dims { batch, l, s, e, .. } = d;
-    let mut scores = bmm(be, batch, l, e, s, qs, [l * e, e, 1], ks, [s * e, 1, e])?;
+    let mut scores = bmm(
+        be,
+        batch,
+        l,
+        e,
+        s,
+        qs,
+        [mat(l, e), e, 1],
+        ks,
+        [mat(s, e), 1, e],
+    )?;
     // x = (T ⊗ scale) [⊕ M | −∞ where M = 0], then −∞ above the diagonal if causal.
     let spec = AttentionScoresSpec {
         rows: batch * l,
@@ -444,9 +462,9 @@ fn sdpa<B: Backend>(
             d.s,
             d.ev,
             p.as_ref(),
-            [d.l * d.s, d.s, 1],
+            [mat(d.l, d.s), d.s, 1],
             vs,
-            [d.s * d.ev, d.ev, 1],
+            [mat(d.s, d.ev), d.ev, 1],
         )
     })??;
     drop(p);
@@ -507,9 +525,9 @@ fn sdpa<B: Backend>(
                     l,
                     ev,
                     p.as_ref(),
-                    [l * s, 1, s],
+                    [mat(l, s), 1, s],
                     gc.as_ref(),
-                    [l * ev, ev, 1],
+                    [mat(l, ev), ev, 1],
                 )?;
                 let mut v_shape = score_shape[..score_shape.len() - 2].to_vec();
                 v_shape.extend([s, ev]);
@@ -526,9 +544,9 @@ fn sdpa<B: Backend>(
                         ev,
                         s,
                         gc.as_ref(),
-                        [l * ev, ev, 1],
+                        [mat(l, ev), ev, 1],
                         vs,
-                        [s * ev, 1, ev],
+                        [mat(s, ev), 1, ev],
                     )
                 })??;
                 let mut ds = be.zeros(batch * l * s)?;
@@ -549,9 +567,9 @@ fn sdpa<B: Backend>(
                         s,
                         e,
                         ds.as_ref(),
-                        [l * s, s, 1],
+                        [mat(l, s), s, 1],
                         kc.as_ref(),
-                        [s * e, e, 1],
+                        [mat(s, e), e, 1],
                     )?;
                     let dq = scaled(dq, batch * l * e)?;
                     grads[0] = Some(Tensor::from_storage(be, dq, q.shape().clone())?);
@@ -565,9 +583,9 @@ fn sdpa<B: Backend>(
                         l,
                         e,
                         ds.as_ref(),
-                        [l * s, 1, s],
+                        [mat(l, s), 1, s],
                         qc.as_ref(),
-                        [l * e, e, 1],
+                        [mat(l, e), e, 1],
                     )?;
                     let dk = scaled(dk, batch * s * e)?;
                     grads[1] = Some(Tensor::from_storage(be, dk, k.shape().clone())?);

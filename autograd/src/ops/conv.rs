@@ -155,6 +155,13 @@ impl ConvGeom {
     fn p(&self) -> usize {
         self.oh * self.ow
     }
+
+    /// Input elements per item: `C · H · W`. Exact when the batch has items (it is at
+    /// most the input's count); an empty batch may have items whose size alone
+    /// overflows, and then no item is addressed, so the product saturates.
+    fn chw(&self) -> usize {
+        self.c.saturating_mul(self.h).saturating_mul(self.w)
+    }
 }
 
 /// The padded input size `input + 2·pad` and the dilated kernel size `dil·(kernel − 1) + 1`
@@ -425,7 +432,7 @@ impl<B: Backend> ColSource<B> {
     fn gather(&self, be: &B, data: &[f32], g: &ConvGeom, n: usize, cols: &mut [f32]) -> Result<()> {
         match self {
             ColSource::Dense(t) => {
-                let chw = g.c * g.h * g.w;
+                let chw = g.chw();
                 let start = t.layout().offset + n * chw;
                 Ok(be.im2col(&col_spec(g), &data[start..start + chw], cols)?)
             }
@@ -629,7 +636,7 @@ fn conv_grad_input<B: Backend>(
 ) -> Result<Tensor<B>> {
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let chw = g.c * g.h * g.w;
+    let chw = g.chw();
     let mut gx = be.uninit(g.n * chw)?;
     let w_c = dense(w)?;
     let (gd, wd) = (gy.read()?, w_c.read()?);

@@ -18,6 +18,7 @@ use super::{canon, Reduction};
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use exactgrad_core::backend::{checked_mul, try_collect, try_vec_filled, try_vec_with_capacity};
 use exactgrad_core::rng::ln_f64;
 use exactgrad_core::Backend;
 
@@ -172,12 +173,21 @@ fn skip_allowed(ext: &[usize], s: usize, blank: usize) -> bool {
     s >= 2 && ext[s] != blank && ext[s] != ext[s - 2]
 }
 
+/// A table of `steps × L′` f64 at −∞ for the recursions of entry `e`, obtained fallibly:
+/// its size is the product of an input length and a target length, so a long input
+/// with a long target is an error naming `ctc_loss`, never an abort.
+fn table(e: &Entry) -> Result<Vec<f64>> {
+    let op = "ctc_loss";
+    let n = checked_mul(op, "input_lengths", e.steps, e.ext.len())?;
+    Ok(try_vec_filled(op, n, f64::NEG_INFINITY)?)
+}
+
 /// α of entry `b`: `[steps × L′]` (row-major), log space.
-fn alphas(lp: &LogProbs<'_>, b: usize, e: &Entry, blank: usize) -> Vec<f64> {
+fn alphas(lp: &LogProbs<'_>, b: usize, e: &Entry, blank: usize) -> Result<Vec<f64>> {
     let l = e.ext.len();
-    let mut a = vec![f64::NEG_INFINITY; e.steps * l];
+    let mut a = table(e)?;
     if e.steps == 0 {
-        return a;
+        return Ok(a);
     }
     a[0] = lp.at(0, b, e.ext[0]);
     if l > 1 {
@@ -207,15 +217,15 @@ fn alphas(lp: &LogProbs<'_>, b: usize, e: &Entry, blank: usize) -> Vec<f64> {
             cur[s] = lp.at(t, b, e.ext[s]) + log_sum_exp(terms[..n].iter().copied());
         }
     }
-    a
+    Ok(a)
 }
 
 /// β of entry `b` (the emission at `t` included), `[steps × L′]`, log space.
-fn betas(lp: &LogProbs<'_>, b: usize, e: &Entry, blank: usize) -> Vec<f64> {
+fn betas(lp: &LogProbs<'_>, b: usize, e: &Entry, blank: usize) -> Result<Vec<f64>> {
     let l = e.ext.len();
-    let mut be = vec![f64::NEG_INFINITY; e.steps * l];
+    let mut be = table(e)?;
     if e.steps == 0 {
-        return be;
+        return Ok(be);
     }
     let last = (e.steps - 1) * l;
     be[last + l - 1] = lp.at(e.steps - 1, b, e.ext[l - 1]);
@@ -246,7 +256,7 @@ fn betas(lp: &LogProbs<'_>, b: usize, e: &Entry, blank: usize) -> Vec<f64> {
             cur[s] = lp.at(t, b, e.ext[s]) + log_sum_exp(terms[..n].iter().copied());
         }
     }
-    be
+    Ok(be)
 }
 
 /// `−log p` of entry `b`: `0` for an empty input with an empty target, `+∞` for an empty
@@ -303,7 +313,7 @@ fn entries(dims: (usize, usize, usize), batch: &CtcBatch<'_>, blank: usize) -> R
             ));
         }
     }
-    let mut out = Vec::with_capacity(b);
+    let mut out = try_vec_with_capacity(op, b)?;
     let mut start = 0usize;
     match batch.targets {
         CtcTargets::Padded { labels, shape } => {
@@ -355,7 +365,8 @@ fn entries(dims: (usize, usize, usize), batch: &CtcBatch<'_>, blank: usize) -> R
             CtcTargets::Concatenated(labels) => (labels, start),
         };
         start += n;
-        let mut ext = Vec::with_capacity(2 * n + 1);
+        // n ≤ the labels held in memory, so 2n + 1 does not overflow.
+        let mut ext = try_vec_with_capacity(op, 2 * n + 1)?;
         ext.push(blank);
         for (j, &label) in labels[offset..offset + n].iter().enumerate() {
             if label < 0 || label as u64 >= c as u64 {
@@ -404,7 +415,10 @@ impl<B: Backend> Tensor<B> {
     /// Fails (naming `ctc_loss` and the argument) when `self` is not 2-D or 3-D, `blank`
     /// is not below `C`, a list of lengths does not have `B` entries, an input length
     /// exceeds `T`, a target length exceeds the padded width (or the concatenated
-    /// lengths do not add up), or a label is out of range or is the blank.
+    /// lengths do not add up), or a label is out of range or is the blank. The
+    /// recursions keep a table of `input_length · (2·target_length + 1)` f64 per entry
+    /// (two in the backward pass); a table the allocator refuses is an error naming
+    /// `ctc_loss` (never an abort).
     ///
     /// ```
     /// use exactgrad_autograd::{CtcBatch, CtcLossOptions, CtcTargets, Reduction, Tensor};
@@ -455,21 +469,18 @@ impl<B: Backend> Tensor<B> {
         let mode = be.mode();
         let lpv = self.to_vec()?;
         let lp = LogProbs { v: &lpv, b, c };
-        let losses: Vec<f64> = items
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let l = nll(&alphas(&lp, i, e, blank), e);
-                if options.zero_infinity && l == f64::INFINITY {
-                    0.0
-                } else {
-                    l
-                }
-            })
-            .collect();
+        let mut losses: Vec<f64> = try_vec_with_capacity(op, b)?;
+        for (i, e) in items.iter().enumerate() {
+            let l = nll(&alphas(&lp, i, e, blank)?, e);
+            losses.push(if options.zero_infinity && l == f64::INFINITY {
+                0.0
+            } else {
+                l
+            });
+        }
         let out = match options.reduction {
             Reduction::None => {
-                let v: Vec<f32> = losses.iter().map(|&l| canon(mode, l as f32)).collect();
+                let v = try_collect(op, losses.iter().map(|&l| canon(mode, l as f32)))?;
                 if unbatched {
                     Tensor::op_scalar(be, v[0])?
                 } else {
@@ -505,7 +516,7 @@ impl<B: Backend> Tensor<B> {
                             (f64::from(gv[0]) / e.target_len.max(1) as f64) / b as f64
                         }
                     };
-                    entry_gradient(&lp, i, e, blank, w, mode, &mut grad);
+                    entry_gradient(&lp, i, e, blank, w, mode, &mut grad)?;
                 }
                 Ok(vec![Some(Tensor::from_vec(be, grad, shape.clone())?)])
             }
@@ -523,13 +534,13 @@ fn entry_gradient(
     w: f64,
     mode: exactgrad_core::ComputeMode,
     grad: &mut [f32],
-) {
-    let alpha = alphas(lp, i, e, blank);
+) -> Result<()> {
+    let alpha = alphas(lp, i, e, blank)?;
     let loss = nll(&alpha, e);
     if loss == f64::INFINITY || e.steps == 0 {
-        return;
+        return Ok(());
     }
-    let beta = betas(lp, i, e, blank);
+    let beta = betas(lp, i, e, blank)?;
     let l = e.ext.len();
     // The positions of each class present in l′, in increasing order.
     let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -551,6 +562,7 @@ fn entry_gradient(
             grad[(t * lp.b + i) * lp.c + cls] = canon(mode, v as f32);
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -145,7 +145,9 @@ impl<B: Backend> Tensor<B> {
             }
         };
         drop(lp_read);
-        let targets = targets.to_vec();
+        let mut kept = exactgrad_core::backend::try_vec_with_capacity(op, targets.len())?;
+        kept.extend_from_slice(targets);
+        let targets = kept;
         Ok(record(op, out, &[&x2], move || {
             let saved = Saved::new(op, &lp_t);
             move |g: &Tensor<B>| {

@@ -107,21 +107,18 @@ fn gather<B: Backend>(
 /// Validates indices into a dimension of `size` entries (no negative indices, as
 /// PyTorch's `index_select` and `embedding`).
 fn check_indices(op: &'static str, indices: &[i64], size: usize, what: &str) -> Result<Vec<usize>> {
-    indices
-        .iter()
-        .enumerate()
-        .map(|(p, &i)| {
-            if i < 0 || i as u64 >= size as u64 {
-                Err(Error::invalid(
-                    op,
-                    "indices",
-                    format!("index {i} at position {p} is out of range for {what} of size {size}"),
-                ))
-            } else {
-                Ok(i as usize)
-            }
-        })
-        .collect()
+    let mut out = exactgrad_core::backend::try_vec_with_capacity(op, indices.len())?;
+    for (p, &i) in indices.iter().enumerate() {
+        if i < 0 || i as u64 >= size as u64 {
+            return Err(Error::invalid(
+                op,
+                "indices",
+                format!("index {i} at position {p} is out of range for {what} of size {size}"),
+            ));
+        }
+        out.push(i as usize);
+    }
+    Ok(out)
 }
 
 impl<B: Backend> Tensor<B> {

@@ -142,15 +142,7 @@ pub(crate) fn new_zeroed<B: Backend>(
 /// `(0..n).map(f)` collected into a vector whose memory is obtained fallibly (an
 /// [`exactgrad_core::Error::Alloc`] instead of an abort).
 pub(crate) fn try_vec<T>(op: &'static str, n: usize, f: impl FnMut(usize) -> T) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| exactgrad_core::Error::Alloc {
-            op,
-            bytes: n.saturating_mul(std::mem::size_of::<T>()),
-            reason: "the allocator refused the request",
-        })?;
-    v.extend((0..n).map(f));
-    Ok(v)
+    Ok(exactgrad_core::backend::try_collect(op, (0..n).map(f))?)
 }
 
 thread_local! {

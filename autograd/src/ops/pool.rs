@@ -269,12 +269,16 @@ impl<B: Backend> Tensor<B> {
         )?;
         let be = x.backend();
         let spec = pg.spec();
-        let ohw = pg.oh * pg.ow;
-        let mut argmax = super::IndexBuffer::new(op, pg.planes * ohw, usize::MAX)?;
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([pg.oh, pg.ow]);
+        // The output's count (checked by `pool_geom`); an empty batch may have planes
+        // whose size alone overflows, so no per-plane product is formed.
+        let numel = exactgrad_core::Shape::from(dims.as_slice()).numel();
+        let mut argmax = super::IndexBuffer::new(op, numel, usize::MAX)?;
         let y = super::new_tensor(be, op, dims.into(), |out| {
-            x.with_contiguous(|xs| be.max_pool2d(&spec, xs, out, &mut argmax))??;
+            if !out.is_empty() {
+                x.with_contiguous(|xs| be.max_pool2d(&spec, xs, out, &mut argmax))??;
+            }
             Ok(())
         })?;
         let y = record(op, y, &[&x], move || {
@@ -283,7 +287,9 @@ impl<B: Backend> Tensor<B> {
                 let mut dims = gy.dims()[..2].to_vec();
                 dims.extend([pg.h, pg.w]);
                 let gx = super::new_tensor(be, op, dims.into(), |gx| {
-                    gy.with_contiguous(|gv| be.max_pool2d_backward(&spec, &argmax, gv, gx))??;
+                    if !gx.is_empty() {
+                        gy.with_contiguous(|gv| be.max_pool2d_backward(&spec, &argmax, gv, gx))??;
+                    }
                     Ok(())
                 })?;
                 Ok(vec![Some(gx)])
@@ -324,7 +330,9 @@ impl<B: Backend> Tensor<B> {
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([pg.oh, pg.ow]);
         let y = super::new_tensor(be, op, dims.into(), |out| {
-            x.with_contiguous(|xs| be.avg_pool2d(&spec, xs, out))??;
+            if !out.is_empty() {
+                x.with_contiguous(|xs| be.avg_pool2d(&spec, xs, out))??;
+            }
             Ok(())
         })?;
         let y = record(op, y, &[&x], move || {
@@ -333,7 +341,9 @@ impl<B: Backend> Tensor<B> {
                 let mut dims = gy.dims()[..2].to_vec();
                 dims.extend([pg.h, pg.w]);
                 let gx = super::new_tensor(be, op, dims.into(), |gx| {
-                    gy.with_contiguous(|gv| be.avg_pool2d_backward(&spec, gv, gx))??;
+                    if !gx.is_empty() {
+                        gy.with_contiguous(|gv| be.avg_pool2d_backward(&spec, gv, gx))??;
+                    }
                     Ok(())
                 })?;
                 Ok(vec![Some(gx)])
@@ -366,7 +376,9 @@ impl<B: Backend> Tensor<B> {
         let mut dims = x.dims()[..2].to_vec();
         dims.extend([oh, ow]);
         let y = super::new_tensor(be, op, dims.into(), |out| {
-            x.with_contiguous(|xs| be.adaptive_avg_pool2d(&spec, xs, out))??;
+            if !out.is_empty() {
+                x.with_contiguous(|xs| be.adaptive_avg_pool2d(&spec, xs, out))??;
+            }
             Ok(())
         })?;
         let y = record(op, y, &[&x], move || {
@@ -375,7 +387,9 @@ impl<B: Backend> Tensor<B> {
                 let mut dims = gy.dims()[..2].to_vec();
                 dims.extend([h, w]);
                 let gx = super::new_tensor(be, op, dims.into(), |gx| {
-                    gy.with_contiguous(|gv| be.adaptive_avg_pool2d_backward(&spec, gv, gx))??;
+                    if !gx.is_empty() {
+                        gy.with_contiguous(|gv| be.adaptive_avg_pool2d_backward(&spec, gv, gx))??;
+                    }
                     Ok(())
                 })?;
                 Ok(vec![Some(gx)])

@@ -23,6 +23,7 @@ use super::canon;
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use exactgrad_core::backend::try_vec_with_capacity;
 use exactgrad_core::{Backend, ComputeMode, Shape};
 
 /// The output size of [`Tensor::interpolate`]: given, or the input size times a factor.
@@ -93,36 +94,42 @@ fn axis_scale(input: usize, output: usize, factor: Option<f64>, align: bool) -> 
     }
 }
 
-fn nearest_axis(input: usize, output: usize, factor: Option<f64>) -> Axis {
-    let scale = axis_scale(input, output, factor, false);
-    let i0: Vec<usize> = (0..output)
-        .map(|d| {
-            if output == input {
-                d
-            } else if output == 2 * input {
-                d >> 1
-            } else {
-                let s = ((d as f32) * scale).floor();
-                (s as usize).min(input - 1)
-            }
+impl Axis {
+    /// Empty tables with room for `output` entries, obtained fallibly (their length is
+    /// the caller's output size: a size no memory holds is an error, not an abort).
+    fn with_capacity(output: usize) -> Result<Axis> {
+        let op = "interpolate";
+        Ok(Axis {
+            i0: try_vec_with_capacity(op, output)?,
+            i1: try_vec_with_capacity(op, output)?,
+            l0: try_vec_with_capacity(op, output)?,
+            l1: try_vec_with_capacity(op, output)?,
         })
-        .collect();
-    Axis {
-        i1: i0.clone(),
-        i0,
-        l0: vec![1.0; output],
-        l1: vec![0.0; output],
     }
 }
 
-fn linear_axis(input: usize, output: usize, factor: Option<f64>, align: bool) -> Axis {
+fn nearest_axis(input: usize, output: usize, factor: Option<f64>) -> Result<Axis> {
+    let scale = axis_scale(input, output, factor, false);
+    let mut a = Axis::with_capacity(output)?;
+    a.i0.extend((0..output).map(|d| {
+        if output == input {
+            d
+        } else if output == 2 * input {
+            d >> 1
+        } else {
+            let s = ((d as f32) * scale).floor();
+            (s as usize).min(input - 1)
+        }
+    }));
+    a.i1.extend_from_slice(&a.i0);
+    a.l0.resize(output, 1.0);
+    a.l1.resize(output, 0.0);
+    Ok(a)
+}
+
+fn linear_axis(input: usize, output: usize, factor: Option<f64>, align: bool) -> Result<Axis> {
     let scale = axis_scale(input, output, factor, align);
-    let mut a = Axis {
-        i0: Vec::with_capacity(output),
-        i1: Vec::with_capacity(output),
-        l0: Vec::with_capacity(output),
-        l1: Vec::with_capacity(output),
-    };
+    let mut a = Axis::with_capacity(output)?;
     for d in 0..output {
         let x = if align {
             scale * d as f32
@@ -142,7 +149,7 @@ fn linear_axis(input: usize, output: usize, factor: Option<f64>, align: bool) ->
         a.l1.push(l1);
         a.l0.push(1.0 - l1);
     }
-    a
+    Ok(a)
 }
 
 /// The output size of one dimension from a scale factor: `⌊in · factor⌋` in f64.
@@ -254,22 +261,25 @@ impl<B: Backend> Tensor<B> {
         Shape::from([oh, ow]).numel_for(op)?;
         let out_shape = Shape::from([n, c, oh, ow]);
         let numel = out_shape.numel_for(op)?;
+        // The output first, then the index tables (both fallible); an empty batch reads
+        // no table, so it builds none, whatever the output size.
+        let mut y = super::zeroed_vec(op, numel)?;
+        let planes = n * c;
+        let (th, tw) = if planes == 0 { (0, 0) } else { (oh, ow) };
         let (ah, aw) = if nearest {
             (
-                nearest_axis(h, oh, factors[0]),
-                nearest_axis(w, ow, factors[1]),
+                nearest_axis(h, th, factors[0])?,
+                nearest_axis(w, tw, factors[1])?,
             )
         } else {
             (
-                linear_axis(h, oh, factors[0], options.align_corners),
-                linear_axis(w, ow, factors[1], options.align_corners),
+                linear_axis(h, th, factors[0], options.align_corners)?,
+                linear_axis(w, tw, factors[1], options.align_corners)?,
             )
         };
         let be = self.backend();
         let mode = be.mode();
         let xv = self.to_vec()?;
-        let planes = n * c;
-        let mut y = super::zeroed_vec(op, numel)?;
         for p in 0..planes {
             let src = &xv[p * h * w..(p + 1) * h * w];
             let dst = &mut y[p * oh * ow..(p + 1) * oh * ow];

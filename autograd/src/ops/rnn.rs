@@ -658,41 +658,53 @@ fn check_weights<B: Backend>(
         ));
     }
     let h = w0.dims()[1];
+    // G·H and D·H in checked arithmetic: an empty weight_hh may have any hidden size,
+    // and a product that wrapped would accept weights of the wrong shape.
+    let (gh, dh) = match (g.checked_mul(h), dirs.checked_mul(h)) {
+        (Some(gh), Some(dh)) => (gh, dh),
+        _ => {
+            return Err(Error::overflow(
+                op,
+                "weight_hh",
+                format!(
+                    "layer 0: hidden_size {h} (from weight_hh of shape {:?}) × {g} gates overflows usize",
+                    w0.dims()
+                ),
+            ))
+        }
+    };
     for (k, w) in weights.iter().enumerate() {
         let (l, suffix) = (k / dirs, if k % dirs == 1 { "_reverse" } else { "" });
-        let in_l = if l == 0 { input_size } else { dirs * h };
-        let want_ih = [g * h, in_l];
+        let in_l = if l == 0 { input_size } else { dh };
+        let want_ih = [gh, in_l];
         if w.weight_ih.dims() != want_ih {
             return Err(Error::invalid(
                 op,
                 "weight_ih",
                 format!(
-                    "weight_ih_l{l}{suffix} must have shape {want_ih:?} ({g}·hidden_size = {}, input size {in_l}), got {:?}",
-                    g * h,
+                    "weight_ih_l{l}{suffix} must have shape {want_ih:?} ({g}·hidden_size = {gh}, input size {in_l}), got {:?}",
                     w.weight_ih.dims()
                 ),
             ));
         }
-        if w.weight_hh.dims() != [g * h, h] {
+        if w.weight_hh.dims() != [gh, h] {
             return Err(Error::invalid(
                 op,
                 "weight_hh",
                 format!(
-                    "weight_hh_l{l}{suffix} must have shape [{}, {h}] (the hidden size of weight_hh_l0 is {h}), got {:?}",
-                    g * h,
+                    "weight_hh_l{l}{suffix} must have shape [{gh}, {h}] (the hidden size of weight_hh_l0 is {h}), got {:?}",
                     w.weight_hh.dims()
                 ),
             ));
         }
         for (arg, b) in [("bias_ih", w.bias_ih), ("bias_hh", w.bias_hh)] {
             if let Some(b) = b {
-                if b.dims() != [g * h] {
+                if b.dims() != [gh] {
                     return Err(Error::invalid(
                         op,
                         arg,
                         format!(
-                            "{arg}_l{l}{suffix} must have shape [{}], got {:?}",
-                            g * h,
+                            "{arg}_l{l}{suffix} must have shape [{gh}], got {:?}",
                             b.dims()
                         ),
                     ));
@@ -790,6 +802,10 @@ fn run<B: Backend>(
     }
     let dirs = if bidirectional { 2 } else { 1 };
     let (h, layers) = check_weights(cell, weights, i, dirs)?;
+    // The largest buffers of a layer, the gates of every step `[T, B, 4·H]` (the input
+    // projection `[T, B, G·H]` and the output `[T, B, D·H]` are no larger), must have a
+    // representable size; an input without features may have any T and B.
+    Shape::from([t, b, 4, h]).numel_for(op)?;
     let want = [layers * dirs, b, h];
     let h0 = check_state(op, "h0", h0, want, unbatched)?;
     let c0 = check_state(op, "c0", c0, want, unbatched)?;

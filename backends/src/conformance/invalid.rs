@@ -536,6 +536,23 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
     );
     let (b1, d1) = (b.clone(), data.to_vec());
     add(
+        "max_pool2d: no planes, a plane size overflowing usize",
+        Box::new(move |out| {
+            let bad = Pool2dSpec {
+                planes: 0,
+                h: 1 << 40,
+                w: 1 << 40,
+                oh: 1 << 40,
+                ow: 1 << 40,
+                kernel: [1, 1],
+                stride: [1, 1],
+                ..pool
+            };
+            b1.max_pool2d(&bad, &d1[..0], &mut out[..0], &mut [])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
         "max_pool2d_backward: argmax index outside its plane",
         Box::new(move |out| {
             b1.max_pool2d_backward(&pool, &[0, 1, 16, 3], &d1[..4], &mut out[..16])
@@ -598,6 +615,39 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
     );
     let (b1, d1) = (b.clone(), data.to_vec());
     add(
+        "adaptive_avg_pool2d: no planes, a plane size overflowing usize",
+        Box::new(move |out| {
+            let bad = AdaptivePool2dSpec {
+                planes: 0,
+                h: 1 << 40,
+                w: 1 << 40,
+                ..ad
+            };
+            b1.adaptive_avg_pool2d(&bad, &d1[..0], &mut out[..0])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "avg_pool2d_backward: no planes, an output plane overflowing usize",
+        Box::new(move |out| {
+            let bad = AvgPool2dSpec {
+                pool: Pool2dSpec {
+                    planes: 0,
+                    h: 1 << 40,
+                    w: 1 << 40,
+                    oh: 1 << 40,
+                    ow: 1 << 40,
+                    kernel: [1, 1],
+                    stride: [1, 1],
+                    ..pool
+                },
+                ..avg
+            };
+            b1.avg_pool2d_backward(&bad, &d1[..0], &mut out[..0])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
         "adaptive_avg_pool2d_backward: gradient length",
         Box::new(move |out| b1.adaptive_avg_pool2d_backward(&ad, &d1[..8], &mut out[..16])),
     );
@@ -628,6 +678,24 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 ..col
             };
             b1.im2col(&bad, &d1, &mut out[..90])
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.to_vec());
+    add(
+        "col2im: no channels, a column length overflowing usize",
+        Box::new(move |out| {
+            let bad = Col2imSpec {
+                c: 0,
+                h: 1 << 40,
+                w: 1 << 40,
+                kh: 1,
+                kw: 1,
+                padding: [0, 0],
+                oh: 1 << 40,
+                ow: 1 << 40,
+                ..col
+            };
+            b1.col2im(&bad, &d1[..0], &mut out[..0])
         }),
     );
     let (b1, d1) = (b.clone(), data.to_vec());

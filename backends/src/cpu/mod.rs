@@ -166,18 +166,33 @@ unsafe impl<T: Send> Send for SendPtr<T> {}
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 
 impl ComputeContext {
-    /// A context running kernels on `threads` threads (at least 1; 1 runs on the caller).
+    /// A context running kernels on up to `threads` threads (at least 1; 1 runs on the
+    /// caller, starting none).
+    ///
+    /// The `threads − 1` helper threads are started here. If the operating system refuses
+    /// one (a limit on threads or processes, no memory for its stack), the context keeps
+    /// those that started and runs on them: [`ComputeContext::threads`] reports the count
+    /// it got, which may be less than the count asked for (at least 1, the caller). This
+    /// never fails or panics, because the thread count changes only the speed, never a
+    /// result (`docs/threads.md`, "Threads the system refuses").
     pub fn new(threads: usize) -> Self {
-        let threads = threads.max(1);
-        let pool = (threads > 1).then(|| pool::Pool::new(threads - 1));
+        Self::start(threads, &mut pool::spawn_os)
+    }
+
+    /// [`ComputeContext::new`] with the helpers started by `spawn`.
+    fn start(threads: usize, spawn: &mut pool::Spawn<'_>) -> Self {
+        let pool = (threads > 1)
+            .then(|| pool::Pool::new(threads - 1, spawn))
+            .filter(|p| p.helpers() > 0);
         Self {
-            threads,
+            threads: pool.as_ref().map_or(1, |p| p.helpers() + 1),
             pool,
             buffers: Arc::default(),
         }
     }
 
-    /// Number of threads.
+    /// Number of threads: the helpers that started plus the caller (see
+    /// [`ComputeContext::new`]).
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -282,13 +297,29 @@ impl<M: ModeSpec> CpuBackend<M> {
     }
 
     /// The best path of this CPU, one thread per available core
-    /// ([`std::thread::available_parallelism`], 1 if it is unknown).
+    /// ([`std::thread::available_parallelism`], 1 if it is unknown; fewer if the system
+    /// refuses a thread, as in [`CpuBackend::with_threads`]).
     pub fn with_available_parallelism() -> Self {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::with_threads(threads)
     }
 
-    /// The best path of this CPU on `threads` threads.
+    /// The best path of this CPU on `threads` threads (0 counts as 1).
+    ///
+    /// Never fails: if the operating system refuses to start a thread, the backend runs
+    /// on the threads that started (at least the caller's), and
+    /// [`CpuBackend::threads`] reports that count. Results are the same at every thread
+    /// count; only the speed changes (`docs/threads.md`, "Threads the system refuses").
+    /// A program that needs to know compares the two:
+    ///
+    /// ```
+    /// use exactgrad_backends::ExactBackend;
+    ///
+    /// let b = ExactBackend::with_threads(4);
+    /// if b.threads() < 4 {
+    ///     eprintln!("running on {} threads", b.threads());
+    /// }
+    /// ```
     pub fn with_threads(threads: usize) -> Self {
         Self {
             isa: Isa::best(M::MODE),
@@ -297,7 +328,8 @@ impl<M: ModeSpec> CpuBackend<M> {
         }
     }
 
-    /// A given path on `threads` threads; fails if this CPU lacks the path.
+    /// A given path on `threads` threads (or fewer, as in [`CpuBackend::with_threads`]);
+    /// fails if this CPU lacks the path.
     pub fn with_isa(isa: Isa, threads: usize) -> Result<Self, UnsupportedIsa> {
         if !isa.is_supported(M::MODE) {
             return Err(UnsupportedIsa { isa, mode: M::MODE });
@@ -314,7 +346,8 @@ impl<M: ModeSpec> CpuBackend<M> {
         self.isa
     }
 
-    /// The number of threads of the compute context.
+    /// The number of threads of the compute context: the count asked for, or fewer if the
+    /// system refused some ([`CpuBackend::with_threads`]).
     pub fn threads(&self) -> usize {
         self.ctx.threads
     }
@@ -975,6 +1008,44 @@ mod tests {
         assert_eq!(ExactBackend::new().isa(), Isa::best(ComputeMode::Exact));
         assert_eq!(ExactBackend::with_threads(3).threads(), 3);
         assert_eq!(ExactBackend::with_threads(0).threads(), 1);
+    }
+
+    #[test]
+    fn threads_the_system_refuses_leave_a_backend_on_fewer_threads_with_the_same_bits() {
+        use crate::ScalarRefBackend;
+        let x: Vec<f32> = (0..100_000)
+            .map(|i| (i as f32 * 1e-3).sin() * 9.0)
+            .collect();
+        let mut want = vec![0.0f32; x.len()];
+        ScalarRefBackend.unary(UnaryOp::Exp, &x, &mut want).unwrap();
+        // (threads asked, helpers the system starts before it refuses, threads got)
+        for (asked, ok, got) in [(8, 0, 1), (8, 3, 4), (usize::MAX, 2, 3), (3, 5, 3)] {
+            let mut started = 0;
+            let ctx = ComputeContext::start(asked, &mut |name, f| {
+                started += 1;
+                if started > ok {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "Resource temporarily unavailable",
+                    ))
+                } else {
+                    pool::spawn_os(name, f)
+                }
+            });
+            assert_eq!(ctx.threads(), got, "{asked} threads asked, {ok} started");
+            let b = ExactBackend {
+                isa: Isa::best(ComputeMode::Exact),
+                ctx: Arc::new(ctx),
+                _mode: PhantomData,
+            };
+            assert_eq!(b.threads(), got);
+            let mut out = vec![0.0f32; x.len()];
+            b.unary(UnaryOp::Exp, &x, &mut out).unwrap();
+            assert!(out
+                .iter()
+                .zip(&want)
+                .all(|(a, w)| a.to_bits() == w.to_bits()));
+        }
     }
 
     #[test]

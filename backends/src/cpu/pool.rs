@@ -17,7 +17,12 @@
 //! condition variable. One region runs at a time: a caller that finds the pool busy (another thread
 //! is in a region of the same context, or a task calls a kernel itself) runs its tasks
 //! on its own thread, with the same results.
+//!
+//! A helper the operating system refuses to start (a thread limit, no memory for its
+//! stack) is not an error: the pool keeps the helpers that started and reports how many
+//! (`docs/threads.md`, "Threads the system refuses"). Threads change only the speed.
 
+use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -70,6 +75,20 @@ unsafe impl Send for Shared {}
 // SAFETY: as above; every other field is itself `Sync`.
 unsafe impl Sync for Shared {}
 
+/// Starts a helper thread named `name` running `f` (the operating system's spawn; tests
+/// substitute one that fails).
+pub(crate) type Spawn<'a> =
+    dyn FnMut(String, Box<dyn FnOnce() + Send>) -> io::Result<JoinHandle<()>> + 'a;
+
+/// Starts a thread with the standard library's defaults.
+pub(crate) fn spawn_os(name: String, f: Box<dyn FnOnce() + Send>) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(f)
+}
+
+/// The most helpers a pool runs: the count of helpers in a region is held in the low 32
+/// bits of [`Shared::state`].
+pub(crate) const MAX_HELPERS: usize = ACTIVE as usize;
+
 /// A pool of `threads − 1` helper threads; the caller of [`Pool::run`] is the last one.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
@@ -78,8 +97,10 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// Starts `helpers` helper threads.
-    pub(crate) fn new(helpers: usize) -> Pool {
+    /// Starts up to `helpers` helper threads (at most [`MAX_HELPERS`]) with `spawn`, and
+    /// stops at the first one that fails to start: the pool then runs with those that
+    /// did ([`Pool::helpers`], possibly none). Never panics.
+    pub(crate) fn new(helpers: usize, spawn: &mut Spawn<'_>) -> Pool {
         let shared = Arc::new(Shared {
             state: AtomicU64::new(CLOSED),
             job: Mutex::new(None),
@@ -90,20 +111,28 @@ impl Pool {
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let helpers = (0..helpers)
-            .map(|i| {
-                let s = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(alloc::format!("exactgrad-{i}"))
-                    .spawn(move || helper(&s))
-                    .expect("exactgrad: cannot start a compute thread")
-            })
-            .collect();
+        // Grown one started thread at a time (the count asked for may be any usize).
+        let mut started = Vec::new();
+        for i in 0..helpers.min(MAX_HELPERS) {
+            let s = Arc::clone(&shared);
+            match spawn(
+                alloc::format!("exactgrad-{i}"),
+                Box::new(move || helper(&s)),
+            ) {
+                Ok(h) => started.push(h),
+                Err(_) => break,
+            }
+        }
         Pool {
             shared,
             busy: AtomicBool::new(false),
-            helpers,
+            helpers: started,
         }
+    }
+
+    /// The number of helper threads that started.
+    pub(crate) fn helpers(&self) -> usize {
+        self.helpers.len()
     }
 
     /// Runs `f(i)` for every `i < tasks` on the caller and the helpers.
@@ -257,9 +286,37 @@ fn helper(s: &Shared) {
 mod tests {
     use super::*;
 
+    /// A spawn that starts `ok` threads and then fails as an exhausted system does.
+    fn failing_after(
+        ok: usize,
+    ) -> impl FnMut(String, Box<dyn FnOnce() + Send>) -> io::Result<JoinHandle<()>> {
+        let mut n = 0;
+        move |name, f| {
+            n += 1;
+            if n > ok {
+                Err(io::Error::new(io::ErrorKind::WouldBlock, "no more threads"))
+            } else {
+                spawn_os(name, f)
+            }
+        }
+    }
+
+    #[test]
+    fn a_pool_keeps_the_helpers_that_started_and_runs_every_task() {
+        for (asked, ok) in [(5, 0), (5, 2), (3, 3), (usize::MAX, 1)] {
+            let pool = Pool::new(asked, &mut failing_after(ok));
+            assert_eq!(pool.helpers(), ok.min(asked));
+            let hits: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(hits.len(), &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
+    }
+
     #[test]
     fn every_task_runs_once_for_many_regions() {
-        let pool = Pool::new(2);
+        let pool = Pool::new(2, &mut spawn_os);
         for tasks in [0usize, 1, 2, 3, 17, 1000] {
             for _ in 0..50 {
                 let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
@@ -273,7 +330,7 @@ mod tests {
 
     #[test]
     fn helpers_wake_after_parking_and_nested_regions_run_inline() {
-        let pool = Pool::new(1);
+        let pool = Pool::new(1, &mut spawn_os);
         std::thread::sleep(std::time::Duration::from_millis(30));
         let total = AtomicUsize::new(0);
         pool.run(4, &|_| {

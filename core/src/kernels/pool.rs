@@ -139,6 +139,10 @@ impl Pool2dSpec {
                 ));
             }
         }
+        // The kernels form the plane sizes `h·w` and `oh·ow` whatever the number of
+        // planes: they must be representable even when there are none.
+        checked_product(op, "input", &[self.h, self.w])?;
+        checked_product(op, "output", &[self.oh, self.ow])?;
         Ok((
             checked_product(op, "input", &[self.planes, self.h, self.w])?,
             checked_product(op, "output", &[self.planes, self.oh, self.ow])?,
@@ -230,6 +234,10 @@ impl AdaptivePool2dSpec {
     /// Checks the buffers of the forward (`input` = x, `output` = out) or backward
     /// (`input` = gx, `output` = g) kernel.
     pub fn check(&self, op: &'static str, input: usize, output: usize) -> Result<()> {
+        // The plane sizes, representable even when there are no planes (the kernels
+        // form them).
+        checked_product(op, "input", &[self.h, self.w])?;
+        checked_product(op, "output", &[self.oh, self.ow])?;
         check_len(
             op,
             "input",
@@ -285,6 +293,10 @@ impl Col2imSpec {
     /// padded input) and the buffers: `image` holds `c·h·w` elements, `cols`
     /// `c·kh·kw·oh·ow`.
     pub fn check(&self, op: &'static str, image: usize, cols: usize) -> Result<()> {
+        // The partial products the kernels form whatever the channel count (the column
+        // rows and the column length) must be representable even when a factor is 0.
+        checked_product(op, "cols", &[self.c, self.kh, self.kw])?;
+        checked_product(op, "cols", &[self.oh, self.ow])?;
         check_len(
             op,
             "image",

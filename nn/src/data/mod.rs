@@ -59,7 +59,9 @@ impl ClassificationData {
         classes: usize,
     ) -> Result<Self> {
         let op = "ClassificationData::new";
-        if features.len() != labels.len() * feature_len {
+        // Checked: a product that wraps must not match the number of values given.
+        let expected = labels.len().checked_mul(feature_len);
+        if expected != Some(features.len()) {
             return Err(Error::invalid(
                 op,
                 "features",
@@ -67,7 +69,7 @@ impl ClassificationData {
                     "{} values for {} labels of {feature_len} features ({} expected)",
                     features.len(),
                     labels.len(),
-                    labels.len() * feature_len
+                    expected.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
                 ),
             ));
         }
@@ -120,8 +122,12 @@ impl ClassificationData {
         &self.labels
     }
 
-    /// The features of row `index`.
+    /// The features of row `index` (`None` past the last row).
     pub fn row(&self, index: usize) -> Option<&[f32]> {
+        if index >= self.len() {
+            return None;
+        }
+        // index < len, so index · d ≤ features.len() does not overflow.
         let d = self.feature_len;
         self.features.get(index * d..(index + 1) * d)
     }
@@ -152,8 +158,9 @@ impl ClassificationData {
 
     fn gather(&self, op: &'static str, indices: &[usize]) -> Result<(Vec<f32>, Vec<i64>)> {
         let d = self.feature_len;
-        let mut features = Vec::with_capacity(indices.len() * d);
-        let mut labels = Vec::with_capacity(indices.len());
+        let n = exactgrad_core::backend::checked_mul(op, "indices", indices.len(), d)?;
+        let mut features = exactgrad_core::backend::try_vec_with_capacity(op, n)?;
+        let mut labels = exactgrad_core::backend::try_vec_with_capacity(op, indices.len())?;
         for &i in indices {
             if i >= self.len() {
                 return Err(Error::invalid(
