@@ -145,7 +145,7 @@ fn train<B: Backend>(comm: &Comm, b: &B, args: &Args) -> Result<()> {
     };
     for epoch in 0..args.epochs {
         let mut total = 0.0f64;
-        for indices in loader.sampler().batches(epoch as u64) {
+        for indices in loader.sampler().batches(epoch as u64)? {
             let report = ddp.step(indices.len(), |shard| -> exactgrad::nn::Result<_> {
                 let batch = split.train.batch(b, &indices[shard.range.clone()])?;
                 Ok(model

@@ -233,8 +233,19 @@ impl<B: Backend> DataParallel<B> {
         // counts and displacements (the same check on every rank).
         let all_widths: usize = (0..ranks).map(|r| plan.piece_width(r)).sum();
         for r in 0..ranks {
-            counts(&[plan.len * plan.piece_width(r)], op)?;
-            counts(&[plan.chunk(r).len() * all_widths], op)?;
+            let too_big =
+                || Error::invalid(op, "model", "the exchange buffers' sizes overflow usize");
+            let send = plan
+                .len
+                .checked_mul(plan.piece_width(r))
+                .ok_or_else(too_big)?;
+            let recv = plan
+                .chunk(r)
+                .len()
+                .checked_mul(all_widths)
+                .ok_or_else(too_big)?;
+            counts(&[send], op)?;
+            counts(&[recv], op)?;
         }
         Ok(Self {
             comm: world,
@@ -274,8 +285,10 @@ impl<B: Backend> DataParallel<B> {
 
     /// The examples of shard `index` in a global batch of `batch` examples.
     pub fn shard_range(&self, index: usize, batch: usize) -> Range<usize> {
-        let s = self.config.shards;
-        (index * batch) / s..((index + 1) * batch) / s
+        // In u128, so that `index · batch` cannot wrap (as the tree's plan computes it).
+        let s = self.config.shards as u128;
+        let at = |i: usize| (i as u128 * batch as u128 / s) as usize;
+        at(index)..at(index.saturating_add(1))
     }
 
     /// One data-parallel step over a global batch of `batch` examples: computes this

@@ -29,7 +29,7 @@
 //!             .push(Linear::new(&b, 32, 10, &mut rng)?);
 //!         let mut ddp = DataParallel::new(comm, &model, DdpConfig::new(8))?;
 //!         let mut opt = Adam::new(model.parameters(), AdamConfig::new(1e-3))?;
-//!         for batch in BatchSampler::new(data.len(), 64)?.shuffle(1).batches(0) {
+//!         for batch in BatchSampler::new(data.len(), 64)?.shuffle(1).batches(0)? {
 //!             let report = ddp.step(batch.len(), |shard| -> exactgrad::nn::Result<_> {
 //!                 let x = data.batch(&b, &batch[shard.range.clone()])?;
 //!                 let options = CrossEntropyOptions { reduction: Reduction::None, ..Default::default() };

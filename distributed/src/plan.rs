@@ -42,15 +42,21 @@ impl Assignment {
                 "must be at least 1",
             ));
         }
-        let blocked = |i: usize| (i * ranks) / shards;
+        // In u128, so that `i · ranks` cannot wrap.
+        let blocked = |i: usize| (i as u128 * ranks as u128 / shards as u128) as usize;
+        let op = "Assignment::resolve";
+        let nn = |e: exactgrad::core::Error| Error::Nn(e.into());
         match self {
-            Assignment::Blocked => Ok((0..shards).map(blocked).collect()),
+            Assignment::Blocked => {
+                exactgrad::core::backend::try_collect(op, (0..shards).map(blocked)).map_err(nn)
+            }
             Assignment::Shuffled { seed } => {
                 let n = u32::try_from(shards).map_err(|_| {
                     Error::invalid("Assignment::resolve", "shards", "at most 2^32 - 1 shards")
                 })?;
-                let perm = permutation(n, &mut Philox::new(*seed));
-                let mut owner = vec![0; shards];
+                let perm = permutation(n, &mut Philox::new(*seed))?;
+                let mut owner =
+                    exactgrad::core::backend::try_vec_filled(op, shards, 0).map_err(nn)?;
                 for (i, &s) in perm.iter().enumerate() {
                     owner[s] = blocked(i);
                 }

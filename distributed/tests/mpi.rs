@@ -155,7 +155,9 @@ fn train<B: Backend>(
     };
     let start_hash = state(&*model)?;
     let mut opt = Adam::new(model.parameters(), AdamConfig::new(1e-2))?;
-    let batches = BatchSampler::new(data.len(), BATCH)?.shuffle(3).batches(0);
+    let batches = BatchSampler::new(data.len(), BATCH)?
+        .shuffle(3)
+        .batches(0)?;
     let faulty = comm.rank() + 1 == comm.size();
     let mut losses = Vec::new();
     for (step, batch) in batches.iter().take(STEPS).enumerate() {

@@ -81,11 +81,18 @@ impl<B: Backend> Conv1d<B> {
             }
         }
         let cpg = in_channels / options.groups;
+        let fan_in = cpg.checked_mul(kernel_size).ok_or_else(|| {
+            Error::invalid(
+                "Conv1d::new",
+                "kernel_size",
+                format!("{cpg} channels per group × kernel size {kernel_size} overflows usize"),
+            )
+        })?;
         let (weight, bias) = init::default_parameters(
             backend,
             [out_channels, cpg, kernel_size],
             out_channels,
-            cpg * kernel_size,
+            fan_in,
             bias,
             rng,
         )?;

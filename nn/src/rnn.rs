@@ -120,17 +120,26 @@ impl<B: Backend> Stack<B> {
     ) -> Result<Self> {
         config.check(op)?;
         let (h, dirs) = (config.hidden_size, config.directions());
+        let overflow = || {
+            Error::invalid(
+                op,
+                "config",
+                format!("{gates} gates × hidden_size {h} (× {dirs} directions) overflows usize"),
+            )
+        };
+        let gate_rows = gates.checked_mul(h).ok_or_else(overflow)?;
+        let stacked = dirs.checked_mul(h).ok_or_else(overflow)?;
         let bound = init::default_uniform_bound(h);
         let mut params = Vec::new();
         for l in 0..config.num_layers {
-            let in_l = if l == 0 { config.input_size } else { dirs * h };
+            let in_l = if l == 0 { config.input_size } else { stacked };
             for _ in 0..dirs {
-                let weight_ih = init::uniform_parameter(backend, [gates * h, in_l], bound, rng)?;
-                let weight_hh = init::uniform_parameter(backend, [gates * h, h], bound, rng)?;
+                let weight_ih = init::uniform_parameter(backend, [gate_rows, in_l], bound, rng)?;
+                let weight_hh = init::uniform_parameter(backend, [gate_rows, h], bound, rng)?;
                 let (bias_ih, bias_hh) = if config.bias {
                     (
-                        Some(init::uniform_parameter(backend, [gates * h], bound, rng)?),
-                        Some(init::uniform_parameter(backend, [gates * h], bound, rng)?),
+                        Some(init::uniform_parameter(backend, [gate_rows], bound, rng)?),
+                        Some(init::uniform_parameter(backend, [gate_rows], bound, rng)?),
                     )
                 } else {
                     (None, None)

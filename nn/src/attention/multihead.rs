@@ -285,11 +285,12 @@ impl<B: Backend> MultiheadAttention<B> {
                 let additive = if m.additive {
                     t.clone()
                 } else {
-                    let vals: Vec<f32> = m
-                        .values
-                        .iter()
-                        .map(|&a| if a != 0.0 { 0.0 } else { f32::NEG_INFINITY })
-                        .collect();
+                    let vals = exactgrad_core::backend::try_collect(
+                        "MultiheadAttention::forward_attention",
+                        m.values
+                            .iter()
+                            .map(|&a| if a != 0.0 { 0.0 } else { f32::NEG_INFINITY }),
+                    )?;
                     Tensor::from_vec(q.backend(), vals, m.shape.clone())?
                 };
                 scores = scores.add(&additive)?;
@@ -420,7 +421,7 @@ fn build_mask<B: Backend>(
             let t = m.tensor();
             let per_head = if t.dims() == [l, s] {
                 false
-            } else if t.dims() == [n * h, l, s] {
+            } else if n.checked_mul(h).is_some_and(|nh| t.dims() == [nh, l, s]) {
                 true
             } else {
                 return Err(Error::invalid(
@@ -428,7 +429,7 @@ fn build_mask<B: Backend>(
                     "attn_mask",
                     format!(
                         "expected shape [{l}, {s}] or [{}, {l}, {s}] (N · num_heads, L, S), got {:?}",
-                        n * h,
+                        n as u128 * h as u128,
                         t.dims()
                     ),
                 ));
@@ -442,7 +443,18 @@ fn build_mask<B: Backend>(
     };
     let is_additive = |m: Option<&MaskValues>| m.is_some_and(|m| m.kind == MaskKind::Additive);
     let additive = is_additive(attn.as_ref().map(|(m, _)| m)) || is_additive(kpm.as_ref());
-    let mut values = Vec::with_capacity(n * heads * l * s);
+    let total = n
+        .checked_mul(heads)
+        .and_then(|x| x.checked_mul(l))
+        .and_then(|x| x.checked_mul(s))
+        .ok_or_else(|| {
+            Error::invalid(
+                op,
+                "attn_mask",
+                format!("the combined mask [{n}, {heads}, {l}, {s}] overflows usize"),
+            )
+        })?;
+    let mut values = exactgrad_core::backend::try_vec_with_capacity(op, total)?;
     for b in 0..n {
         for hh in 0..heads {
             for i in 0..l {

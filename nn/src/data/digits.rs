@@ -262,7 +262,8 @@ impl Digits {
     /// The raw pixels of image `index`, row-major.
     pub fn image(&self, index: usize) -> Option<&[u8]> {
         let n = self.height * self.width;
-        self.pixels.get(index * n..(index + 1) * n)
+        let start = index.checked_mul(n)?;
+        self.pixels.get(start..start.checked_add(n)?)
     }
 
     /// The labels of all images.
@@ -275,8 +276,16 @@ impl Digits {
     pub fn to_data(&self, indices: &[usize]) -> Result<ClassificationData> {
         let n = self.height * self.width;
         let scale = f32::from(self.max_value);
-        let mut features = Vec::with_capacity(indices.len() * n);
-        let mut labels = Vec::with_capacity(indices.len());
+        let op = "Digits::to_data";
+        let values = indices.len().checked_mul(n).ok_or_else(|| {
+            Error::invalid(
+                op,
+                "indices",
+                format!("{} images overflow usize", indices.len()),
+            )
+        })?;
+        let mut features = exactgrad_core::backend::try_vec_with_capacity(op, values)?;
+        let mut labels = exactgrad_core::backend::try_vec_with_capacity(op, indices.len())?;
         for &i in indices {
             let img = self.image(i).ok_or_else(|| {
                 Error::invalid(
@@ -292,16 +301,16 @@ impl Digits {
     }
 
     /// Indices of the fixed split: (train, test), see the type's documentation.
-    pub fn split_indices(&self) -> (Vec<usize>, Vec<usize>) {
+    pub fn split_indices(&self) -> Result<(Vec<usize>, Vec<usize>)> {
         let mut rng = Philox::new(Self::SPLIT_SEED);
-        let mut order = permutation(self.len() as u32, &mut rng);
+        let mut order = permutation(self.len() as u32, &mut rng)?;
         let test = order.split_off(self.len() * 4 / 5);
-        (order, test)
+        Ok((order, test))
     }
 
     /// The fixed train/test split with features in [0, 1].
     pub fn split(&self) -> Result<DigitsSplit> {
-        let (train_indices, test_indices) = self.split_indices();
+        let (train_indices, test_indices) = self.split_indices()?;
         Ok(DigitsSplit {
             train: self.to_data(&train_indices)?,
             test: self.to_data(&test_indices)?,

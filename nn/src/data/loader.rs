@@ -105,10 +105,14 @@ impl BatchSampler {
         }
     }
 
-    /// The order in which epoch `epoch` visits the items.
-    pub fn order(&self, epoch: u64) -> Vec<usize> {
+    /// The order in which epoch `epoch` visits the items. Fails when it cannot be
+    /// allocated (a data set of billions of items).
+    pub fn order(&self, epoch: u64) -> Result<Vec<usize>> {
         match self.shuffle_seed {
-            None => (0..self.len).collect(),
+            None => Ok(exactgrad_core::backend::try_collect(
+                "BatchSampler::order",
+                0..self.len,
+            )?),
             Some(seed) => {
                 let mut rng = Philox::new(mix_seed(seed ^ mix_seed(epoch)));
                 permutation(self.len as u32, &mut rng)
@@ -116,14 +120,14 @@ impl BatchSampler {
         }
     }
 
-    /// The mini-batches of indices of epoch `epoch`.
-    pub fn batches(&self, epoch: u64) -> Vec<Vec<usize>> {
-        let order = self.order(epoch);
-        order
+    /// The mini-batches of indices of epoch `epoch`. Fails when they cannot be allocated.
+    pub fn batches(&self, epoch: u64) -> Result<Vec<Vec<usize>>> {
+        let order = self.order(epoch)?;
+        Ok(order
             .chunks(self.batch_size)
             .filter(|c| !self.drop_last || c.len() == self.batch_size)
             .map(<[usize]>::to_vec)
-            .collect()
+            .collect())
     }
 }
 
@@ -287,11 +291,14 @@ where
         &self,
         epoch: u64,
     ) -> impl Iterator<Item = Result<<D::Item as Collate<B>>::Batch>> + '_ {
-        self.sampler
-            .get()
-            .batches(epoch)
+        let (batches, error) = match self.sampler.get().batches(epoch) {
+            Ok(b) => (b, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        error
+            .map(Err)
             .into_iter()
-            .map(move |idx| self.build(&idx))
+            .chain(batches.into_iter().map(move |idx| self.build(&idx)))
     }
 
     fn build(&self, indices: &[usize]) -> Result<<D::Item as Collate<B>>::Batch> {
@@ -303,15 +310,16 @@ where
     }
 
     /// The indices of batch `batch` of epoch `epoch`.
-    fn indices(&self, epoch: u64, batch: usize) -> Vec<usize> {
+    fn indices(&self, epoch: u64, batch: usize) -> Result<Vec<usize>> {
         let mut order = self.order.borrow_mut();
         if order.as_ref().map(|(e, _)| *e) != Some(epoch) {
-            *order = Some((epoch, self.sampler.get().order(epoch)));
+            *order = Some((epoch, self.sampler.get().order(epoch)?));
         }
         let (_, o) = order.as_ref().expect("set above");
         let bs = self.sampler.get().batch_size();
-        let start = batch * bs;
-        o[start..(start + bs).min(o.len())].to_vec()
+        // batch < num_batches, so the start lies inside the order.
+        let start = batch.saturating_mul(bs).min(o.len());
+        Ok(o[start..start.saturating_add(bs).min(o.len())].to_vec())
     }
 
     /// The state a training checkpoint saves.
@@ -393,12 +401,14 @@ where
             });
             return None;
         }
-        let indices = l.indices(p.epoch, p.batch);
         l.position.set(LoaderPosition {
             epoch: p.epoch,
             batch: p.batch + 1,
         });
-        Some(l.build(&indices))
+        Some(
+            l.indices(p.epoch, p.batch)
+                .and_then(|indices| l.build(&indices)),
+        )
     }
 }
 

@@ -21,14 +21,20 @@ use exactgrad_core::{Backend, Philox};
 
 /// A uniformly random permutation of `0..n` by Fisher–Yates: for `i` from `n − 1` down
 /// to 1, `j = rng.below(i + 1)` and elements `i` and `j` swap. The draws, and so the
-/// permutation, are fixed by the state of `rng`.
-pub fn permutation(n: u32, rng: &mut Philox) -> Vec<usize> {
-    let mut p: Vec<usize> = (0..n as usize).collect();
+/// permutation, are fixed by the state of `rng`. Fails when the `n` indices cannot be
+/// allocated.
+pub fn permutation(n: u32, rng: &mut Philox) -> Result<Vec<usize>> {
+    let mut p = identity("permutation", n as usize)?;
     for i in (1..n).rev() {
         let j = rng.below(i + 1) as usize;
         p.swap(i as usize, j);
     }
-    p
+    Ok(p)
+}
+
+/// `0..n` in a vector allocated fallibly (`op` names the caller in the error).
+fn identity(op: &'static str, n: usize) -> Result<Vec<usize>> {
+    Ok(exactgrad_core::backend::try_collect(op, 0..n)?)
 }
 
 /// SplitMix64's finaliser: a bijective mixing of 64 bits, used to derive independent
