@@ -328,6 +328,7 @@ fn check<B: Backend>(b: &B, arch: Arch, kind: Opt) -> exactgrad::Result<u64> {
     first_half(b, arch, kind, &path)?;
     let (resumed, counts2) = second_half(b, arch, kind, &path)?;
     std::fs::remove_file(&path).ok();
+    println!("{tag}: uninterrupted {whole:#018x}, resumed {resumed:#018x}");
     assert_eq!(counts, vec![(2 * N) as i64]);
     assert_eq!(counts2, counts, "{tag}: num_batches_tracked");
     assert_eq!(
