@@ -52,6 +52,8 @@ const TILE_MAX: usize = 512;
 const DIRECT_B_MAX_ROWS: usize = 48;
 /// Most column panels for which a block of `A` is read in place rather than packed.
 const DIRECT_A_MAX_PANELS: usize = 2;
+/// f32 elements per cache line (64 bytes): the packing buffers start at a line.
+const LINE: usize = 16;
 /// Steps of `k` per block of the transposing packer of `B`.
 const TRANSPOSE_RUN: usize = 32;
 
@@ -611,10 +613,17 @@ unsafe fn drive<K: Kernel>(
     // per thread that can run a chunk at the same time (at most one chunk per thread
     // runs at once). How many depends only on the shape and the thread count, so a
     // training loop asks the pool for the same buffers every step.
+    // Both start at a cache line (64 bytes) whatever address the allocator gave, and each
+    // slot of A is a whole number of lines, so that no vector load of a panel straddles
+    // two lines in one process and not in the next.
     let slots = ctx.threads().min(chunks).min(MAX_CHUNKS);
-    let apack_len = blk.mc.min(rows_per_chunk).div_ceil(mr) * mr * blk.kc.min(k);
-    let mut bbuf = buffers::buffer(&ctx.buffers, "matmul", b_batches * b_batch_len, false)?;
-    let mut abuf = buffers::buffer(&ctx.buffers, "matmul", slots * apack_len, false)?;
+    let apack_len =
+        (blk.mc.min(rows_per_chunk).div_ceil(mr) * mr * blk.kc.min(k)).div_ceil(LINE) * LINE;
+    let blen = b_batches * b_batch_len;
+    let mut bstore = buffers::buffer(&ctx.buffers, "matmul", blen + LINE - 1, false)?;
+    let mut astore = buffers::buffer(&ctx.buffers, "matmul", slots * apack_len + LINE - 1, false)?;
+    let bbuf = line_aligned(&mut bstore, blen);
+    let abuf = line_aligned(&mut astore, slots * apack_len);
 
     // Pack B: panel `jp` of batch `bb` holds rows 0..k of columns jp*NR.. (zero-padded).
     let bpack = &mut bbuf[..];
@@ -677,6 +686,16 @@ unsafe fn drive<K: Kernel>(
         unsafe { rows::<K>(&job, r0, nrows, dst, &mut apack) };
     });
     Ok(())
+}
+
+/// The `len` elements of `buf` (which holds at least `len + LINE − 1`) from the first one
+/// at a multiple of 64 bytes.
+fn line_aligned(buf: &mut [f32], len: usize) -> &mut [f32] {
+    let off = buf
+        .as_ptr()
+        .align_offset(LINE * core::mem::size_of::<f32>())
+        .min(LINE - 1);
+    &mut buf[off..off + len]
 }
 
 /// Packs the columns `j0 .. j0 + NR` of the `B` of batch `bb` into `panel` (`k × NR`,
@@ -1347,6 +1366,18 @@ mod tests {
         {
             check::<NeonExact, Exact>("neon exact");
             check::<NeonFast, Fast>("neon fast");
+        }
+    }
+
+    #[test]
+    fn packing_buffers_start_at_a_cache_line() {
+        let mut v = vec![0.0f32; 200];
+        for start in 0..LINE {
+            let buf = &mut v[start..start + 100 + LINE - 1];
+            let len = buf.len();
+            let s = line_aligned(buf, 100);
+            assert_eq!(s.len(), 100);
+            assert_eq!(s.as_ptr() as usize % 64, 0, "start {start} of {len}");
         }
     }
 
