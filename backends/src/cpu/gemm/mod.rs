@@ -578,8 +578,11 @@ unsafe fn drive<K: Kernel>(
 ) -> Result<()> {
     let MatmulSpec { batch, m, k, n, .. } = *spec;
     let (mr, nr) = (K::MR, K::NR);
+    // k is cut into blocks of equal length (at most KC), so that no short last block pays
+    // the tile's load and store for a few steps.
+    let kblocks = k.div_ceil(blk.kc.max(1));
     let blk = Blocking {
-        kc: blk.kc.max(1),
+        kc: k.div_ceil(kblocks),
         mc: blk.mc.max(1).div_ceil(mr) * mr,
         nc: blk.nc.max(1).div_ceil(nr) * nr,
     };
@@ -686,6 +689,22 @@ unsafe fn drive<K: Kernel>(
         unsafe { rows::<K>(&job, r0, nrows, dst, &mut apack) };
     });
     Ok(())
+}
+
+/// Asks the CPU to bring the `len` f32 elements at `p` into level 1 (no effect on the
+/// results; a prefetch never faults, so `p` need not be valid).
+#[inline(always)]
+fn prefetch(p: *const f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..len).step_by(LINE) {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of every x86-64 CPU; a prefetch hint reads nothing
+        // architecturally and never faults, whatever the address (`wrapping_add` forms it
+        // without claiming it is in bounds).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line) as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
 }
 
 /// The `len` elements of `buf` (which holds at least `len + LINE − 1`) from the first one
@@ -954,6 +973,14 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
                     for i0 in (0..block_rows).step_by(mr) {
                         let rws = mr.min(block_rows - i0);
                         let row = r + i0;
+                        if i0 + 2 * mr <= block_rows && dst.cs == 1 {
+                            // The next tile's rows of the output, which its kernel loads
+                            // (after the first k block) or stores, are fetched while this
+                            // tile computes.
+                            for q in row + mr..row + 2 * mr {
+                                prefetch(dst.ptr.0.wrapping_add(dst.at(q, j0)), cols);
+                            }
+                        }
                         let (apanel, al): (&[f32], APanel) = match a_place {
                             Some(al) if rws == mr && row / m == (row + mr - 1) / m => {
                                 let [sa0, sa1, sa2] = job.a_strides;
