@@ -14,6 +14,9 @@ reference of a GEMM is the faster of torch.matmul (MKL) and numpy.matmul (OpenBL
 At one thread the table also gives the ratio of CPU-time figures (the calling thread's,
 which other processes' time slices do not inflate); prefer them on a shared machine.
 
+Exact-mode GEMM rows at one thread also give the CPU-time rate as a fraction of the
+path's register-only multiply-then-add ceiling (`cargo bench --bench peak`).
+
 The benches must be able to build (`cargo bench --no-run` is run first); Python needs
 torch 2.15.0 and numpy (README, "PyTorch oracle").
 """
@@ -89,7 +92,26 @@ def ours(args, threads):
     if "gemm" in args.what:
         res.update(parse(run(["cargo", "bench", "-q", "--bench", "gemm", "--",
                               f"/({t_alt})/({'|'.join(GEMM_SHAPES)})$"])))
+        res.update(parse_peak(run(["cargo", "bench", "-q", "--bench", "peak"])))
     return res
+
+
+# peak/avx512   tile 6×4  ( 16 f32 per mul-add)   exact   117.3 GFLOP/s   fast   117.3 GFLOP/s
+PEAK = re.compile(r"^peak/(?P<isa>\S+)\s.*?exact\s+(?P<exact>[\d.]+) GFLOP/s\s+fast\s+(?P<fast>[\d.]+|—)")
+
+
+def parse_peak(text):
+    """peak/{mode}/{isa} -> (ceiling GFLOP/s, None, unit): the register-only ceiling of
+    each GEMM path (benches/peak.rs)."""
+    out = {}
+    for line in text.splitlines():
+        m = PEAK.match(line.strip())
+        if not m:
+            continue
+        for mode in ["exact", "fast"]:
+            if m.group(mode) != "—":
+                out[f"peak/{mode}/{m.group('isa')}"] = (float(m.group(mode)), None, "GFLOP/s")
+    return out
 
 
 def widest_path(res, label):
@@ -114,7 +136,7 @@ def main():
     args.what = set(args.what.split(","))
 
     load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
-    run(["cargo", "bench", "--no-run", "-q", "--bench", "models", "--bench", "gemm"])
+    run(["cargo", "bench", "--no-run", "-q", "--bench", "models", "--bench", "gemm", "--bench", "peak"])
     first = python_refs(args, threads)
     mine = ours(args, threads)
     second = python_refs(args, threads)
@@ -158,8 +180,16 @@ def main():
                     ratio = v[0] / best[0]
                     cpu_ratio = v[1] / best_cpu if (t == 1 and best_cpu and v[1]) else None
                     refs_txt = " / ".join(f"{l} {fmt(x[0], 'GF')}" for l, x in refs)
-                    rows.append((f"gemm {shape} t{t}", f"{mode}/{key.split('/')[2]}",
-                                 fmt(v[0], "GF"), refs_txt, f"{ratio:.2f}× of {lib}",
+                    isa = key.split('/')[2]
+                    # At one thread, exact mode also against its own ceiling (the
+                    # register-only mul+add rate of benches/peak.rs), on CPU time.
+                    peak = mine.get(f"peak/{mode}/{isa}")
+                    if mode == "exact" and t == 1 and peak and v[1]:
+                        ratio_txt = f"{ratio:.2f}× of {lib}; {v[1] / peak[0]:.2f} of its ceiling {peak[0]:.0f}"
+                    else:
+                        ratio_txt = f"{ratio:.2f}× of {lib}"
+                    rows.append((f"gemm {shape} t{t}", f"{mode}/{isa}",
+                                 fmt(v[0], "GF"), refs_txt, ratio_txt,
                                  f"{cpu_ratio:.2f}×" if cpu_ratio else "—"))
 
     print(f"\nload average before {' '.join(load)}, after {' '.join(load2)}")

@@ -706,8 +706,7 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         spec.check(a.len(), b.len(), out.len())?;
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
         // `CpuBackend::isa`); the check above keeps every operand inside its buffer.
-        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) };
-        Ok(())
+        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) }
     }
 
     fn softmax(
