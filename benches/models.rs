@@ -18,7 +18,14 @@
 //!   reference CRNN on a batch of 8 line images of 1×32×128: conv 1→16 and 16→32 (3×3,
 //!   padding 1, ReLU, max pool 2) to `[8, 32, 8, 32]`, a sequence of 32 steps of 32·8
 //!   features, a two-layer bidirectional LSTM of 64, Linear(128, 11), log_softmax and
-//!   the mean CTC loss with input lengths 32 and target lengths 5 to 10 of labels 1…10.
+//!   the mean CTC loss with input lengths 32 and target lengths 5 to 10 of labels 1…10;
+//! - `step/resnet18`: a training step (forward, cross entropy, backward, SGD with
+//!   momentum 0.9, weight decay 5e-4, learning rate 0.1) of ResNet-18 in the CIFAR layout
+//!   (`ResNetCase::pinned`: 11.2 M parameters) on a batch of 32 × 3×32×32;
+//! - `step/gpt`: a training step (forward, cross entropy over every position, backward,
+//!   AdamW with learning rate 3e-4 and weight decay 0.01) of the GPT-style decoder
+//!   (`GptCase::pinned`: vocabulary 256, context 128, 6 pre-norm blocks of width 256 with
+//!   4 heads and a GELU feed-forward block of 1024) on 8 sequences of 128 tokens.
 //!
 //! Each benchmark's inputs are made only when it runs (a filtered-out benchmark makes
 //! nothing), so a profile of one benchmark (`--profile-time`) holds its own work.
@@ -32,12 +39,17 @@
 //! pool holds at rest (parameters, optimizer state, inputs; after two warm-up steps and
 //! with the gradients freed) and the peak above that during the step, beside which
 //! `tools/bench_torch.py` prints PyTorch's for the same step (`docs/memory.md` §5).
+//! Last, the gradient hash (`docs/arithmetic.md` §2) of each step's first pass, from the
+//! case's initial parameters: in exact mode the same on every path and thread count (for
+//! `step/resnet18` and `step/gpt` the pinned values of `reproduce`), in fast mode the
+//! value of `FastScalarRefBackend` (`docs/arithmetic.md` §6).
 
 use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
-use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
+use exactgrad::nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
 use exactgrad::nn::reference::{
-    ConvNetCase, ConvNetConfig, CrnnCase, CrnnConfig, EncoderCase, EncoderConfig, ReferenceCase,
+    ConvNetCase, ConvNetConfig, CrnnCase, CrnnConfig, EncoderCase, EncoderConfig, GptCase,
+    ReferenceCase, ResNetCase,
 };
 use exactgrad::prelude::*;
 use std::cell::RefCell;
@@ -256,18 +268,26 @@ fn peak_line(label: &str, peak: Option<(usize, usize)>) -> String {
     }
 }
 
-/// One training step: forward, loss, backward, Adam; its peak memory goes to `peaks`.
-fn step<B: Backend, C: ReferenceCase<B> + 'static>(
+/// One training step — forward, loss, backward and the update of the optimizer that
+/// `optimizer` makes — whose peak memory goes to `peaks` and the gradient hash of its
+/// first pass (from the case's initial parameters, before any update) to `hashes`.
+fn step<B: Backend, C: ReferenceCase<B> + 'static, O: Optimizer<B> + 'static>(
     c: &mut Criterion,
     label: &str,
-    make: impl FnOnce() -> (C, Tensor<B>),
+    make: impl FnOnce() -> (C, Option<Tensor<B>>),
+    optimizer: impl FnOnce(Vec<Tensor<B>>) -> O,
     peaks: &RefCell<Vec<String>>,
+    hashes: &RefCell<Vec<String>>,
 ) -> String {
     bench(c, label, || {
         let (case, input) = make();
+        let hash = case.forward_backward().unwrap().hash().unwrap();
+        hashes
+            .borrow_mut()
+            .push(format!("{label:<44} hash {hash:#018x}"));
         let mut leaves = case.parameters();
-        leaves.push(input);
-        let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
+        leaves.extend(input);
+        let mut opt = optimizer(case.parameters());
         let mut work = move || {
             case.forward_backward().unwrap();
             opt.step().unwrap();
@@ -279,27 +299,30 @@ fn step<B: Backend, C: ReferenceCase<B> + 'static>(
     })
 }
 
-/// One training step with SGD (learning rate 0.01): forward, loss, backward, update.
-fn step_sgd<B: Backend, C: ReferenceCase<B> + 'static>(
-    c: &mut Criterion,
-    label: &str,
-    make: impl FnOnce() -> (C, Tensor<B>),
-    peaks: &RefCell<Vec<String>>,
-) -> String {
-    bench(c, label, || {
-        let (case, input) = make();
-        let mut leaves = case.parameters();
-        leaves.push(input);
-        let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01)).unwrap();
-        let mut work = move || {
-            case.forward_backward().unwrap();
-            opt.step().unwrap();
-        };
-        let clear = || leaves.iter().for_each(Tensor::clear_grad);
-        let peak = step_peak(leaves[0].backend(), clear, &mut work);
-        peaks.borrow_mut().push(peak_line(label, peak));
-        work
-    })
+/// Adam with learning rate 1e-3 (the conv net and encoder steps).
+fn adam<B: Backend>(params: Vec<Tensor<B>>) -> Adam<B> {
+    Adam::new(params, AdamConfig::new(1e-3)).unwrap()
+}
+
+/// SGD with learning rate 0.01 (the CRNN step).
+fn sgd<B: Backend>(params: Vec<Tensor<B>>) -> Sgd<B> {
+    Sgd::new(params, SgdConfig::new(0.01)).unwrap()
+}
+
+/// SGD with momentum 0.9 and weight decay 5e-4, learning rate 0.1 (the ResNet step).
+fn sgd_momentum<B: Backend>(params: Vec<Tensor<B>>) -> Sgd<B> {
+    let config = SgdConfig {
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        ..SgdConfig::new(0.1)
+    };
+    Sgd::new(params, config).unwrap()
+}
+
+/// AdamW with learning rate 3e-4 and PyTorch's other defaults (weight decay 0.01; the
+/// GPT step).
+fn adamw<B: Backend>(params: Vec<Tensor<B>>) -> AdamW<B> {
+    AdamW::new(params, AdamWConfig::new(3e-4)).unwrap()
 }
 
 fn run<B: Backend>(
@@ -308,6 +331,7 @@ fn run<B: Backend>(
     tag: &str,
     summary: &mut Vec<String>,
     peaks: &RefCell<Vec<String>>,
+    hashes: &RefCell<Vec<String>>,
 ) {
     summary.push(conv(
         c,
@@ -332,9 +356,11 @@ fn run<B: Backend>(
             let case =
                 ConvNetCase::random(b, ConvNetConfig::default(), CONV_BATCH, CONV_HW, 3).unwrap();
             let input = case.input.clone();
-            (case, input)
+            (case, Some(input))
         },
+        adam,
         peaks,
+        hashes,
     ));
     let label = format!("models/step/encoder/{tag}");
     summary.push(step(
@@ -343,20 +369,46 @@ fn run<B: Backend>(
         || {
             let case = EncoderCase::random(b, ENCODER, ENC_BATCH, ENC_SEQ, 4).unwrap();
             let input = case.input.clone();
-            (case, input)
+            (case, Some(input))
         },
+        adam,
         peaks,
+        hashes,
     ));
     let label = format!("models/step/crnn/{tag}");
-    summary.push(step_sgd(
+    summary.push(step(
         c,
         &label,
         || {
             let case = CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap();
             let input = case.input.clone();
-            (case, input)
+            (case, Some(input))
         },
+        sgd,
         peaks,
+        hashes,
+    ));
+    let label = format!("models/step/resnet18/{tag}");
+    summary.push(step(
+        c,
+        &label,
+        || {
+            let case = ResNetCase::pinned(b).unwrap();
+            let input = case.input.clone();
+            (case, Some(input))
+        },
+        sgd_momentum,
+        peaks,
+        hashes,
+    ));
+    let label = format!("models/step/gpt/{tag}");
+    summary.push(step(
+        c,
+        &label,
+        || (GptCase::pinned(b).unwrap(), None),
+        adamw,
+        peaks,
+        hashes,
     ));
 }
 
@@ -368,6 +420,7 @@ fn main() {
         .configure_from_args();
     let mut summary = Vec::new();
     let peaks = RefCell::new(Vec::new());
+    let hashes = RefCell::new(Vec::new());
     for threads in [1, 2] {
         let exact = Isa::best(ComputeMode::Exact);
         let b = ExactBackend::with_isa(exact, threads).unwrap();
@@ -377,6 +430,7 @@ fn main() {
             &format!("exact/{exact}/t{threads}"),
             &mut summary,
             &peaks,
+            &hashes,
         );
         let fast = Isa::best(ComputeMode::Fast);
         let b = FastBackend::with_isa(fast, threads).unwrap();
@@ -386,6 +440,7 @@ fn main() {
             &format!("fast/{fast}/t{threads}"),
             &mut summary,
             &peaks,
+            &hashes,
         );
     }
     c.final_summary();
@@ -397,6 +452,13 @@ fn main() {
     if !peaks.is_empty() {
         println!("\nPeak memory of one step (the backend's pool, docs/memory.md §5):");
         for line in peaks {
+            println!("{line}");
+        }
+    }
+    let hashes = hashes.into_inner();
+    if !hashes.is_empty() {
+        println!("\nGradient hash of each step's first pass (docs/arithmetic.md §2, §6):");
+        for line in hashes {
             println!("{line}");
         }
     }

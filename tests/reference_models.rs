@@ -1,21 +1,26 @@
-//! The two reference models of `exactgrad::nn::reference` against PyTorch 2.15.0
-//! (`testdata/autograd/*.safetensors`, written by `tools/autograd_oracle.py`), on every
-//! backend, and their exact-mode gradient hashes pinned.
+//! Four reference models of `exactgrad::nn::reference` — the conv net, the encoder, a
+//! small ResNet and a small GPT-style decoder — against PyTorch 2.15.0
+//! (`testdata/autograd/*.safetensors`, written by `tools/autograd_oracle.py` and
+//! `tools/models_oracle.py`), on every backend, and their gradient hashes pinned in both
+//! modes.
 //!
-//! - Every gradient (parameters and input) within 1e-4 scaled error,
-//!   `max |ours − torch| / max |torch|`, on ScalarRef, the fast scalar reference, every
-//!   supported ExactBackend path and FastBackend's best path; the loss within 1e-5
+//! - Every gradient (parameters, and the input where it takes one) within 1e-4 scaled
+//!   error, `max |ours − torch| / max |torch|`, on ScalarRef, the fast scalar reference,
+//!   every supported ExactBackend path and FastBackend's best path; the loss within 1e-5
 //!   relative; the logits and the updated batch-norm running statistics likewise.
 //! - Gradients that are zero in theory (the convolution biases feeding batch norms, the
 //!   key part of every `in_proj_bias`) below 1e-5 of the model's largest gradient.
-//! - The hash of all gradients (parameters in `state_dict` order, then the input) equals
-//!   the pinned constant on ScalarRef and on every ExactBackend path at 1, 3 and 8
+//! - Exact mode: the hash of all gradients (parameters in `state_dict` order, then the
+//!   input) equals the pinned constant on ScalarRef and on every ExactBackend path at 1,
+//!   2, 3 and 8 threads.
+//! - Fast mode (`docs/arithmetic.md` §6): the same hashes equal the pinned constants of
+//!   FastScalarRefBackend on every path FastBackend supports on this CPU, at 1, 2, 3 and 8
 //!   threads.
 
 mod oracle_support;
 use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
-    ConvNetCase, EncoderCase, ReferenceCase, TensorFile, PINNED_HASHES,
+    ConvNetCase, EncoderCase, GptCase, ReferenceCase, ResNetCase, TensorFile, PINNED_HASHES,
 };
 use exactgrad::nn::{AttentionMask, MultiheadAttention, MultiheadAttentionConfig};
 use exactgrad::prelude::*;
@@ -29,13 +34,44 @@ const CONV_NET_HASH: u64 = 0xa021_2c7f_3b4e_3698;
 /// ScalarRefBackend.
 const ENCODER_HASH: u64 = 0x1215_42c7_8634_3692;
 
+/// `hash_tensors` of the small ResNet's parameter gradients (`resnet.safetensors`) in
+/// exact mode, as computed by ScalarRefBackend.
+const RESNET_HASH: u64 = 0xbf70_56d1_5a0d_28b2;
+/// `hash_tensors` of the small GPT-style decoder's parameter gradients
+/// (`gpt.safetensors`) in exact mode, as computed by ScalarRefBackend.
+const GPT_HASH: u64 = 0x61ed_0f41_5928_ccff;
+
+/// The same four hashes in fast mode, as computed by FastScalarRefBackend (conv net,
+/// encoder, ResNet, GPT).
+const FAST_HASHES: [u64; 4] = [
+    0x3916_948f_6fec_ff88,
+    0xb9fd_7bd9_4256_72fc,
+    0xedb8_dcfe_68f2_98dc,
+    0xdaca_5a7e_af03_be83,
+];
+
+/// The models of the pinned hashes, in order.
+const MODELS: [&str; 4] = ["conv_net", "encoder", "resnet", "gpt"];
+
+/// The thread counts every path is checked at.
+const THREADS: [usize; 4] = [1, 2, 3, 8];
+
 const CONV_NET: &[u8] = include_bytes!("../testdata/autograd/conv_net.safetensors");
 const ENCODER: &[u8] = include_bytes!("../testdata/autograd/encoder.safetensors");
+const RESNET: &[u8] = include_bytes!("../testdata/autograd/resnet.safetensors");
+const GPT: &[u8] = include_bytes!("../testdata/autograd/gpt.safetensors");
 
 fn files() -> (TensorFile, TensorFile) {
     (
         TensorFile::from_bytes(CONV_NET).unwrap(),
         TensorFile::from_bytes(ENCODER).unwrap(),
+    )
+}
+
+fn big_files() -> (TensorFile, TensorFile) {
+    (
+        TensorFile::from_bytes(RESNET).unwrap(),
+        TensorFile::from_bytes(GPT).unwrap(),
     )
 }
 
@@ -161,7 +197,25 @@ fn against_torch<B: Backend>(b: &B, label: &str, rows: &mut Vec<String>) {
         ],
         &[],
     );
-    for (model, w) in [("conv_net", wc), ("encoder", we)] {
+    let (rf, gf) = big_files();
+    let resnet = ResNetCase::from_file(b, &rf).unwrap();
+    let gpt = GptCase::from_file(b, &gf).unwrap();
+    let buffers = resnet.model.named_buffers();
+    let wr = compare(label, &resnet, &rf, &[], &buffers);
+    let e = gf.metadata_usize("d_model").unwrap();
+    let layers = gf.metadata_usize("layers").unwrap();
+    let zero: Vec<(String, std::ops::Range<usize>)> = (0..layers)
+        .map(|i| (format!("layers.{i}.self_attn.in_proj_bias"), e..2 * e))
+        .collect();
+    let zero: Vec<(&str, std::ops::Range<usize>)> =
+        zero.iter().map(|(n, r)| (n.as_str(), r.clone())).collect();
+    let wg = compare(label, &gpt, &gf, &zero, &[]);
+    for (model, w) in [
+        ("conv_net", wc),
+        ("encoder", we),
+        ("resnet", wr),
+        ("gpt", wg),
+    ] {
         rows.push(format!(
             "{label:<18} {model:<9} {:>9.2e}  {:<32} {:>9.2e} {:>9.2e}",
             w.error, w.name, w.zero_rel, w.loss_rel
@@ -307,74 +361,127 @@ fn reference_models_match_pytorch_on_every_backend() {
     println!("{}", rows.join("\n"));
 }
 
-fn hashes<B: Backend>(b: &B) -> [u64; 2] {
+fn hashes<B: Backend>(b: &B) -> [u64; 4] {
     let (cf, ef) = files();
-    let conv = ConvNetCase::from_file(b, &cf).unwrap();
-    let enc = EncoderCase::from_file(b, &ef).unwrap();
+    let (rf, gf) = big_files();
     [
-        conv.forward_backward().unwrap().hash().unwrap(),
-        enc.forward_backward().unwrap().hash().unwrap(),
+        ConvNetCase::from_file(b, &cf).unwrap().forward_backward(),
+        EncoderCase::from_file(b, &ef).unwrap().forward_backward(),
+        ResNetCase::from_file(b, &rf).unwrap().forward_backward(),
+        GptCase::from_file(b, &gf).unwrap().forward_backward(),
     ]
+    .map(|step| step.unwrap().hash().unwrap())
+}
+
+/// The rows of a pinned-hash table: every backend's four hashes against `pinned`; the
+/// models whose hash differs are pushed to `failures`.
+struct HashTable {
+    pinned: [u64; 4],
+    rows: Vec<String>,
+    failures: Vec<String>,
+}
+
+impl HashTable {
+    fn new(pinned: [u64; 4]) -> Self {
+        let mut rows = vec![format!("{:<20}", "backend")];
+        for m in MODELS {
+            rows[0].push_str(&format!(" {m:<22}"));
+        }
+        Self {
+            pinned,
+            rows,
+            failures: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, label: String, got: Option<[u64; 4]>) {
+        let Some(h) = got else {
+            self.rows
+                .push(format!("{label:<20} SKIPPED (not supported by this CPU)"));
+            return;
+        };
+        let mut row = format!("{label:<20}");
+        for (i, model) in MODELS.iter().enumerate() {
+            let ok = h[i] == self.pinned[i];
+            if !ok {
+                self.failures.push(format!("{label} {model}"));
+            }
+            row.push_str(&format!(
+                " {:#018x} {:<3}",
+                h[i],
+                if ok { "ok" } else { "FAIL" }
+            ));
+        }
+        self.rows.push(row);
+    }
+
+    fn check(self, what: &str) {
+        let table = self.rows.join("\n");
+        println!("{table}");
+        assert!(
+            self.failures.is_empty(),
+            "{what}: hashes differ from the pinned values: {:?}\n{table}\n\
+             If every row agrees and the arithmetic contract changed on purpose (a new \
+             polynomial, a new operator order), re-pin to the reference row.",
+            self.failures
+        );
+    }
 }
 
 #[test]
 fn exact_mode_hashes_are_pinned() {
-    let reference = hashes(&ScalarRefBackend);
-    let pinned = [CONV_NET_HASH, ENCODER_HASH];
-    let mut table = vec![format!(
-        "{:<20} {:<22} {:<22}",
-        "backend", "conv_net", "encoder"
-    )];
-    let mut failures = Vec::new();
-    let mut row = |label: String, got: Option<[u64; 2]>| match got {
-        None => table.push(format!("{label:<20} SKIPPED")),
-        Some(h) => {
-            let mut cell = |i: usize| {
-                let ok = h[i] == pinned[i];
-                if !ok {
-                    failures.push(format!("{label} {}", ["conv_net", "encoder"][i]));
-                }
-                format!("{:#018x} {}", h[i], if ok { "ok" } else { "FAIL" })
-            };
-            let (a, b) = (cell(0), cell(1));
-            table.push(format!("{label:<20} {a:<22} {b:<22}"));
-        }
-    };
-    row("scalar-ref".into(), Some(reference));
+    let pinned = [CONV_NET_HASH, ENCODER_HASH, RESNET_HASH, GPT_HASH];
+    let mut table = HashTable::new(pinned);
+    table.row("scalar-ref".into(), Some(hashes(&ScalarRefBackend)));
     for isa in Isa::ALL {
-        for threads in [1, 3, 8] {
-            let label = format!("exact/{isa}/{threads}t");
-            match ExactBackend::with_isa(isa, threads) {
-                Ok(b) => row(label, Some(hashes(&b))),
-                Err(_) => row(label, None),
-            }
+        for threads in THREADS {
+            let got = ExactBackend::with_isa(isa, threads)
+                .ok()
+                .map(|b| hashes(&b));
+            table.row(format!("exact/{isa}/{threads}t"), got);
         }
     }
-    println!("{}", table.join("\n"));
     assert_eq!(
         [PINNED_HASHES[0].1, PINNED_HASHES[1].1],
-        pinned,
+        [CONV_NET_HASH, ENCODER_HASH],
         "exactgrad::nn::reference::PINNED_HASHES (used by the reproduce example) must equal the constants pinned here"
     );
-    assert!(
-        failures.is_empty(),
-        "hashes differ from the pinned ScalarRef values: {failures:?}\n{}\n\
-         If every row agrees and the arithmetic contract changed on purpose (a new \
-         polynomial, a new operator order), re-pin to the scalar-ref row here and in \
-         exactgrad::nn::reference::PINNED_HASHES.",
-        table.join("\n")
+    table.check("exact mode");
+}
+
+/// Fast mode's promise (`docs/arithmetic.md` §6): every path FastBackend supports on
+/// this CPU — the FMA paths and the scalar path — gives the bits of FastScalarRefBackend
+/// at every thread count, and those bits are the pinned ones on every machine.
+#[test]
+fn fast_mode_hashes_are_pinned() {
+    let mut table = HashTable::new(FAST_HASHES);
+    table.row(
+        "fast-scalar-ref".into(),
+        Some(hashes(&FastScalarRefBackend)),
     );
+    for isa in Isa::ALL {
+        for threads in THREADS {
+            let got = FastBackend::with_isa(isa, threads).ok().map(|b| hashes(&b));
+            table.row(format!("fast/{isa}/{threads}t"), got);
+        }
+    }
+    table.check("fast mode");
 }
 
 #[test]
 fn oracle_names_match_the_state_dict() {
     let (cf, ef) = files();
+    let (rf, gf) = big_files();
     let b = ScalarRefBackend;
     let conv = ConvNetCase::from_file(&b, &cf).unwrap();
     let enc = EncoderCase::from_file(&b, &ef).unwrap();
+    let resnet = ResNetCase::from_file(&b, &rf).unwrap();
+    let gpt = GptCase::from_file(&b, &gf).unwrap();
     for (file, names) in [
         (&cf, conv.model.named_parameters()),
         (&ef, enc.model.named_parameters()),
+        (&rf, resnet.model.named_parameters()),
+        (&gf, gpt.model.named_parameters()),
     ] {
         let ours: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
         let mut theirs: Vec<String> = file
@@ -404,4 +511,26 @@ fn oracle_names_match_the_state_dict() {
             "bn2.running_var"
         ]
     );
+    // The ResNet's running statistics are those of PyTorch's model (the oracle stores
+    // every one), in the same order up to sorting.
+    let mut ours: Vec<String> = resnet
+        .model
+        .named_buffers()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let mut theirs: Vec<String> = rf
+        .names()
+        .iter()
+        .filter_map(|n| n.strip_prefix("after/"))
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        ours.len(),
+        2 * 20,
+        "20 batch norms (17 in the blocks, 3 shortcuts)"
+    );
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs);
 }

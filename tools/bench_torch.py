@@ -82,6 +82,8 @@ def main():
     p.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up per benchmark")
     p.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     p.add_argument("--blas", default="torch", choices=["torch", "numpy"], help="whose matmul")
+    p.add_argument("--models", default="", help="only the model benches whose name contains this")
+    p.add_argument("--no-peaks", action="store_true", help="skip the peak memory of the training steps")
     args = p.parse_args()
     wanted = set(filter(None, args.shapes.split(",")))
     print(f"# torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
@@ -116,11 +118,17 @@ if __name__ == "__main__":
 #
 #     models/step/encoder/torch/t1                 median    12.345 ms   (min ..., max ..., N calls)
 #
-# The models are the classes of tools/autograd_oracle.py and tools/rnn_oracle.py (the
-# reference models of exactgrad_nn::reference) with PyTorch's default initialisation, in
-# training mode; a step is zero_grad, forward, cross entropy, backward and Adam(lr=1e-3),
-# and for the CRNN zero_grad, forward (ending in log_softmax), the mean CTC loss,
-# backward and SGD(lr=0.01).
+# The models are the classes of tools/autograd_oracle.py, tools/rnn_oracle.py and
+# tools/models_oracle.py (the reference models of exactgrad_nn::reference) with PyTorch's
+# default initialisation, in training mode; a step is zero_grad, forward, the loss,
+# backward and the optimizer's step:
+#
+#   conv net, encoder  cross entropy, Adam(lr=1e-3)
+#   CRNN               log_softmax, the mean CTC loss, SGD(lr=0.01)
+#   ResNet-18          cross entropy, SGD(lr=0.1, momentum=0.9, weight_decay=5e-4);
+#                      32 images of 3x32x32 that take no gradient
+#   GPT                cross entropy over every position, AdamW(lr=3e-4) (weight decay
+#                      0.01); 8 sequences of 128 tokens
 #
 # After the timings, the peak memory of one training step, beside the lines of the same
 # name that `cargo bench --bench models` prints (docs/memory.md §5): after two warm-up
@@ -135,6 +143,9 @@ MODEL_CONV = dict(c_in=3, c1=16, c2=32, hidden=64, classes=10)
 MODEL_CONV_BATCH, MODEL_CONV_HW = 32, 32
 MODEL_CRNN = dict(c1=16, c2=32, height=32, hidden=64, classes=11)
 MODEL_CRNN_BATCH, MODEL_CRNN_WIDTH, MODEL_CRNN_TARGETS = 8, 128, (5, 10)
+MODEL_RESNET_BATCH, MODEL_RESNET_HW = 32, 32
+MODEL_GPT = dict(vocab=256, context=128, d_model=256, nhead=4, layers=6, dim_feedforward=1024)
+MODEL_GPT_BATCH = 8
 
 
 def time_calls_ms(fn, seconds, warmup):
@@ -155,19 +166,28 @@ def time_calls_ms(fn, seconds, warmup):
     return statistics.median(calls), min(calls), max(calls), len(calls), sum(cpu) / len(cpu)
 
 
-def model_benches():
-    """(name, fn) pairs, each fn one call of the timed work."""
+def import_models():
+    """The model classes of the oracle scripts. Importing them sets one thread and
+    deterministic algorithms (the oracles' settings), so the benches import them once
+    before choosing their thread count, and measure PyTorch's default algorithms."""
     import os
     import sys
 
-    import torch.nn.functional as F
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from autograd_oracle import ConvNet, Encoder
+    from models_oracle import Gpt, ResNet
     from rnn_oracle import Crnn
 
-    # autograd_oracle asks for deterministic algorithms; the benches measure the default.
     torch.use_deterministic_algorithms(False)
+    return dict(ConvNet=ConvNet, Encoder=Encoder, Crnn=Crnn, ResNet=ResNet, Gpt=Gpt)
+
+
+def model_benches(classes):
+    """(name, fn) pairs, each fn one call of the timed work."""
+    import torch.nn.functional as F
+
+    ConvNet, Encoder, Crnn = classes["ConvNet"], classes["Encoder"], classes["Crnn"]
+    ResNet, Gpt = classes["ResNet"], classes["Gpt"]
     g = torch.Generator().manual_seed(0)
 
     def leaf(*shape):
@@ -214,9 +234,9 @@ def model_benches():
         ] + [p for grp in opt.param_groups for p in grp["params"]]
         return fn
 
-    def step(model, inputs, loss_fn):
+    def step(model, inputs, loss_fn, make_opt=lambda p: torch.optim.Adam(p, lr=1e-3)):
         model.train()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        opt = make_opt(model.parameters())
 
         def fn():
             opt.zero_grad()
@@ -252,6 +272,14 @@ def model_benches():
 
         return resettable(fn, opt, [lines])
 
+    resnet = ResNet()
+    pictures = torch.randn(MODEL_RESNET_BATCH, 3, MODEL_RESNET_HW, MODEL_RESNET_HW, generator=g)
+    picture_classes = torch.randint(0, 10, (MODEL_RESNET_BATCH,), generator=g)
+    gpt = Gpt(**MODEL_GPT)
+    seqs = torch.randint(0, MODEL_GPT["vocab"], (MODEL_GPT_BATCH, MODEL_GPT["context"] + 1), generator=g)
+    gpt_in, gpt_next = seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
+    vocab = MODEL_GPT["vocab"]
+
     return [
         ("conv1", conv((MODEL_CONV_BATCH, 3, 32, 32), (16, 3, 3, 3))),
         ("conv2", conv((MODEL_CONV_BATCH, 16, 16, 16), (32, 16, 3, 3))),
@@ -262,6 +290,20 @@ def model_benches():
             step(encoder, (tokens, padded), lambda y: F.cross_entropy(y.reshape(-1, c), targets.reshape(-1))),
         ),
         ("step/crnn", crnn_step()),
+        (
+            "step/resnet18",
+            step(
+                resnet, (pictures,), lambda y: F.cross_entropy(y, picture_classes),
+                lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=5e-4),
+            ),
+        ),
+        (
+            "step/gpt",
+            step(
+                gpt, (gpt_in,), lambda y: F.cross_entropy(y.reshape(-1, vocab), gpt_next.reshape(-1)),
+                lambda p: torch.optim.AdamW(p, lr=3e-4),
+            ),
+        ),
     ]
 
 
@@ -304,14 +346,19 @@ def models_main():
     p.add_argument("--warmup", type=float, default=0.3)
     p.add_argument("--shapes", default="")
     p.add_argument("--blas", default="torch")
+    p.add_argument("--models", default="", help="only the model benches whose name contains this")
+    p.add_argument("--no-peaks", action="store_true", help="skip the peak memory of the steps")
     args, _ = p.parse_known_args()
     wanted = set(filter(None, args.shapes.split(",")))
     if (wanted and "models" not in wanted) or args.blas != "torch":
         return
     peaks = []
+    classes = import_models()
     for t in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(t)
-        for name, fn in model_benches():
+        for name, fn in model_benches(classes):
+            if args.models not in name:
+                continue
             med, lo, hi, count, cpu = time_calls_ms(fn, args.time, args.warmup)
             label = f"models/{name}/torch/t{t}"
             print(
@@ -319,7 +366,7 @@ def models_main():
                 f"   caller cpu mean {cpu:.3f} ms",
                 flush=True,
             )
-            if hasattr(fn, "reset"):
+            if hasattr(fn, "reset") and not args.no_peaks:
                 rest, peak = step_peak(fn)
                 mib = 1 << 20
                 peaks.append(f"{label:<44} peak {peak / mib:9.3f} MiB above rest   (at rest {rest / mib:.3f} MiB)")

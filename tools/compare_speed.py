@@ -1,21 +1,34 @@
 #!/usr/bin/env python3
-"""Times exactgrad beside PyTorch (and numpy's BLAS) on the same work, in one run.
+"""Times exactgrad beside PyTorch (and numpy's BLAS) on the same work, alternating, in rounds.
 
-Usage: .venv/bin/python tools/compare_speed.py [--threads 1,2] [--what models,gemm]
-                                               [--time 1.0]
+Usage: .venv/bin/python tools/compare_speed.py [--rounds 3] [--threads 1,2]
+                                               [--what models,gemm] [--time 1.0]
+                                               [--steps conv_net,encoder,crnn,resnet18,gpt]
 
-Order of the runs: PyTorch (and numpy's matmul), then exactgrad's benches
-(`cargo bench --bench models`, `cargo bench --bench gemm`), then PyTorch again, so that a
-change of the machine's load during the run shows as a difference between the two
-PyTorch columns. The table gives, per piece of work and thread count, the medians of
-individually timed calls and the ratio "ours speed / reference speed" (above 1: ours is
-faster). The reference of a training step is PyTorch (the faster of its two runs); the
-reference of a GEMM is the faster of torch.matmul (MKL) and numpy.matmul (OpenBLAS).
-At one thread the table also gives the ratio of CPU-time figures (the calling thread's,
-which other processes' time slices do not inflate); prefer them on a shared machine.
+Each round times PyTorch (`tools/bench_torch.py`: the training steps and torch.matmul,
+then numpy.matmul at each thread count) and exactgrad (`cargo bench --bench models` for
+the steps, `cargo bench --bench gemm` for the products), one after the other; the order
+alternates between rounds (PyTorch first in rounds 1, 3, …, exactgrad first in rounds 2,
+4, …), so that a drift of the machine's load during the run weighs on both sides alike.
+Every run reports, per piece of work, the median of individually timed calls; the
+tables give for each row the best and the median of the rounds' medians, and the ratio
+of each:
 
-Exact-mode GEMM rows at one thread also give the CPU-time rate as a fraction of the
-path's register-only multiply-then-add ceiling (`cargo bench --bench peak`).
+- training steps (ms per step): the ratio is PyTorch's time over ours (above 1: ours is
+  faster), best against best and median against median;
+- GEMM (GFLOP/s): the ratio is ours over the faster of torch.matmul (MKL) and
+  numpy.matmul (OpenBLAS), best against best and median against median; at one thread
+  the exact rows also give the median CPU-time rate as a fraction of the path's
+  register-only multiply-then-add ceiling (`cargo bench --bench peak`, run once).
+
+Beside each step's times the table prints the gradient hash of the step's first pass
+(`docs/arithmetic.md` §2), which the bench prints: in exact mode the same at every thread
+count (for ResNet-18 and the GPT the pinned values of the `reproduce` example), in fast
+mode the value of FastBackend on every path (`docs/arithmetic.md` §6). A hash that
+differs between rounds or thread counts is flagged. At one thread a third table gives
+the median over the rounds of the calling thread's CPU time per step, which other
+processes' time slices do not inflate (prefer it on a busy machine). The header gives the
+CPU model and the load (`uptime`) before and after.
 
 The benches must be able to build (`cargo bench --no-run` is run first); Python needs
 torch 2.15.0 and numpy (README, "PyTorch oracle").
@@ -23,7 +36,9 @@ torch 2.15.0 and numpy (README, "PyTorch oracle").
 
 import argparse
 import os
+import platform
 import re
+import statistics
 import subprocess
 import sys
 
@@ -35,21 +50,27 @@ LINE = re.compile(
     r"^(?P<label>(?:models|gemm)/\S+)\s+median\s+(?P<median>[\d.]+)\s+(?P<unit>ms|GFLOP/s)"
     r"(?:.*?(?:cpu-time median (?P<cpu_gf>[\d.]+)|caller cpu mean (?P<cpu_ms>[\d.]+) ms))?"
 )
+HASH = re.compile(r"^(?P<label>models/\S+)\s+hash\s+(?P<hash>0x[0-9a-f]+)")
 
-GEMM_SHAPES = ["512x512x512", "1024x1024x1024"]
-STEPS = ["step/conv_net", "step/encoder", "step/crnn"]
+GEMM_SHAPES = [("512x512x512", "512³"), ("1024x1024x1024", "1024³")]
+STEPS = ["conv_net", "encoder", "crnn", "resnet18", "gpt"]
+STEP_NAMES = {"conv_net": "conv net", "encoder": "encoder", "crnn": "CRNN", "resnet18": "ResNet-18", "gpt": "GPT"}
 
 
 def parse(text):
-    """label -> (median, cpu or None, unit)."""
-    out = {}
+    """(label -> (median, cpu or None), label -> hash)."""
+    values, hashes = {}, {}
     for line in text.splitlines():
-        m = LINE.match(line.strip())
-        if not m:
+        line = line.strip()
+        m = LINE.match(line)
+        if m:
+            cpu = m.group("cpu_gf") or m.group("cpu_ms")
+            values[m.group("label")] = (float(m.group("median")), float(cpu) if cpu else None)
             continue
-        cpu = m.group("cpu_gf") or m.group("cpu_ms")
-        out[m.group("label")] = (float(m.group("median")), float(cpu) if cpu else None, m.group("unit"))
-    return out
+        m = HASH.match(line)
+        if m:
+            hashes[m.group("label")] = m.group("hash")
+    return values, hashes
 
 
 def run(cmd, env=None):
@@ -60,40 +81,36 @@ def run(cmd, env=None):
     return r.stdout
 
 
-def python_refs(args, threads):
-    """PyTorch's models and GEMM, and numpy's GEMM, at every thread count."""
-    res = {}
-    shapes = []
-    if "gemm" in args.what:
-        shapes += ["sq512", "sq1024"]
-    if "models" in args.what:
-        shapes += ["models"]
-    bench = os.path.join(HERE, "bench_torch.py")
-    res.update(parse(run([sys.executable, bench, "--threads", ",".join(map(str, threads)),
-                          "--time", str(args.time), "--shapes", ",".join(shapes)])))
-    if "gemm" in args.what:
-        for t in threads:
-            env = dict(os.environ)
-            # numpy's OpenBLAS picks its own kernel and cache sizes in this command.
-            env.pop("OPENBLAS_CORETYPE", None)
-            env.pop("OPENBLAS_L2_SIZE", None)
-            env["OPENBLAS_NUM_THREADS"] = str(t)
-            res.update(parse(run([sys.executable, bench, "--blas", "numpy", "--threads", str(t),
-                                  "--time", str(args.time), "--shapes", "sq512,sq1024"], env)))
-    return res
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.lower().startswith(("model name", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
-def ours(args, threads):
-    res = {}
-    t_alt = "|".join(f"t{t}" for t in threads)
-    if "models" in args.what:
-        res.update(parse(run(["cargo", "bench", "-q", "--bench", "models", "--",
-                              f"models/step/.*/({t_alt})$"])))
-    if "gemm" in args.what:
-        res.update(parse(run(["cargo", "bench", "-q", "--bench", "gemm", "--",
-                              f"/({t_alt})/({'|'.join(GEMM_SHAPES)})$"])))
-        res.update(parse_peak(run(["cargo", "bench", "-q", "--bench", "peak"])))
-    return res
+def uptime():
+    try:
+        return subprocess.run(["uptime"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    except OSError:
+        return "load average " + " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def widest_isa():
+    """The path `Isa::best` picks on this CPU (for the GEMM filter), from the CPU flags."""
+    if platform.machine() in ("aarch64", "arm64"):
+        return "neon"
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return None
+    if "avx512f" in flags:
+        return "avx512"
+    if "avx2" in flags and "fma" in flags:
+        return "avx2"
+    return None
 
 
 # peak/avx512   tile 6×4  ( 16 f32 per mul-add)   exact   117.3 GFLOP/s   fast   117.3 GFLOP/s
@@ -101,8 +118,8 @@ PEAK = re.compile(r"^peak/(?P<isa>\S+)\s.*?exact\s+(?P<exact>[\d.]+) GFLOP/s\s+f
 
 
 def parse_peak(text):
-    """peak/{mode}/{isa} -> (ceiling GFLOP/s, None, unit): the register-only ceiling of
-    each GEMM path (benches/peak.rs)."""
+    """peak/{mode}/{isa} -> ceiling GFLOP/s: the register-only ceiling of each GEMM path
+    (benches/peak.rs)."""
     out = {}
     for line in text.splitlines():
         m = PEAK.match(line.strip())
@@ -110,95 +127,205 @@ def parse_peak(text):
             continue
         for mode in ["exact", "fast"]:
             if m.group(mode) != "—":
-                out[f"peak/{mode}/{m.group('isa')}"] = (float(m.group(mode)), None, "GFLOP/s")
+                out[f"peak/{mode}/{m.group('isa')}"] = float(m.group(mode))
     return out
 
 
-def widest_path(res, label):
-    """The entry `label(isa)` of the widest ISA path that ran, as (label, value)."""
+def python_refs(args, threads):
+    """PyTorch's steps and GEMM, and numpy's GEMM, at every thread count."""
+    res = {}
+    shapes = []
+    if "gemm" in args.what:
+        shapes += ["sq512", "sq1024"]
+    if "models" in args.what:
+        shapes += ["models"]
+    bench = os.path.join(HERE, "bench_torch.py")
+    out = run([sys.executable, bench, "--threads", ",".join(map(str, threads)), "--time", str(args.time),
+               "--shapes", ",".join(shapes), "--models", "step/", "--no-peaks"])
+    res.update(parse(out)[0])
+    if "gemm" in args.what:
+        for t in threads:
+            env = dict(os.environ)
+            # numpy's OpenBLAS picks its own kernel and cache sizes in this command.
+            env.pop("OPENBLAS_CORETYPE", None)
+            env.pop("OPENBLAS_L2_SIZE", None)
+            env["OPENBLAS_NUM_THREADS"] = str(t)
+            out = run([sys.executable, bench, "--blas", "numpy", "--threads", str(t),
+                       "--time", str(args.time), "--shapes", "sq512,sq1024"], env)
+            res.update(parse(out)[0])
+    return res
+
+
+def ours(args, threads):
+    res, hashes = {}, {}
+    t_alt = "|".join(f"t{t}" for t in threads)
+    if "models" in args.what:
+        steps = "|".join(args.steps)
+        v, h = parse(run(["cargo", "bench", "-q", "--bench", "models", "--",
+                          f"models/step/({steps})/.*/({t_alt})$"]))
+        res.update(v)
+        hashes.update(h)
+    if "gemm" in args.what:
+        isa = widest_isa() or "[a-z0-9]+"
+        shapes = "|".join(s for s, _ in GEMM_SHAPES)
+        res.update(parse(run(["cargo", "bench", "-q", "--bench", "gemm", "--",
+                              f"(exact|fast)/{isa}/({t_alt})/({shapes})$"]))[0])
+    return res, hashes
+
+
+def path_of(rounds, prefix, suffix):
+    """The ISA path of the first label `prefix<isa>suffix` that any round has, widest first."""
     for isa in ["avx512", "avx2", "neon", "v128", "scalar"]:
-        if label(isa) in res:
-            return label(isa), res[label(isa)]
-    return None, None
+        if any(f"{prefix}{isa}{suffix}" in r for r in rounds):
+            return isa
+    return None
 
 
-def fmt(v, unit):
-    return "—" if v is None else (f"{v:.2f} ms" if unit == "ms" else f"{v:.1f} GF/s")
+def collect(rounds, label):
+    """The rounds' (median, cpu) values of `label`."""
+    return [r[label] for r in rounds if label in r]
+
+
+def best_median(values, higher_is_better):
+    """(best, median) of the rounds' medians, or None."""
+    meds = [v[0] for v in values]
+    if not meds:
+        return None
+    return (max(meds) if higher_is_better else min(meds)), statistics.median(meds)
+
+
+def cpu_median(values):
+    cpus = [v[1] for v in values if v[1] is not None]
+    return statistics.median(cpus) if cpus else None
+
+
+def fmt_pair(p, unit):
+    if p is None:
+        return "—"
+    if unit == "ms":
+        f = (lambda x: f"{x:.1f}") if p[1] >= 100 else (lambda x: f"{x:.2f}")
+        return f"{f(p[0])} / {f(p[1])}"
+    return f"{p[0]:.1f} / {p[1]:.1f}"
+
+
+def fmt_ratio(a, b):
+    return "—" if a is None or b is None else f"{a[0] / b[0]:.2f}× / {a[1] / b[1]:.2f}×"
+
+
+def hash_cell(hashes, labels):
+    """The hash of a step in one mode at one thread count over the rounds, and whether it
+    equals the other thread counts' (`labels` lists this row's label first)."""
+    seen = {hashes[r][l] for r in range(len(hashes)) for l in labels[:1] if l in hashes[r]}
+    other = {hashes[r][l] for r in range(len(hashes)) for l in labels[1:] if l in hashes[r]}
+    if not seen:
+        return "—"
+    if len(seen) > 1:
+        return "DIFFERS between rounds: " + ", ".join(sorted(seen))
+    (h,) = seen
+    return f"`{h}`" + ("" if not other or other == seen else " (≠ other thread count)")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--what", default="models,gemm")
-    p.add_argument("--time", type=float, default=1.0)
+    p.add_argument("--time", type=float, default=1.0, help="seconds of timed calls per PyTorch benchmark")
+    p.add_argument("--steps", default=",".join(STEPS), help="training steps to time")
     args = p.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     args.what = set(args.what.split(","))
+    args.steps = [s for s in args.steps.split(",") if s]
+    if args.rounds < 1:
+        sys.exit("--rounds must be at least 1")
 
-    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
+    up_before = uptime()
     run(["cargo", "bench", "--no-run", "-q", "--bench", "models", "--bench", "gemm", "--bench", "peak"])
-    first = python_refs(args, threads)
-    mine = ours(args, threads)
-    second = python_refs(args, threads)
-    load2 = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
+    peaks = parse_peak(run(["cargo", "bench", "-q", "--bench", "peak"])) if "gemm" in args.what else {}
+    torch_rounds, our_rounds, our_hashes = [], [], []
+    for r in range(args.rounds):
+        print(f"round {r + 1} of {args.rounds}: {uptime()}", file=sys.stderr, flush=True)
+        order = ["torch", "ours"] if r % 2 == 0 else ["ours", "torch"]
+        for who in order:
+            if who == "torch":
+                torch_rounds.append(python_refs(args, threads))
+            else:
+                v, h = ours(args, threads)
+                our_rounds.append(v)
+                our_hashes.append(h)
+    up_after = uptime()
 
-    rows = []
-    for t in threads:
-        if "models" in args.what:
-            for step in STEPS:
-                ref = [r.get(f"models/{step}/torch/t{t}") for r in (first, second)]
-                ref = [x for x in ref if x]
-                if not ref:
-                    continue
-                best = min(ref, key=lambda x: x[0])
-                best_cpu = min((x[1] for x in ref if x[1] is not None), default=None)
-                for mode in ["exact", "fast"]:
-                    key, v = widest_path(mine, lambda isa: f"models/{step}/{mode}/{isa}/t{t}")
-                    if not v:
-                        continue
-                    ratio = best[0] / v[0]
-                    cpu_ratio = best_cpu / v[1] if (t == 1 and best_cpu and v[1]) else None
-                    rows.append((f"{step} t{t}", f"{mode}/{key.split('/')[4]}", fmt(v[0], "ms"),
-                                 " / ".join(fmt(x[0], "ms") for x in ref), f"{ratio:.2f}×",
-                                 f"{cpu_ratio:.2f}×" if cpu_ratio else "—"))
-        if "gemm" in args.what:
-            for shape in GEMM_SHAPES:
-                refs = []
-                for r in (first, second):
-                    for lib in ["torch", "numpy"]:
-                        x = r.get(f"gemm/{lib}/t{t}/{shape}")
-                        if x:
-                            refs.append((lib, x))
-                if not refs:
-                    continue
-                lib, best = max(refs, key=lambda x: x[1][0])
-                best_cpu = max((x[1][1] for x in refs if x[1][1] is not None), default=None)
-                for mode in ["exact", "fast"]:
-                    key, v = widest_path(mine, lambda isa: f"gemm/{mode}/{isa}/t{t}/{shape}")
-                    if not v:
-                        continue
-                    ratio = v[0] / best[0]
-                    cpu_ratio = v[1] / best_cpu if (t == 1 and best_cpu and v[1]) else None
-                    refs_txt = " / ".join(f"{l} {fmt(x[0], 'GF')}" for l, x in refs)
-                    isa = key.split('/')[2]
-                    # At one thread, exact mode also against its own ceiling (the
-                    # register-only mul+add rate of benches/peak.rs), on CPU time.
-                    peak = mine.get(f"peak/{mode}/{isa}")
-                    if mode == "exact" and t == 1 and peak and v[1]:
-                        ratio_txt = f"{ratio:.2f}× of {lib}; {v[1] / peak[0]:.2f} of its ceiling {peak[0]:.0f}"
-                    else:
-                        ratio_txt = f"{ratio:.2f}× of {lib}"
-                    rows.append((f"gemm {shape} t{t}", f"{mode}/{isa}",
-                                 fmt(v[0], "GF"), refs_txt, ratio_txt,
-                                 f"{cpu_ratio:.2f}×" if cpu_ratio else "—"))
+    print(f"\nCPU: {cpu_model()} ({os.cpu_count()} logical CPUs)")
+    print(f"before: {up_before}")
+    print(f"after:  {up_after}")
+    print(f"{args.rounds} rounds, alternating; each cell is best / median of the rounds' medians.\n")
 
-    print(f"\nload average before {' '.join(load)}, after {' '.join(load2)}")
-    head = ("work", "ours", "ours median", "reference medians (run 1 / run 2 ...)",
-            "speed ratio", "cpu-time ratio")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    if "models" in args.what:
+        isa = {m: path_of(our_rounds, f"models/step/{args.steps[0]}/{m}/", f"/t{threads[0]}")
+               for m in ["exact", "fast"]}
+        print(f"Training steps, ms per step (exact: {isa['exact']} path, fast: {isa['fast']} path; "
+              "speed = PyTorch's time / ours, above 1 ours is faster):\n")
+        head = ["step", "threads", "PyTorch", "exact", "exact speed", "exact hash", "fast", "fast speed", "fast hash"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        cpu_rows = []
+        for step in args.steps:
+            for t in threads:
+                torch_v = collect(torch_rounds, f"models/step/{step}/torch/t{t}")
+                ref = best_median(torch_v, False)
+                cells = [STEP_NAMES.get(step, step), str(t), fmt_pair(ref, "ms")]
+                cpu = {"torch": cpu_median(torch_v)}
+                for mode in ["exact", "fast"]:
+                    label = f"models/step/{step}/{mode}/{isa[mode]}/t{t}"
+                    v = collect(our_rounds, label)
+                    mine = best_median(v, False)
+                    cpu[mode] = cpu_median(v)
+                    others = [f"models/step/{step}/{mode}/{isa[mode]}/t{u}" for u in threads if u != t]
+                    cells += [fmt_pair(mine, "ms"), fmt_ratio(ref, mine), hash_cell(our_hashes, [label] + others)]
+                print("| " + " | ".join(cells) + " |")
+                if t == 1:
+                    cpu_rows.append((step, cpu))
+        if cpu_rows:
+            print("\nOne thread, CPU time of the calling thread per step (median over the rounds, ms; "
+                  "speed = PyTorch's / ours):\n")
+            head = ["step", "PyTorch", "exact", "exact speed", "fast", "fast speed"]
+            print("| " + " | ".join(head) + " |")
+            print("|" + "---|" * len(head))
+            for step, cpu in cpu_rows:
+                def c(x):
+                    return "—" if x is None else f"{x:.2f}"
+
+                def s(x):
+                    return "—" if x is None or cpu["torch"] is None else f"{cpu['torch'] / x:.2f}×"
+
+                print(f"| {STEP_NAMES.get(step, step)} | {c(cpu['torch'])} | {c(cpu['exact'])} | {s(cpu['exact'])}"
+                      f" | {c(cpu['fast'])} | {s(cpu['fast'])} |")
+
+    if "gemm" in args.what:
+        gisa = {m: path_of(our_rounds, f"gemm/{m}/", f"/t{threads[0]}/{GEMM_SHAPES[0][0]}") for m in ["exact", "fast"]}
+        print(f"\nGEMM, GFLOP/s (exact: {gisa['exact']} path, fast: {gisa['fast']} path; "
+              "ratio = ours / the faster BLAS):\n")
+        head = ["product", "threads", "torch (MKL)", "numpy (OpenBLAS)", "exact", "exact ratio", "exact of ceiling",
+                "fast", "fast ratio"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for shape, name in GEMM_SHAPES:
+            for t in threads:
+                tv = best_median(collect(torch_rounds, f"gemm/torch/t{t}/{shape}"), True)
+                nv = best_median(collect(torch_rounds, f"gemm/numpy/t{t}/{shape}"), True)
+                refs = [x for x in (tv, nv) if x]
+                ref = (max(x[0] for x in refs), max(x[1] for x in refs)) if refs else None
+                cells = [name, str(t), fmt_pair(tv, "GF"), fmt_pair(nv, "GF")]
+                for mode in ["exact", "fast"]:
+                    v = collect(our_rounds, f"gemm/{mode}/{gisa[mode]}/t{t}/{shape}")
+                    mine = best_median(v, True)
+                    cells += [fmt_pair(mine, "GF"), fmt_ratio(mine, ref)]
+                    if mode == "exact":
+                        # At one thread, against its own ceiling, on CPU time.
+                        peak, cpu = peaks.get(f"peak/exact/{gisa[mode]}"), cpu_median(v)
+                        ok = t == 1 and peak and cpu
+                        cells.append(f"{cpu / peak:.2f} of {peak:.0f}" if ok else "—")
+                print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

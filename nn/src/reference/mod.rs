@@ -1,9 +1,9 @@
 //! The reference models of the PyTorch oracle.
 //!
-//! `tools/autograd_oracle.py` and `tools/rnn_oracle.py` build these models in PyTorch
-//! 2.15.0 from seeded weights, run one forward and backward pass and write weights,
-//! inputs, loss and every gradient to
-//! `testdata/autograd/{conv_net,encoder,crnn,decoder}.safetensors`.
+//! `tools/autograd_oracle.py`, `tools/rnn_oracle.py` and `tools/models_oracle.py` build
+//! these models in PyTorch 2.15.0 from seeded weights, run one forward and backward pass
+//! and write weights, inputs, loss and every gradient to
+//! `testdata/autograd/{conv_net,encoder,crnn,decoder,resnet,gpt}.safetensors`.
 //! The same models are defined here so that the oracle tests, the `reproduce` example and
 //! the benches build them identically:
 //!
@@ -21,17 +21,28 @@
 //! - [`Decoder`]: `conv → relu → deconv1` (a strided, grouped transposed convolution
 //!   with output padding) `→ tanh → nearest → deconv2` (dilated, no bias) `→ leaky_relu
 //!   → bilinear → bilinear (align_corners) → sigmoid`, with the mean squared error.
+//! - [`ResNet`]: ResNet-18 in the CIFAR layout (a 3×3 stem without max pool, four
+//!   stages of two [`BasicBlock`]s, global average pooling, a linear layer), with cross
+//!   entropy; `tools/models_oracle.py` writes a small one to `resnet.safetensors`.
+//! - [`Gpt`]: a GPT-style decoder (token and position embeddings, pre-norm blocks with
+//!   causal self-attention, a final layer norm, a linear head), with cross entropy over
+//!   every position; `tools/models_oracle.py` writes a small one to `gpt.safetensors`.
 //!
-//! [`ConvNetCase`], [`EncoderCase`], [`CrnnCase`] and [`DecoderCase`] hold a model with
-//! its inputs; their [`ReferenceCase::forward_backward`] runs one pass and returns every
-//! gradient, in the order the gradient hashes use: parameters in `state_dict` order, then
-//! the input. The decoder's pinned value is that of a short training run instead
-//! ([`DecoderCase::train`]: the parameters after a few SGD steps).
+//! [`ConvNetCase`], [`EncoderCase`], [`CrnnCase`], [`DecoderCase`], [`ResNetCase`] and
+//! [`GptCase`] hold a model with its inputs; their [`ReferenceCase::forward_backward`]
+//! runs one pass and returns every gradient, in the order the gradient hashes use:
+//! parameters in `state_dict` order, then the input (for the four models whose input
+//! takes a gradient). The decoder's pinned value is that of a short training run instead
+//! ([`DecoderCase::train`]: the parameters after a few SGD steps); those of ResNet-18 and
+//! the GPT-style decoder are of their benches' steps from seeded initial parameters
+//! ([`ResNetCase::pinned`], [`GptCase::pinned`]).
 //!
 //! Files: this module holds the pinned hashes, [`Gradients`] and [`ReferenceCase`];
 //! [`conv_net`] the conv net and its case, [`encoder`] the transformer encoder and its
-//! case, [`crnn`] the CRNN and its case, [`decoder`] the decoder and its case. The oracle files are read with [`TensorFile`] and [`load_state_dict`] of
-//! [`crate::checkpoint`] (re-exported here).
+//! case, [`crnn`] the CRNN and its case, [`decoder`] the decoder and its case, [`resnet`]
+//! the ResNet and its case, [`gpt`] the GPT-style decoder and its case. The oracle files
+//! are read with [`TensorFile`] and [`load_state_dict`] of [`crate::checkpoint`]
+//! (re-exported here).
 //!
 //! ```
 //! use exactgrad_backends::ScalarRefBackend;
@@ -52,12 +63,16 @@ pub mod conv_net;
 pub mod crnn;
 pub mod decoder;
 pub mod encoder;
+pub mod gpt;
+pub mod resnet;
 
 pub use crate::checkpoint::{load_state_dict, TensorFile};
 pub use conv_net::{ConvNet, ConvNetCase, ConvNetConfig};
 pub use crnn::{Crnn, CrnnCase, CrnnConfig};
 pub use decoder::{Decoder, DecoderCase, DecoderTraining};
 pub use encoder::{EncoderCase, EncoderConfig, TransformerEncoder};
+pub use gpt::{Gpt, GptCase, GptConfig};
+pub use resnet::{BasicBlock, ResNet, ResNetCase, ResNetConfig};
 
 use crate::error::Result;
 use crate::module::{Module, ModuleExt};
@@ -65,20 +80,32 @@ use exactgrad_autograd::{hash_tensors, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
 
-/// The exact-mode hashes of the oracle cases on the files in `testdata/autograd/`, as
-/// `ScalarRefBackend` (the scalar oracle of the arithmetic contract) computes them: the
-/// gradient hash ([`Gradients::hash`]) of [`ConvNetCase::from_oracle`],
-/// [`EncoderCase::from_oracle`] and [`CrnnCase::from_oracle`], and the parameter hash
-/// after the training run of [`DecoderCase::from_oracle`] ([`DecoderCase::train`]).
-/// Every exact path and thread count must give these values; the tests
-/// `tests/reference_models.rs` (conv net, encoder), `tests/rnn_oracle.rs` (crnn) and
-/// `tests/decoder_oracle.rs` (decoder) pin the same numbers and the `reproduce` example
-/// checks a machine against them.
-pub const PINNED_HASHES: [(&str, u64); 4] = [
+/// The exact-mode hashes of the reference cases, as `ScalarRefBackend` (the scalar
+/// oracle of the arithmetic contract) computes them. Every exact path and thread count
+/// must give these values.
+///
+/// - `conv_net`, `encoder`, `crnn`: the gradient hash ([`Gradients::hash`]) of
+///   [`ConvNetCase::from_oracle`], [`EncoderCase::from_oracle`] and
+///   [`CrnnCase::from_oracle`] on the files in `testdata/autograd/`; `decoder`: the
+///   parameter hash after the training run of [`DecoderCase::from_oracle`]
+///   ([`DecoderCase::train`]). The tests `tests/reference_models.rs` (conv net,
+///   encoder), `tests/rnn_oracle.rs` (crnn) and `tests/decoder_oracle.rs` (decoder) pin
+///   the same numbers.
+/// - `resnet18`, `gpt`: the gradient hash of one pass of [`ResNetCase::pinned`] and
+///   [`GptCase::pinned`] (ResNet-18 on 32 images of 3×32×32 and the GPT-style decoder
+///   on 8 sequences of 128 tokens, from seeded initial parameters: the steps of
+///   `benches/models.rs`). `ScalarRefBackend` needs minutes for them, so only the
+///   `reproduce` example computes them (the tests pin the same models at a small size,
+///   on PyTorch's weights: `RESNET_HASH` and `GPT_HASH` of `tests/reference_models.rs`).
+///
+/// The `reproduce` example checks a machine against all six.
+pub const PINNED_HASHES: [(&str, u64); 6] = [
     ("conv_net", 0xa021_2c7f_3b4e_3698),
     ("encoder", 0x1215_42c7_8634_3692),
     ("crnn", 0x6671_5a90_3e97_922e),
     ("decoder", 0x683e_30cf_8bb1_ca11),
+    ("resnet18", 0x7c4a_cc3a_face_30e0),
+    ("gpt", 0x5410_af3f_dea1_4a59),
 ];
 
 // ----- results ----------------------------------------------------------------------
@@ -90,7 +117,8 @@ pub struct Gradients<B: Backend> {
     /// The model's output.
     pub logits: Tensor<B>,
     /// Every parameter's gradient in `state_dict` order, then the input's (named
-    /// `input`).
+    /// `input`) for the models whose input takes a gradient (not [`ResNetCase`] and
+    /// [`GptCase`]).
     pub gradients: Vec<(String, Tensor<B>)>,
 }
 
@@ -141,24 +169,38 @@ pub trait ReferenceCase<B: Backend> {
     fn forward_backward(&self) -> Result<Gradients<B>>;
 }
 
+/// The gradient of `t`, zeros when it has none.
+fn grad_of<B: Backend>(t: &Tensor<B>) -> Result<Tensor<B>> {
+    match t.grad() {
+        Some(g) => Ok(g),
+        None => Ok(Tensor::zeros(t.backend(), t.shape().clone())?),
+    }
+}
+
+/// The parameters' gradients in `state_dict` order, then the input's.
 fn collect<B: Backend>(
     model: &dyn Module<B>,
     input: &Tensor<B>,
     loss: Tensor<B>,
     logits: Tensor<B>,
 ) -> Result<Gradients<B>> {
-    let grad_of = |t: &Tensor<B>| -> Result<Tensor<B>> {
-        match t.grad() {
-            Some(g) => Ok(g),
-            None => Ok(Tensor::zeros(t.backend(), t.shape().clone())?),
-        }
-    };
-    let mut gradients: Vec<(String, Tensor<B>)> = model
+    let mut step = collect_parameters(model, loss, logits)?;
+    step.gradients.push(("input".to_string(), grad_of(input)?));
+    Ok(step)
+}
+
+/// The parameters' gradients in `state_dict` order (a model whose input takes no
+/// gradient: token indices, or images in ordinary training).
+fn collect_parameters<B: Backend>(
+    model: &dyn Module<B>,
+    loss: Tensor<B>,
+    logits: Tensor<B>,
+) -> Result<Gradients<B>> {
+    let gradients: Vec<(String, Tensor<B>)> = model
         .named_parameters()
         .into_iter()
         .map(|(n, t)| Ok((n, grad_of(&t)?)))
         .collect::<Result<_>>()?;
-    gradients.push(("input".to_string(), grad_of(input)?));
     Ok(Gradients {
         loss,
         logits,
