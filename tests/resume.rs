@@ -451,7 +451,11 @@ fn a_checkpoint_with_any_part_changed_gives_another_run() -> exactgrad::Result<(
     // (what, metadata entry, new value)
     let edits = [
         ("a dropout stream", "stream.drop.rng", "1:0"),
-        ("the LSTM's dropout stream", "stream.lstm.dropout_rng", "1:0"),
+        (
+            "the LSTM's dropout stream",
+            "stream.lstm.dropout_rng",
+            "1:0",
+        ),
         ("attention dropout", "stream.attention.dropout_rng", "1:0"),
         ("the loader's position", "loader.batch", "0"),
         ("the loop's stream", "rng.noise", "1:0"),

@@ -48,6 +48,13 @@
 //! ```
 #![warn(missing_docs)]
 
+// The code `#[derive(Module)]` generates names `::exactgrad_nn::…`; this makes that path
+// resolve inside this crate too.
+extern crate self as exactgrad_nn;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 pub mod activation;
 pub mod attention;
 pub mod checkpoint;
@@ -70,6 +77,14 @@ pub mod rnn;
 pub mod sequential;
 pub mod upsample;
 
+#[cfg(test)]
+mod derive_tests;
+
+/// What `#[derive(Module)]` refuses, compiled as doctests that must fail.
+#[cfg(doctest)]
+#[doc = include_str!("derive_misuse.md")]
+pub struct DeriveMisuse;
+
 pub use activation::{Flatten, Gelu, LeakyRelu, Relu, Sigmoid, Tanh};
 pub use attention::{
     FeedForwardActivation, MultiheadAttention, MultiheadAttentionConfig, TransformerEncoderLayer,
@@ -82,6 +97,7 @@ pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use error::{DataError, Error, Result};
 pub use exactgrad_autograd::AttentionMask;
+pub use exactgrad_derive::Module;
 pub use linear::Linear;
 pub use module::{Entry, IntBuffer, Module, ModuleExt, TrainingFlag, Visitor};
 pub use norm::{BatchNorm2d, BatchNormConfig, LayerNorm};

@@ -253,6 +253,12 @@ fn walk<B: Backend>(
 /// storage and gradient slot, so the tensors returned by [`ModuleExt::parameters`] are
 /// the module's own: an optimizer that updates them in place (`copy_` under `no_grad`)
 /// updates the module.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Module<{B}>`",
+    label = "not a module over `{B}`",
+    note = "in a #[derive(Module)] struct every field is a child module unless marked: #[module(param)] or #[module(buffer)] for a tensor, #[module(skip)] for plain data such as a config",
+    note = "a struct over one concrete backend names it: #[module(backend = \"ExactBackend\")]"
+)]
 pub trait Module<B: Backend> {
     /// Applies the module to `input`.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>>;
