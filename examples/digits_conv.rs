@@ -27,9 +27,9 @@ use std::time::Instant;
 #[path = "watch/mod.rs"]
 mod watch;
 
-/// The conv net. It names its children once, in `visit`; its parameters,
-/// buffers, training mode and state dict follow from that.
-#[derive(Debug)]
+/// The conv net. `#[derive(Module)]` names its children once, from the fields; its
+/// parameters, buffers, training mode and state dict follow from that.
+#[derive(Module)]
 struct DigitsConvNet<B: Backend> {
     conv1: Conv2d<B>,
     bn1: BatchNorm2d<B>,
@@ -53,9 +53,7 @@ impl<B: Backend> DigitsConvNet<B> {
             fc: Linear::new(b, 64, Digits::CLASSES, &mut rng)?,
         })
     }
-}
 
-impl<B: Backend> Module<B> for DigitsConvNet<B> {
     /// Logits `[N, 10]` of images `[N, 64]` (reshaped to `[N, 1, 8, 8]`).
     fn forward(&self, x: &Tensor<B>) -> exactgrad::Result<Tensor<B>> {
         let n = x.dims()[0];
@@ -72,14 +70,6 @@ impl<B: Backend> Module<B> for DigitsConvNet<B> {
             .relu()?
             .max_pool2d(pool)?;
         self.fc.forward(&x.flatten(1, -1)?)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv1", &self.conv1);
-        v.child("bn1", &self.bn1);
-        v.child("conv2", &self.conv2);
-        v.child("bn2", &self.bn2);
-        v.child("fc", &self.fc);
     }
 }
 

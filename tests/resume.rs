@@ -36,6 +36,7 @@ enum Arch {
 /// between them) → GRU (2 layers, dropout 0.3) → transformer encoder layer (dropout 0.2,
 /// so attention dropout too) → multi-head attention (dropout 0.2) → mean over time →
 /// Linear.
+#[derive(Module)]
 struct Stochastic<B: Backend> {
     conv: Conv2d<B>,
     bn: BatchNorm2d<B>,
@@ -101,7 +102,7 @@ impl<B: Backend> Stochastic<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Stochastic<B> {
+impl<B: Backend> Stochastic<B> {
     fn forward(&self, x: &Tensor<B>) -> exactgrad::Result<Tensor<B>> {
         let n = x.dims()[0];
         let x = self.bn.forward(&self.conv.forward(x)?)?.relu()?;
@@ -113,17 +114,6 @@ impl<B: Backend> Module<B> for Stochastic<B> {
         let y = self.encoder.forward(&y)?;
         let y = self.attention.forward(&y)?;
         self.fc.forward(&y.mean_dims(&[1], false)?)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv", &self.conv);
-        v.child("bn", &self.bn);
-        v.child("drop", &self.drop);
-        v.child("lstm", &self.lstm);
-        v.child("gru", &self.gru);
-        v.child("encoder", &self.encoder);
-        v.child("attention", &self.attention);
-        v.child("fc", &self.fc);
     }
 }
 

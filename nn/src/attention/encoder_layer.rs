@@ -4,7 +4,7 @@ use super::multihead::{MultiheadAttention, MultiheadAttentionConfig};
 use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{Module, TrainingFlag, Visitor};
+use crate::module::{Module as _, TrainingFlag};
 use crate::norm::LayerNorm;
 use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, GeluApproximation, Tensor};
@@ -78,14 +78,17 @@ impl TransformerEncoderLayerConfig {
 /// `u64` (which keyed dropout before streams were keyed by path). Dropout draws from the
 /// layer's stream `dropout_rng` and attention dropout from `self_attn.dropout_rng`, both
 /// keyed by [`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams).
+#[derive(crate::Module)]
 pub struct TransformerEncoderLayer<B: Backend> {
     self_attn: MultiheadAttention<B>,
     linear1: Linear<B>,
     linear2: Linear<B>,
     norm1: LayerNorm<B>,
     norm2: LayerNorm<B>,
+    #[module(skip)]
     config: TransformerEncoderLayerConfig,
     training: TrainingFlag,
+    #[module(rename = "dropout_rng")]
     rng: RandomStream,
 }
 
@@ -209,6 +212,11 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         }
     }
 
+    /// The layer without masks.
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_masked(input, None, None)
+    }
+
     fn dropout(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         Dropout::apply(
             "TransformerEncoderLayer",
@@ -217,27 +225,6 @@ impl<B: Backend> TransformerEncoderLayer<B> {
             self.training.get(),
             &self.rng,
         )
-    }
-}
-
-impl<B: Backend> Module<B> for TransformerEncoderLayer<B> {
-    /// The layer without masks.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        self.forward_masked(input, None, None)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("self_attn", &self.self_attn);
-        v.child("linear1", &self.linear1);
-        v.child("linear2", &self.linear2);
-        v.child("norm1", &self.norm1);
-        v.child("norm2", &self.norm2);
-        v.stream("dropout_rng", &self.rng);
-        v.training(&self.training);
-    }
-
-    fn describe(&self) -> String {
-        format!("{self:?}")
     }
 }
 

@@ -5,7 +5,7 @@ use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init;
 use crate::linear::Linear;
-use crate::module::{Module, TrainingFlag, Visitor};
+use crate::module::{Module as _, TrainingFlag};
 use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, AttentionOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -58,12 +58,17 @@ impl MultiheadAttentionConfig {
 /// `need_weights=False`). With dropout 0 or outside training it runs the fused
 /// operator; with dropout in training it forms the weights explicitly (matmul, softmax,
 /// dropout, matmul).
+#[derive(crate::Module)]
 pub struct MultiheadAttention<B: Backend> {
+    #[module(param)]
     in_proj_weight: Tensor<B>,
+    #[module(param)]
     in_proj_bias: Option<Tensor<B>>,
     out_proj: Linear<B>,
+    #[module(skip)]
     config: MultiheadAttentionConfig,
     training: TrainingFlag,
+    #[module(rename = "dropout_rng")]
     rng: RandomStream,
 }
 
@@ -137,6 +142,11 @@ impl<B: Backend> MultiheadAttention<B> {
     /// The configuration.
     pub fn config(&self) -> MultiheadAttentionConfig {
         self.config
+    }
+
+    /// Self-attention of `input` without masks.
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_attention(input, input, input, None, None)
     }
 
     /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]` (`[L, N, E]`
@@ -490,25 +500,6 @@ fn build_mask<B: Backend>(
         shape: vec![n, heads, l, s],
         additive,
     }))
-}
-
-impl<B: Backend> Module<B> for MultiheadAttention<B> {
-    /// Self-attention of `input` without masks.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        self.forward_attention(input, input, input, None, None)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.parameter("in_proj_weight", &self.in_proj_weight);
-        v.parameter("in_proj_bias", self.in_proj_bias.as_ref());
-        v.child("out_proj", &self.out_proj);
-        v.stream("dropout_rng", &self.rng);
-        v.training(&self.training);
-    }
-
-    fn describe(&self) -> String {
-        format!("{self:?}")
-    }
 }
 
 impl<B: Backend> fmt::Debug for MultiheadAttention<B> {

@@ -6,13 +6,12 @@ use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{Module, ModuleExt, Visitor};
+use crate::module::{Module as _, ModuleExt};
 use crate::norm::BatchNorm2d;
 use exactgrad_autograd::{
     AvgPool2dOptions, Conv2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor,
 };
 use exactgrad_core::{Backend, Philox};
-use std::fmt;
 
 /// Sizes of [`ConvNet`]; the default is the oracle's model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +43,7 @@ impl Default for ConvNetConfig {
 /// The reference conv net (see the module documentation); parameters `conv1.*`,
 /// `bn1.*`, `conv2.*`, `bn2.*`, `fc1.*`, `fc2.*`, buffers `bn1.running_*` and
 /// `bn2.running_*`. Inputs are `[N, C, H, W]` with `H` and `W` at least 4.
+#[derive(crate::Module, Debug)]
 pub struct ConvNet<B: Backend> {
     conv1: Conv2d<B>,
     bn1: BatchNorm2d<B>,
@@ -51,6 +51,7 @@ pub struct ConvNet<B: Backend> {
     bn2: BatchNorm2d<B>,
     fc1: Linear<B>,
     fc2: Linear<B>,
+    #[module(skip)]
     config: ConvNetConfig,
 }
 
@@ -99,17 +100,8 @@ impl<B: Backend> ConvNet<B> {
         self.config
     }
 
-    /// The mean cross entropy of the logits of `input` against `targets` (one class per
-    /// image).
-    pub fn loss(&self, input: &Tensor<B>, targets: &[i64]) -> Result<Tensor<B>> {
-        let logits = self.forward(input)?;
-        Ok(logits.cross_entropy(targets, CrossEntropyOptions::default())?)
-    }
-}
-
-impl<B: Backend> Module<B> for ConvNet<B> {
     /// The logits `[N, classes]` of `input` `[N, C, H, W]`.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let x = self.bn1.forward(&self.conv1.forward(input)?)?.relu()?;
         let x = x.max_pool2d(MaxPool2dOptions::new([2, 2]))?;
         let x = self.bn2.forward(&self.conv2.forward(&x)?)?.relu()?;
@@ -119,26 +111,11 @@ impl<B: Backend> Module<B> for ConvNet<B> {
         self.fc2.forward(&x)
     }
 
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv1", &self.conv1);
-        v.child("bn1", &self.bn1);
-        v.child("conv2", &self.conv2);
-        v.child("bn2", &self.bn2);
-        v.child("fc1", &self.fc1);
-        v.child("fc2", &self.fc2);
-    }
-}
-
-impl<B: Backend> fmt::Debug for ConvNet<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConvNet")
-            .field("conv1", &self.conv1)
-            .field("bn1", &self.bn1)
-            .field("conv2", &self.conv2)
-            .field("bn2", &self.bn2)
-            .field("fc1", &self.fc1)
-            .field("fc2", &self.fc2)
-            .finish()
+    /// The mean cross entropy of the logits of `input` against `targets` (one class per
+    /// image).
+    pub fn loss(&self, input: &Tensor<B>, targets: &[i64]) -> Result<Tensor<B>> {
+        let logits = self.forward(input)?;
+        Ok(logits.cross_entropy(targets, CrossEntropyOptions::default())?)
     }
 }
 

@@ -6,14 +6,13 @@ use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::conv::Conv2d;
 use crate::conv_transpose::ConvTranspose2d;
 use crate::error::{Error, Result};
-use crate::module::{Module, ModuleExt, Visitor};
+use crate::module::{Module as _, ModuleExt};
 use crate::optim::{Optimizer, Sgd, SgdConfig};
 use exactgrad_autograd::{
     hash_tensors, Conv2dOptions, ConvTranspose2dOptions, InterpolateOptions, InterpolateSize,
     Reduction, Tensor,
 };
 use exactgrad_core::{Backend, Philox};
-use std::fmt;
 
 /// Input channels of [`Decoder`].
 pub const DECODER_IN_CHANNELS: usize = 3;
@@ -35,6 +34,7 @@ pub const DECODER_OUT_CHANNELS: usize = 4;
 ///
 /// Parameters `conv.*`, `deconv1.*`, `deconv2.weight` (PyTorch's names). The resizes
 /// fix the output size, so any input height and width give `[N, 4, 9, 16]`.
+#[derive(crate::Module, Debug)]
 pub struct Decoder<B: Backend> {
     conv: Conv2d<B>,
     deconv1: ConvTranspose2d<B>,
@@ -92,11 +92,9 @@ impl<B: Backend> Decoder<B> {
             deconv2,
         })
     }
-}
 
-impl<B: Backend> Module<B> for Decoder<B> {
     /// The output `[N, 4, 9, 16]` in (0, 1) of an input `[N, 3, H, W]`.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let x = self.conv.forward(input)?.relu()?;
         let x = self.deconv1.forward(&x)?.tanh()?;
         let x = x.interpolate(
@@ -116,22 +114,6 @@ impl<B: Backend> Module<B> for Decoder<B> {
             },
         )?;
         Ok(x.sigmoid()?)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv", &self.conv);
-        v.child("deconv1", &self.deconv1);
-        v.child("deconv2", &self.deconv2);
-    }
-}
-
-impl<B: Backend> fmt::Debug for Decoder<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decoder")
-            .field("conv", &self.conv)
-            .field("deconv1", &self.deconv1)
-            .field("deconv2", &self.deconv2)
-            .finish()
     }
 }
 
