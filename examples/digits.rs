@@ -21,7 +21,7 @@
 use exactgrad::nn::data::{DataLoader, Digits};
 use exactgrad::nn::metrics::accuracy;
 use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer};
-use exactgrad::nn::{Linear, Module, Relu, Sequential};
+use exactgrad::nn::{Linear, Relu, Sequential};
 use exactgrad::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;

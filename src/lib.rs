@@ -121,10 +121,12 @@ pub mod prelude {
         Optimizer, SchedulerConfig, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
     };
     pub use exactgrad_nn::{
-        BatchNorm2d, BatchNormConfig, Conv2d, Entry, FeedForwardActivation, Flatten, Gelu,
-        LayerNorm, LeakyRelu, Linear, Module, ModuleExt, MultiheadAttention,
-        MultiheadAttentionConfig, RandomStream, Relu, Sequential, Sigmoid, Tanh, TrainingFlag,
-        TransformerEncoderLayer, TransformerEncoderLayerConfig, Visitor,
+        AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, BatchNormConfig, CausalTransformerLayer, Conv2d,
+        Entry, FeedForwardActivation, Flatten, Gelu, GroupNorm, GroupNormConfig, Identity,
+        IntBuffer, Lambda, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool2d, Module, ModuleExt,
+        MultiheadAttention, MultiheadAttentionConfig, RandomStream, Relu, Sequential, Sigmoid,
+        Silu, Softmax, Tanh, TrainingFlag, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+        Visitor,
     };
     pub use exactgrad_nn::{
         Conv1d, ConvTranspose2d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample,

@@ -187,10 +187,37 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         src_mask: Option<AttentionMask<'_, B>>,
         src_key_padding_mask: Option<AttentionMask<'_, B>>,
     ) -> Result<Tensor<B>> {
+        self.run(src, src_mask, src_key_padding_mask, false)
+    }
+
+    /// The layer with causal self-attention: position `i` attends to positions `j ≤ i`
+    /// only (PyTorch's `layer(src, src_mask=nn.Transformer.generate_square_subsequent_mask(L),
+    /// src_key_padding_mask=…, is_causal=True)`), with an optional
+    /// `src_key_padding_mask` `[N, S]` (see
+    /// [`MultiheadAttention::forward_causal`]).
+    pub fn forward_causal(
+        &self,
+        src: &Tensor<B>,
+        src_key_padding_mask: Option<AttentionMask<'_, B>>,
+    ) -> Result<Tensor<B>> {
+        self.run(src, None, src_key_padding_mask, true)
+    }
+
+    fn run(
+        &self,
+        src: &Tensor<B>,
+        src_mask: Option<AttentionMask<'_, B>>,
+        src_key_padding_mask: Option<AttentionMask<'_, B>>,
+        causal: bool,
+    ) -> Result<Tensor<B>> {
         let sa = |x: &Tensor<B>| -> Result<Tensor<B>> {
-            let y = self
-                .self_attn
-                .forward_attention(x, x, x, src_key_padding_mask, src_mask)?;
+            let y = if causal {
+                self.self_attn
+                    .forward_causal(x, x, x, src_key_padding_mask)?
+            } else {
+                self.self_attn
+                    .forward_attention(x, x, x, src_key_padding_mask, src_mask)?
+            };
             self.dropout(&y)
         };
         let ff = |x: &Tensor<B>| -> Result<Tensor<B>> {

@@ -210,6 +210,37 @@ impl<B: Backend> MultiheadAttention<B> {
         key_padding_mask: Option<AttentionMask<'_, B>>,
         attn_mask: Option<AttentionMask<'_, B>>,
     ) -> Result<Tensor<B>> {
+        self.attend(query, key, value, key_padding_mask, attn_mask, false)
+    }
+
+    /// Causal attention: [`forward_attention`](Self::forward_attention) where query `i`
+    /// attends to keys `j ≤ i` only (PyTorch's `attn_mask =
+    /// nn.Transformer.generate_square_subsequent_mask(L)` with `is_causal=True`), with an
+    /// optional `key_padding_mask`. Without a padding mask and outside attention dropout
+    /// it runs the fused operator with `is_causal`, so no mask is built.
+    ///
+    /// Fails as [`forward_attention`](Self::forward_attention) does.
+    pub fn forward_causal(
+        &self,
+        query: &Tensor<B>,
+        key: &Tensor<B>,
+        value: &Tensor<B>,
+        key_padding_mask: Option<AttentionMask<'_, B>>,
+    ) -> Result<Tensor<B>> {
+        self.attend(query, key, value, key_padding_mask, None, true)
+    }
+
+    /// The attention of [`forward_attention`](Self::forward_attention), causal when
+    /// `causal` (then `attn_mask` is `None`).
+    fn attend(
+        &self,
+        query: &Tensor<B>,
+        key: &Tensor<B>,
+        value: &Tensor<B>,
+        key_padding_mask: Option<AttentionMask<'_, B>>,
+        attn_mask: Option<AttentionMask<'_, B>>,
+        causal: bool,
+    ) -> Result<Tensor<B>> {
         let op = "MultiheadAttention";
         let e = self.config.embed_dim;
         let h = self.config.num_heads;
@@ -263,6 +294,24 @@ impl<B: Backend> MultiheadAttention<B> {
                 ),
             ));
         }
+        let p = self.config.dropout;
+        let explicit = self.training.get() && p > 0.0;
+        // Causal attention runs the fused operator's `is_causal` when nothing else masks;
+        // otherwise the causal restriction is a `[L, S]` block mask (1 where `j > i`)
+        // combined with the padding mask as PyTorch combines `attn_mask`.
+        let fused_causal = causal && key_padding_mask.is_none() && !explicit;
+        let causal_block = if causal && !fused_causal {
+            let values = (0..l)
+                .flat_map(|i| (0..s).map(move |j| if j > i { 1.0 } else { 0.0 }))
+                .collect();
+            Some(Tensor::from_vec(query.backend(), values, [l, s])?)
+        } else {
+            None
+        };
+        let attn_mask = match &causal_block {
+            Some(t) => Some(AttentionMask::Block(t)),
+            None => attn_mask,
+        };
         let mask = build_mask(op, n, h, l, s, rank == 2, key_padding_mask, attn_mask)?;
 
         // Projections: rows [0, E), [E, 2E), [2E, 3E) of the stacked weight.
@@ -286,8 +335,7 @@ impl<B: Backend> MultiheadAttention<B> {
             )?),
             None => None,
         };
-        let p = self.config.dropout;
-        let o = if self.training.get() && p > 0.0 {
+        let o = if explicit {
             // Explicit weights so that dropout can act on them.
             let scale = (1.0 / (hd as f64).sqrt()) as f32;
             let mut scores = qh.matmul(&kh.transpose(-2, -1)?)?.mul_scalar(scale)?;
@@ -315,6 +363,7 @@ impl<B: Backend> MultiheadAttention<B> {
             };
             let opts = AttentionOptions {
                 mask: m,
+                is_causal: fused_causal,
                 ..AttentionOptions::default()
             };
             qh.scaled_dot_product_attention(&kh, &vh, opts)?
