@@ -149,7 +149,7 @@ pub fn train<B: Backend>(
             opt.clear_grad();
             let logits = model.forward(&batch.inputs)?;
             let loss = logits.cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
-            loss.backward(None, false)?;
+            loss.backward()?;
             if first_step_hash.is_none() {
                 let grads: Vec<Tensor<B>> = params.iter().filter_map(Tensor::grad).collect();
                 let gradient_hash = hash_of(&grads)?;

@@ -250,7 +250,7 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
                 .forward(&batch.inputs)?
                 .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
             opt.clear_grad();
-            loss.backward(None, false)?;
+            loss.backward()?;
             opt.step()?;
             sched.step(&mut opt)?;
             let l = f64::from(loss.item()?);

@@ -17,7 +17,7 @@
 //! let w = Tensor::from_vec(&b, vec![1.0, -2.0, 0.5, -3.0], [2, 2])?.requires_grad()?;
 //! let x = Tensor::from_vec(&b, vec![0.5, 1.0], [1, 2])?;
 //! let loss = x.matmul(&w)?.relu()?.sum()?;
-//! loss.backward(None, false)?;
+//! loss.backward()?;
 //! assert_eq!(w.grad().unwrap().to_vec()?, vec![0.5, 0.0, 1.0, 0.0]);
 //! # Ok(())
 //! # }
@@ -72,7 +72,7 @@ pub struct MemoryDoctests;
 ///             .forward(&batch.inputs)?
 ///             .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
 ///         opt.clear_grad();
-///         loss.backward(None, false)?;
+///         loss.backward()?;
 ///         opt.step()?;
 ///         sched.step(&mut opt)?;
 ///     }
@@ -95,7 +95,7 @@ pub struct MemoryDoctests;
 pub mod prelude {
     pub use exactgrad_autograd::{
         hash_tensors, no_grad, ActivationScope, AttentionMask, AttentionOptions, AvgPool2dOptions,
-        BatchNormOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,
+        BackwardOptions, BatchNormOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,
         CrossEntropyOptions, GeluApproximation, GradCheck, GroupNormOptions, LayerNormOptions,
         MaxPool2dOptions, Momentum, Reduction, Tensor,
     };

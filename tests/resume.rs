@@ -252,7 +252,7 @@ impl<B: Backend> Run<B> {
                     .forward(&x)?
                     .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
                 self.opt.clear_grad();
-                loss.backward(None, false)?;
+                loss.backward()?;
                 clip_grad_norm(self.opt.parameters(), 1.0)?;
                 self.opt.step()?;
                 self.sched.step(&mut *self.opt)?;

@@ -150,7 +150,7 @@ fn bench<B: Backend>(comm: &Comm, b: &B, a: &Args, label: &str) -> Result<()> {
             };
             shard_losses(b, &model, &images, &targets, &shard)?
                 .sum()?
-                .backward(None, false)?;
+                .backward()?;
             let mut at = 0;
             for p in &params {
                 let g = p.grad().map(|g| g.to_vec()).transpose()?;

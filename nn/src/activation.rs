@@ -187,7 +187,7 @@ mod tests {
             .unwrap()
             .sum()
             .unwrap()
-            .backward(None, false)
+            .backward()
             .unwrap();
         // d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x))).
         let g = x.grad().unwrap().to_vec().unwrap();

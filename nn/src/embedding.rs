@@ -173,7 +173,7 @@ mod tests {
         let y = e.forward(&x).unwrap();
         assert_eq!(y.dims(), [2, 2, 3]);
         assert_eq!(y.to_vec().unwrap()[..3], w[3..6]);
-        y.sum().unwrap().backward(None, false).unwrap();
+        y.sum().unwrap().backward().unwrap();
         let g = e.weight().grad().unwrap().to_vec().unwrap();
         assert_eq!(
             g,

@@ -41,7 +41,7 @@
 //! let x = Tensor::rand_uniform(&b, [5, 4], 0.0, 1.0, &mut rng)?;
 //! let y = model.forward(&x)?.relu()?.mean()?;
 //! opt.clear_grad();
-//! y.backward(None, false)?;
+//! y.backward()?;
 //! opt.step()?;
 //! # Ok(())
 //! # }

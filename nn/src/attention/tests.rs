@@ -313,12 +313,7 @@ fn encoder_layer_names_norms_and_dropout() {
     drop.set_training(false);
     close(&drop.forward(&x).unwrap(), &y_pre, 0.0);
     // Gradients reach every parameter.
-    post.forward(&x)
-        .unwrap()
-        .sum()
-        .unwrap()
-        .backward(None, false)
-        .unwrap();
+    post.forward(&x).unwrap().sum().unwrap().backward().unwrap();
     assert!(post.parameters().iter().all(|p| p.grad().is_some()));
     assert!(TransformerEncoderLayer::new(
         &ScalarRefBackend,

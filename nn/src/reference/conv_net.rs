@@ -199,7 +199,7 @@ impl<B: Backend> ReferenceCase<B> for ConvNetCase<B> {
         self.input.clear_grad();
         let logits = self.model.forward(&self.input)?;
         let loss = logits.cross_entropy(&self.targets, CrossEntropyOptions::default())?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, logits)
     }
 }

@@ -258,7 +258,7 @@ impl<B: Backend> ReferenceCase<B> for CrnnCase<B> {
         self.input.clear_grad();
         let lp = self.model.forward(&self.input)?;
         let loss = self.loss(&lp)?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, lp)
     }
 }

@@ -247,7 +247,7 @@ impl<B: Backend> DecoderCase<B> {
         for _ in 0..t.steps {
             opt.clear_grad();
             let y = self.model.forward(&self.input.detach())?;
-            self.loss(&y)?.backward(None, false)?;
+            self.loss(&y)?.backward()?;
             opt.step()?;
         }
         let params = self.model.parameters();
@@ -271,7 +271,7 @@ impl<B: Backend> ReferenceCase<B> for DecoderCase<B> {
         self.input.clear_grad();
         let y = self.model.forward(&self.input)?;
         let loss = self.loss(&y)?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, y)
     }
 }

@@ -215,7 +215,7 @@ impl<B: Backend> ReferenceCase<B> for EncoderCase<B> {
         let loss = logits
             .reshape_infer(&[-1, classes])?
             .cross_entropy(&self.targets, CrossEntropyOptions::default())?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, logits)
     }
 }
