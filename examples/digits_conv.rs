@@ -41,14 +41,14 @@ struct DigitsConvNet<B: Backend> {
 impl<B: Backend> DigitsConvNet<B> {
     fn new(b: &B, seed: u64) -> exactgrad::Result<Self> {
         let mut rng = Philox::new(seed);
-        let pad = Conv2dOptions {
+        let conv = |i, o| Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
         Ok(Self {
-            conv1: Conv2d::with_options(b, 1, 8, [3, 3], pad, true, &mut rng)?,
+            conv1: Conv2d::new(b, conv(1, 8), &mut rng)?,
             bn1: BatchNorm2d::new(b, 8)?,
-            conv2: Conv2d::with_options(b, 8, 16, [3, 3], pad, true, &mut rng)?,
+            conv2: Conv2d::new(b, conv(8, 16), &mut rng)?,
             bn2: BatchNorm2d::new(b, 16)?,
             fc: Linear::new(b, 64, Digits::CLASSES, &mut rng)?,
         })

@@ -129,6 +129,7 @@ pub mod prelude {
         Visitor,
     };
     pub use exactgrad_nn::{
-        Conv1d, ConvTranspose2d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample,
+        Conv1d, Conv1dConfig, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig, Dropout,
+        Embedding, EmbeddingConfig, Gru, LayerNormConfig, Lstm, RnnConfig, Upsample,
     };
 }

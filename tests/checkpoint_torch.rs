@@ -20,12 +20,12 @@ fn data(name: &str) -> PathBuf {
 /// Linear(256, 10), LayerNorm(10))`.
 fn model<B: Backend>(b: &B, seed: u64) -> exactgrad::Result<Sequential<B>> {
     let mut rng = Philox::new(seed);
-    let pad = Conv2dOptions {
+    let conv = Conv2dConfig {
         padding: [1, 1],
-        ..Conv2dOptions::default()
+        ..Conv2dConfig::new(1, 4, [3, 3])
     };
     Ok(Sequential::new()
-        .push(Conv2d::with_options(b, 1, 4, [3, 3], pad, true, &mut rng)?)
+        .push(Conv2d::new(b, conv, &mut rng)?)
         .push(BatchNorm2d::new(b, 4)?)
         .push(Relu)
         .push(Flatten)
@@ -179,12 +179,12 @@ fn mismatches_are_reported_by_name_and_change_nothing() -> exactgrad::Result<()>
     let file = TensorFile::load(data("torch_f32.safetensors"))?;
     // Another head width, no layer norm, and a batch counter stored as a float.
     let mut rng = Philox::new(0);
-    let pad = Conv2dOptions {
+    let conv = Conv2dConfig {
         padding: [1, 1],
-        ..Conv2dOptions::default()
+        ..Conv2dConfig::new(1, 4, [3, 3])
     };
     let other = Sequential::new()
-        .push(Conv2d::with_options(&b, 1, 4, [3, 3], pad, true, &mut rng)?)
+        .push(Conv2d::new(&b, conv, &mut rng)?)
         .push(BatchNorm2d::new(&b, 4)?)
         .push(Relu)
         .push(Flatten)

@@ -379,7 +379,7 @@ fn a_convolution_layer_whose_fan_in_overflows_is_an_error() {
     ] {
         let e = assert_err(
             "Conv2d::new",
-            exactgrad::nn::Conv2d::new(&B, c, 1, k, &mut rng),
+            exactgrad::nn::Conv2d::new(&B, Conv2dConfig::new(c, 1, k), &mut rng),
         );
         assert!(e.contains("Conv2d") || e.contains("elements"), "{e}");
     }

@@ -50,10 +50,6 @@ struct Stochastic<B: Backend> {
 
 impl<B: Backend> Stochastic<B> {
     fn new(b: &B, rng: &mut Philox) -> exactgrad::Result<Self> {
-        let pad = Conv2dOptions {
-            padding: [1, 1],
-            ..Conv2dOptions::default()
-        };
         let rnn = |input, rng: &mut Philox, gru: bool| -> exactgrad::Result<_> {
             let config = RnnConfig {
                 num_layers: 2,
@@ -67,7 +63,14 @@ impl<B: Backend> Stochastic<B> {
                 (Some(Lstm::new(b, config, rng)?), None)
             })
         };
-        let conv = Conv2d::with_options(b, 1, 4, [3, 3], pad, true, rng)?;
+        let conv = Conv2d::new(
+            b,
+            Conv2dConfig {
+                padding: [1, 1],
+                ..Conv2dConfig::new(1, 4, [3, 3])
+            },
+            rng,
+        )?;
         let (lstm, _) = rnn(16, rng, false)?;
         let (_, gru) = rnn(8, rng, true)?;
         let encoder = TransformerEncoderLayer::new(
@@ -121,13 +124,13 @@ fn model<B: Backend>(b: &B, arch: Arch, seed: u64) -> exactgrad::Result<Box<dyn 
     let mut rng = Philox::new(seed);
     Ok(match arch {
         Arch::Conv => {
-            let pad = Conv2dOptions {
+            let conv = Conv2dConfig {
                 padding: [1, 1],
-                ..Conv2dOptions::default()
+                ..Conv2dConfig::new(1, 3, [3, 3])
             };
             Box::new(
                 Sequential::new()
-                    .push(Conv2d::with_options(b, 1, 3, [3, 3], pad, true, &mut rng)?)
+                    .push(Conv2d::new(b, conv, &mut rng)?)
                     .push(BatchNorm2d::new(b, 3)?)
                     .push(Relu)
                     .push(Flatten)

@@ -30,7 +30,7 @@
 //! same gradients, and the overhead of the tree over the all-reduce.
 
 use exactgrad::nn::reference::{ConvNet, ConvNetConfig};
-use exactgrad::nn::{Module, ModuleExt};
+use exactgrad::nn::ModuleExt;
 use exactgrad::prelude::*;
 use exactgrad_distributed::{run, Comm, DataParallel, DdpConfig, Error, Result, Shard};
 use mpi::collective::SystemOperation;

@@ -94,18 +94,20 @@ pub use attention::{
     CausalTransformerLayer, FeedForwardActivation, MultiheadAttention, MultiheadAttentionConfig,
     TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
-pub use conv::Conv2d;
-pub use conv1d::Conv1d;
-pub use conv_transpose::ConvTranspose2d;
+pub use conv::{Conv2d, Conv2dConfig};
+pub use conv1d::{Conv1d, Conv1dConfig};
+pub use conv_transpose::{ConvTranspose2d, ConvTranspose2dConfig};
 pub use dropout::Dropout;
-pub use embedding::Embedding;
+pub use embedding::{Embedding, EmbeddingConfig};
 pub use error::{DataError, Error, Result};
 pub use exactgrad_autograd::AttentionMask;
 pub use exactgrad_derive::Module;
 pub use lambda::Lambda;
 pub use linear::Linear;
 pub use module::{Entry, IntBuffer, Module, ModuleExt, TrainingFlag, Visitor};
-pub use norm::{BatchNorm2d, BatchNormConfig, GroupNorm, GroupNormConfig, LayerNorm};
+pub use norm::{
+    BatchNorm2d, BatchNormConfig, GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig,
+};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use random::RandomStream;
 pub use rnn::{Gru, Lstm, RnnConfig};

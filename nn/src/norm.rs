@@ -212,6 +212,29 @@ impl<B: Backend> fmt::Debug for BatchNorm2d<B> {
     }
 }
 
+/// Options of [`LayerNorm`], with PyTorch's defaults (`nn.LayerNorm(normalized_shape,
+/// eps=1e-05, elementwise_affine=True, bias=True)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerNormConfig {
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+    /// Whether the layer has a learnable `weight` (default true).
+    pub elementwise_affine: bool,
+    /// Whether an affine layer also has a `bias` (default true; ignored without
+    /// `elementwise_affine`, as in PyTorch).
+    pub bias: bool,
+}
+
+impl Default for LayerNormConfig {
+    fn default() -> Self {
+        Self {
+            eps: 1e-5,
+            elementwise_affine: true,
+            bias: true,
+        }
+    }
+}
+
 /// Layer normalisation over the trailing `normalized_shape` dimensions (PyTorch's
 /// `nn.LayerNorm`), on [`Tensor::layer_norm`].
 ///
@@ -229,21 +252,22 @@ impl<B: Backend> LayerNorm<B> {
     ///
     /// Fails when `normalized_shape` is empty or contains 0.
     pub fn new(backend: &B, normalized_shape: &[usize]) -> Result<Self> {
-        Self::with_config(backend, normalized_shape, 1e-5, true, true)
+        Self::with_config(backend, normalized_shape, LayerNormConfig::default())
     }
 
-    /// A layer with the given `eps`, with or without the affine `weight`
-    /// (`elementwise_affine`) and, when affine, with or without `bias` (PyTorch's
-    /// arguments of the same names).
+    /// A layer with the given `eps`, with or without the affine `weight` and `bias`.
     ///
     /// Fails when `normalized_shape` is empty or contains 0.
     pub fn with_config(
         backend: &B,
         normalized_shape: &[usize],
-        eps: f32,
-        elementwise_affine: bool,
-        bias: bool,
+        config: LayerNormConfig,
     ) -> Result<Self> {
+        let LayerNormConfig {
+            eps,
+            elementwise_affine,
+            bias,
+        } = config;
         if normalized_shape.is_empty() || normalized_shape.contains(&0) {
             return Err(Error::invalid(
                 "LayerNorm::new",
@@ -616,9 +640,26 @@ mod tests {
             let v: f32 = row.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / 6.0;
             assert!(m.abs() < 1e-5 && (v - 1.0).abs() < 1e-3, "{m} {v}");
         }
-        let plain = LayerNorm::with_config(&b, &[3], 1e-6, false, true).unwrap();
+        let plain = LayerNorm::with_config(
+            &b,
+            &[3],
+            LayerNormConfig {
+                eps: 1e-6,
+                elementwise_affine: false,
+                bias: true,
+            },
+        )
+        .unwrap();
         assert!(plain.named_parameters().is_empty());
-        let no_bias = LayerNorm::with_config(&b, &[3], 1e-6, true, false).unwrap();
+        let no_bias = LayerNorm::with_config(
+            &b,
+            &[3],
+            LayerNormConfig {
+                bias: false,
+                ..LayerNormConfig::default()
+            },
+        )
+        .unwrap();
         assert_eq!(no_bias.named_parameters().len(), 1);
         assert!(LayerNorm::new(&b, &[]).is_err());
         assert!(LayerNorm::new(&b, &[0]).is_err());

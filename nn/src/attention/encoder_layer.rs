@@ -5,7 +5,7 @@ use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::module::{Module as _, TrainingFlag};
-use crate::norm::LayerNorm;
+use crate::norm::{LayerNorm, LayerNormConfig};
 use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, GeluApproximation, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -131,8 +131,14 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         };
         let linear1 = linear(e, ff, rng)?;
         let linear2 = linear(ff, e, rng)?;
-        let norm =
-            || LayerNorm::with_config(backend, &[e], config.layer_norm_eps, true, config.bias);
+        let norm = || {
+            let config = LayerNormConfig {
+                eps: config.layer_norm_eps,
+                elementwise_affine: true,
+                bias: config.bias,
+            };
+            LayerNorm::with_config(backend, &[e], config)
+        };
         let (norm1, norm2) = (norm()?, norm()?);
         let _ = rng.next_u64();
         Ok(Self {

@@ -3,14 +3,12 @@
 
 use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
+use crate::conv::{Conv2d, Conv2dConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::module::{Module as _, ModuleExt};
 use crate::norm::BatchNorm2d;
-use exactgrad_autograd::{
-    AvgPool2dOptions, Conv2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor,
-};
+use exactgrad_autograd::{AvgPool2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 
 /// Sizes of [`ConvNet`]; the default is the oracle's model.
@@ -61,20 +59,12 @@ impl<B: Backend> ConvNet<B> {
     ///
     /// Fails when a size is 0.
     pub fn new(backend: &B, config: ConvNetConfig, rng: &mut Philox) -> Result<Self> {
-        let pad1 = Conv2dOptions {
+        let conv = |i, o| Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
-        let conv1 = Conv2d::with_options(
-            backend,
-            config.in_channels,
-            config.c1,
-            [3, 3],
-            pad1,
-            true,
-            rng,
-        )?;
-        let conv2 = Conv2d::with_options(backend, config.c1, config.c2, [3, 3], pad1, true, rng)?;
+        let conv1 = Conv2d::new(backend, conv(config.in_channels, config.c1), rng)?;
+        let conv2 = Conv2d::new(backend, conv(config.c1, config.c2), rng)?;
         if config.hidden == 0 || config.classes == 0 {
             return Err(Error::invalid(
                 "ConvNet::new",

@@ -3,14 +3,12 @@
 
 use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
+use crate::conv::{Conv2d, Conv2dConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::module::{Module as _, ModuleExt};
 use crate::rnn::{Lstm, RnnConfig};
-use exactgrad_autograd::{
-    Conv2dOptions, CtcBatch, CtcLossOptions, CtcTargets, MaxPool2dOptions, Tensor,
-};
+use exactgrad_autograd::{CtcBatch, CtcLossOptions, CtcTargets, MaxPool2dOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 
 /// Sizes of [`Crnn`]; the default is the oracle's model.
@@ -71,12 +69,12 @@ impl<B: Backend> Crnn<B> {
                 ),
             ));
         }
-        let pad1 = Conv2dOptions {
+        let conv = |i, o| Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
-        let conv1 = Conv2d::with_options(backend, 1, config.c1, [3, 3], pad1, true, rng)?;
-        let conv2 = Conv2d::with_options(backend, config.c1, config.c2, [3, 3], pad1, true, rng)?;
+        let conv1 = Conv2d::new(backend, conv(1, config.c1), rng)?;
+        let conv2 = Conv2d::new(backend, conv(config.c1, config.c2), rng)?;
         let lstm = Lstm::new(
             backend,
             RnnConfig {

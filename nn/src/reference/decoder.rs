@@ -3,15 +3,12 @@
 
 use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
-use crate::conv_transpose::ConvTranspose2d;
+use crate::conv::{Conv2d, Conv2dConfig};
+use crate::conv_transpose::{ConvTranspose2d, ConvTranspose2dConfig};
 use crate::error::{Error, Result};
 use crate::module::{Module as _, ModuleExt};
 use crate::optim::{Optimizer, Sgd, SgdConfig};
-use exactgrad_autograd::{
-    hash_tensors, Conv2dOptions, ConvTranspose2dOptions, InterpolateOptions, InterpolateSize,
-    Reduction, Tensor,
-};
+use exactgrad_autograd::{hash_tensors, InterpolateOptions, InterpolateSize, Reduction, Tensor};
 use exactgrad_core::{Backend, Philox};
 
 /// Input channels of [`Decoder`].
@@ -45,45 +42,34 @@ impl<B: Backend> Decoder<B> {
     /// A model initialised as PyTorch initialises its layers, drawing `conv`, `deconv1`
     /// and `deconv2` in that order from `rng`.
     pub fn new(backend: &B, rng: &mut Philox) -> Result<Self> {
-        let conv = Conv2d::with_options(
+        let conv = Conv2d::new(
             backend,
-            DECODER_IN_CHANNELS,
-            8,
-            [3, 3],
-            Conv2dOptions {
+            Conv2dConfig {
                 padding: [1, 1],
-                ..Conv2dOptions::default()
+                ..Conv2dConfig::new(DECODER_IN_CHANNELS, 8, [3, 3])
             },
-            true,
             rng,
         )?;
-        let deconv1 = ConvTranspose2d::with_options(
+        let deconv1 = ConvTranspose2d::new(
             backend,
-            8,
-            6,
-            [3, 3],
-            ConvTranspose2dOptions {
+            ConvTranspose2dConfig {
                 stride: [2, 2],
                 padding: [1, 1],
                 output_padding: [1, 1],
                 groups: 2,
-                ..ConvTranspose2dOptions::default()
+                ..ConvTranspose2dConfig::new(8, 6, [3, 3])
             },
-            true,
             rng,
         )?;
-        let deconv2 = ConvTranspose2d::with_options(
+        let deconv2 = ConvTranspose2d::new(
             backend,
-            6,
-            DECODER_OUT_CHANNELS,
-            [3, 2],
-            ConvTranspose2dOptions {
+            ConvTranspose2dConfig {
                 stride: [1, 2],
                 padding: [1, 0],
                 dilation: [2, 1],
-                ..ConvTranspose2dOptions::default()
+                bias: false,
+                ..ConvTranspose2dConfig::new(6, DECODER_OUT_CHANNELS, [3, 2])
             },
-            false,
             rng,
         )?;
         Ok(Self {
