@@ -21,7 +21,7 @@
 use exactgrad::nn::data::{DataLoader, Digits};
 use exactgrad::nn::metrics::accuracy;
 use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer};
-use exactgrad::nn::{Linear, Module, Relu, Sequential};
+use exactgrad::nn::{Linear, Relu, Sequential};
 use exactgrad::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -149,7 +149,7 @@ pub fn train<B: Backend>(
             opt.clear_grad();
             let logits = model.forward(&batch.inputs)?;
             let loss = logits.cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
-            loss.backward(None, false)?;
+            loss.backward()?;
             if first_step_hash.is_none() {
                 let grads: Vec<Tensor<B>> = params.iter().filter_map(Tensor::grad).collect();
                 let gradient_hash = hash_of(&grads)?;

@@ -27,9 +27,9 @@ use std::time::Instant;
 #[path = "watch/mod.rs"]
 mod watch;
 
-/// The conv net. It names its children once, in `visit`; its parameters,
-/// buffers, training mode and state dict follow from that.
-#[derive(Debug)]
+/// The conv net. `#[derive(Module)]` names its children once, from the fields; its
+/// parameters, buffers, training mode and state dict follow from that.
+#[derive(Module)]
 struct DigitsConvNet<B: Backend> {
     conv1: Conv2d<B>,
     bn1: BatchNorm2d<B>,
@@ -41,21 +41,19 @@ struct DigitsConvNet<B: Backend> {
 impl<B: Backend> DigitsConvNet<B> {
     fn new(b: &B, seed: u64) -> exactgrad::Result<Self> {
         let mut rng = Philox::new(seed);
-        let pad = Conv2dOptions {
+        let conv = |i, o| Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
         Ok(Self {
-            conv1: Conv2d::with_options(b, 1, 8, [3, 3], pad, true, &mut rng)?,
+            conv1: Conv2d::new(b, conv(1, 8), &mut rng)?,
             bn1: BatchNorm2d::new(b, 8)?,
-            conv2: Conv2d::with_options(b, 8, 16, [3, 3], pad, true, &mut rng)?,
+            conv2: Conv2d::new(b, conv(8, 16), &mut rng)?,
             bn2: BatchNorm2d::new(b, 16)?,
             fc: Linear::new(b, 64, Digits::CLASSES, &mut rng)?,
         })
     }
-}
 
-impl<B: Backend> Module<B> for DigitsConvNet<B> {
     /// Logits `[N, 10]` of images `[N, 64]` (reshaped to `[N, 1, 8, 8]`).
     fn forward(&self, x: &Tensor<B>) -> exactgrad::Result<Tensor<B>> {
         let n = x.dims()[0];
@@ -72,14 +70,6 @@ impl<B: Backend> Module<B> for DigitsConvNet<B> {
             .relu()?
             .max_pool2d(pool)?;
         self.fc.forward(&x.flatten(1, -1)?)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv1", &self.conv1);
-        v.child("bn1", &self.bn1);
-        v.child("conv2", &self.conv2);
-        v.child("bn2", &self.bn2);
-        v.child("fc", &self.fc);
     }
 }
 
@@ -260,7 +250,7 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
                 .forward(&batch.inputs)?
                 .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
             opt.clear_grad();
-            loss.backward(None, false)?;
+            loss.backward()?;
             opt.step()?;
             sched.step(&mut opt)?;
             let l = f64::from(loss.item()?);

@@ -17,7 +17,7 @@
 //! let w = Tensor::from_vec(&b, vec![1.0, -2.0, 0.5, -3.0], [2, 2])?.requires_grad()?;
 //! let x = Tensor::from_vec(&b, vec![0.5, 1.0], [1, 2])?;
 //! let loss = x.matmul(&w)?.relu()?.sum()?;
-//! loss.backward(None, false)?;
+//! loss.backward()?;
 //! assert_eq!(w.grad().unwrap().to_vec()?, vec![0.5, 0.0, 1.0, 0.0]);
 //! # Ok(())
 //! # }
@@ -72,7 +72,7 @@ pub struct MemoryDoctests;
 ///             .forward(&batch.inputs)?
 ///             .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
 ///         opt.clear_grad();
-///         loss.backward(None, false)?;
+///         loss.backward()?;
 ///         opt.step()?;
 ///         sched.step(&mut opt)?;
 ///     }
@@ -95,7 +95,7 @@ pub struct MemoryDoctests;
 pub mod prelude {
     pub use exactgrad_autograd::{
         hash_tensors, no_grad, ActivationScope, AttentionMask, AttentionOptions, AvgPool2dOptions,
-        BatchNormOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,
+        BackwardOptions, BatchNormOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,
         CrossEntropyOptions, GeluApproximation, GradCheck, GroupNormOptions, LayerNormOptions,
         MaxPool2dOptions, Momentum, Reduction, Tensor,
     };
@@ -121,12 +121,15 @@ pub mod prelude {
         Optimizer, SchedulerConfig, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
     };
     pub use exactgrad_nn::{
-        BatchNorm2d, BatchNormConfig, Conv2d, Entry, FeedForwardActivation, Flatten, Gelu,
-        LayerNorm, LeakyRelu, Linear, Module, ModuleExt, MultiheadAttention,
-        MultiheadAttentionConfig, RandomStream, Relu, Sequential, Sigmoid, Tanh, TrainingFlag,
-        TransformerEncoderLayer, TransformerEncoderLayerConfig, Visitor,
+        AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, BatchNormConfig, CausalTransformerLayer, Conv2d,
+        Entry, FeedForwardActivation, Flatten, Gelu, GroupNorm, GroupNormConfig, Identity,
+        IntBuffer, Lambda, LayerNorm, LeakyRelu, Linear, LogSoftmax, MaxPool2d, Module, ModuleExt,
+        MultiheadAttention, MultiheadAttentionConfig, RandomStream, Relu, Sequential, Sigmoid,
+        Silu, Softmax, Tanh, TrainingFlag, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+        Visitor,
     };
     pub use exactgrad_nn::{
-        Conv1d, ConvTranspose2d, Dropout, Embedding, Gru, Lstm, RnnConfig, Upsample,
+        Conv1d, Conv1dConfig, Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig, Dropout,
+        Embedding, EmbeddingConfig, Gru, LayerNormConfig, Lstm, RnnConfig, Upsample,
     };
 }

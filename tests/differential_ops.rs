@@ -59,7 +59,7 @@ impl<B: Backend> Cases<'_, B> {
         let y = f(&leaves).unwrap_or_else(|e| panic!("{name}: {e}"));
         let seed =
             Tensor::from_vec(self.b, values(y.numel(), 77, false), y.shape().clone()).unwrap();
-        y.backward(Some(&seed), false)
+        y.backward_with(BackwardOptions::default().gradient(&seed))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let grads: Vec<Tensor<B>> = leaves
             .iter()

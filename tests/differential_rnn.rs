@@ -68,7 +68,7 @@ fn case<B: Backend>(
             Some(t) => t.add(&s).unwrap(),
         });
     }
-    total.unwrap().backward(None, false).unwrap();
+    total.unwrap().backward().unwrap();
     let mut h = exactgrad::core::GradHasher::new();
     let fast = b.mode() == ComputeMode::Fast;
     let mut feed = |t: &Tensor<B>| {

@@ -26,7 +26,7 @@ use std::time::Duration;
 fn model<B: Backend>(b: &B) -> exactgrad::nn::Result<Sequential<B>> {
     let mut rng = Philox::new(3);
     Ok(Sequential::new()
-        .push(Conv2d::new(b, 1, 2, [2, 2], &mut rng)?)
+        .push(Conv2d::new(b, Conv2dConfig::new(1, 2, [2, 2]), &mut rng)?)
         .push(BatchNorm2d::new(b, 2)?)
         .push(Flatten)
         .push(Linear::new(b, 8, 3, &mut rng)?))

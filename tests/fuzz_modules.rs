@@ -222,7 +222,17 @@ impl Spec {
                 kernel,
                 opts,
                 bias,
-            } => Box::new(Conv2d::with_options(b, *i, *o, *kernel, *opts, *bias, rng)?),
+            } => {
+                let config = Conv2dConfig {
+                    stride: opts.stride,
+                    padding: opts.padding,
+                    dilation: opts.dilation,
+                    groups: opts.groups,
+                    bias: *bias,
+                    ..Conv2dConfig::new(*i, *o, *kernel)
+                };
+                Box::new(Conv2d::new(b, config, rng)?)
+            }
             Spec::ConvFrom { w, b: bias, opts } => {
                 let w = w.make(b, false)?.1;
                 let bias = bias.as_ref().map(|o| o.make(b, false)).transpose()?;
@@ -246,7 +256,14 @@ impl Spec {
                 eps,
                 affine,
                 bias,
-            } => Box::new(LayerNorm::with_config(b, shape, *eps, *affine, *bias)?),
+            } => {
+                let config = LayerNormConfig {
+                    eps: *eps,
+                    elementwise_affine: *affine,
+                    bias: *bias,
+                };
+                Box::new(LayerNorm::with_config(b, shape, config)?)
+            }
             Spec::Attention(config, training) => {
                 let m = MultiheadAttention::new(b, *config, rng)?;
                 m.set_training(*training);

@@ -114,7 +114,7 @@ proptest! {
             for t in [&q, &k, &v] {
                 t.clear_grad();
             }
-            y.backward(Some(&g), false).unwrap();
+            y.backward_with(BackwardOptions::default().gradient(&g)).unwrap();
             [&q, &k, &v].iter().map(|t| t.grad().unwrap().to_vec().unwrap()).collect()
         };
         let (gf, gc) = (grads(&fused), grads(&composed));
@@ -145,7 +145,7 @@ fn empty_shapes() {
         .scaled_dot_product_attention(&k, &v, AttentionOptions::causal())
         .unwrap();
     assert_eq!(y.dims(), &[1, 0, 3]);
-    y.sum().unwrap().backward(None, false).unwrap();
+    y.sum().unwrap().backward().unwrap();
     assert_eq!(k.grad().unwrap().to_vec().unwrap(), vec![0.0; 12]);
 }
 
@@ -208,7 +208,7 @@ fn attention_fully_masked_rows_give_zeros() {
         assert!(yv[b * 9 + 3..b * 9 + 6].iter().all(|&x| x == 0.0));
         assert!(yv[b * 9..b * 9 + 3].iter().all(|&x| x != 0.0));
     }
-    y.sum().unwrap().backward(None, false).unwrap();
+    y.sum().unwrap().backward().unwrap();
     let gq = q.grad().unwrap().to_vec().unwrap();
     for b in 0..2 {
         assert!(gq[b * 12 + 4..b * 12 + 8].iter().all(|&x| x == 0.0));

@@ -5,7 +5,8 @@
 //! of bad arguments.
 
 use exactgrad::autograd::{
-    AvgPool2dOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions, MaxPool2dOptions,
+    AvgPool2dOptions, BackwardOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,
+    MaxPool2dOptions,
 };
 use proptest::prelude::*;
 
@@ -391,7 +392,7 @@ proptest! {
         let b = tensor(&[o], seed ^ 2).requires_grad().unwrap();
         let y = x.conv2d(&wt, Some(&b), opts).unwrap();
         let gy = tensor(y.dims(), seed ^ 3);
-        y.backward(Some(&gy), false).unwrap();
+        y.backward_with(BackwardOptions::default().gradient(&gy)).unwrap();
         let want = direct_conv2d(&x.to_vec().unwrap(), xs, &wt.to_vec().unwrap(), ws, &b.to_vec().unwrap(), &gy.to_vec().unwrap(), opts);
         prop_assert_eq!(bits(&y.to_vec().unwrap()), bits(&want.y), "forward");
         prop_assert_eq!(bits(&x.grad().unwrap().to_vec().unwrap()), bits(&want.gx), "grad input");
@@ -428,9 +429,9 @@ fn max_pool2d_ties_and_nan() {
     assert_eq!(yv[0], 3.0);
     assert!(yv[1].is_nan() && yv[2].is_nan());
     assert_eq!(yv[3], f32::NEG_INFINITY);
-    y.backward(
-        Some(&T::from_vec(&B, vec![1.0, 2.0, 3.0, 4.0], [1, 1, 1, 4]).unwrap()),
-        false,
+    y.backward_with(
+        BackwardOptions::default()
+            .gradient(&T::from_vec(&B, vec![1.0, 2.0, 3.0, 4.0], [1, 1, 1, 4]).unwrap()),
     )
     .unwrap();
     assert_eq!(
@@ -447,9 +448,9 @@ fn max_pool2d_ties_and_nan() {
         ..MaxPool2dOptions::new([1, 3])
     };
     let y = x.max_pool2d(opts).unwrap();
-    y.backward(
-        Some(&T::from_vec(&B, vec![1.0, 10.0, 100.0], [1, 1, 3]).unwrap()),
-        false,
+    y.backward_with(
+        BackwardOptions::default()
+            .gradient(&T::from_vec(&B, vec![1.0, 10.0, 100.0], [1, 1, 3]).unwrap()),
     )
     .unwrap();
     assert_eq!(
@@ -469,7 +470,7 @@ fn max_pool2d_ties_and_nan() {
     };
     let y = x.max_pool2d(opts).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![f32::NEG_INFINITY; 2]);
-    y.backward(Some(&T::ones(&B, [1, 1, 2, 1]).unwrap()), false)
+    y.backward_with(BackwardOptions::default().gradient(&T::ones(&B, [1, 1, 2, 1]).unwrap()))
         .unwrap();
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.0]);
 }
@@ -998,7 +999,7 @@ proptest! {
         let b = tensor(&[cog * groups], seed ^ 2).requires_grad().unwrap();
         let y = x.conv_transpose2d(&wt, Some(&b), opts).unwrap();
         let gy = tensor(y.dims(), seed ^ 3);
-        y.backward(Some(&gy), false).unwrap();
+        y.backward_with(BackwardOptions::default().gradient(&gy)).unwrap();
         let want = direct_conv_transpose2d(&x.to_vec().unwrap(), xs, &wt.to_vec().unwrap(), ws, &b.to_vec().unwrap(), &gy.to_vec().unwrap(), opts);
         prop_assert_eq!(bits(&y.to_vec().unwrap()), bits(&want.y), "forward");
         prop_assert_eq!(bits(&x.grad().unwrap().to_vec().unwrap()), bits(&want.gx), "grad input");

@@ -88,7 +88,8 @@ fn embedding_accumulates_in_f64() {
     let y = T::embedding(&w, &[1, 1, 1, 0], &[4], Some(0)).unwrap();
     assert_eq!(y.dims(), &[4, 1]);
     let g = T::from_vec(&B, vec![1.0, 1e-8, -1.0, 5.0], [4, 1]).unwrap();
-    y.backward(Some(&g), false).unwrap();
+    y.backward_with(BackwardOptions::default().gradient(&g))
+        .unwrap();
     // f32 additions in order would give 0 for row 1; row 0 is the padding row.
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.0, 1e-8, 0.0]);
 }

@@ -159,7 +159,7 @@ proptest! {
         let w = T::from_slice(&B, &wv, [m]).unwrap().requires_grad().unwrap();
         let b = T::from_slice(&B, &bv, [m]).unwrap().requires_grad().unwrap();
         let y = x.layer_norm(&[m], LayerNormOptions::default().affine(&w, &b)).unwrap();
-        y.backward(Some(&T::from_slice(&B, &gv, [rows, m]).unwrap()), false).unwrap();
+        y.backward_with(BackwardOptions::default().gradient(&T::from_slice(&B, &gv, [rows, m]).unwrap())).unwrap();
         let (ry, rdx, rdw, rdb) = layer_norm_reference(&xv, m, &wv, &bv, &gv, 1e-5);
         prop_assert_eq!(bits(&y.to_vec().unwrap()), bits(&ry));
         prop_assert_eq!(bits(&x.grad().unwrap().to_vec().unwrap()), bits(&rdx));
@@ -217,7 +217,7 @@ fn one_value_per_group_is_exact() {
         .layer_norm(&[1], LayerNormOptions::default().affine(&w, &b))
         .unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![b.to_vec().unwrap()[0]; 4]);
-    y.backward(Some(&uniform(&[4, 1], 4, -1.0, 1.0)), false)
+    y.backward_with(BackwardOptions::default().gradient(&uniform(&[4, 1], 4, -1.0, 1.0)))
         .unwrap();
     assert!(x
         .grad()
@@ -284,7 +284,7 @@ fn batch_norm_running_statistics() {
         assert!((var_out - ss / 20.0 / (ss / 20.0 + 1e-5)).abs() < 1e-5);
     }
     // The update is not recorded: backward works and the statistics get no gradient.
-    y.sum().unwrap().backward(None, false).unwrap();
+    y.sum().unwrap().backward().unwrap();
     assert!(rm.grad().is_none() && rv.grad().is_none());
     // Evaluation normalises with the running statistics and leaves them alone.
     let (m1, v1) = (rm.to_vec().unwrap(), rv.to_vec().unwrap());
@@ -331,7 +331,7 @@ fn empty_shapes() {
     };
     let y = x.layer_norm(&[4], opts).unwrap();
     assert_eq!(y.dims(), &[0, 4]);
-    y.sum().unwrap().backward(None, false).unwrap();
+    y.sum().unwrap().backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![0.0; 4]);
     assert_eq!(
         t(&[0, 4, 2])

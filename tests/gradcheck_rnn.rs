@@ -460,7 +460,7 @@ fn ctc_impossible_alignments() {
         assert_eq!(v[0], if zero_infinity { 0.0 } else { f32::INFINITY });
         assert_eq!(v[1], 0.0);
         lp.clear_grad();
-        loss.backward(Some(&T::ones(&B, [2]).unwrap()), false)
+        loss.backward_with(BackwardOptions::default().gradient(&T::ones(&B, [2]).unwrap()))
             .unwrap();
         assert!(lp
             .grad()

@@ -176,7 +176,7 @@ fn conv_net() {
         let loss = logits
             .cross_entropy(&case.targets, CrossEntropyOptions::default())
             .unwrap();
-        loss.backward(None, false).unwrap();
+        loss.backward().unwrap();
         loss
     });
     check("conv_net", &costs, Some(17_000));
@@ -204,7 +204,7 @@ fn encoder() {
             .unwrap()
             .cross_entropy(&case.targets, CrossEntropyOptions::default())
             .unwrap();
-        loss.backward(None, false).unwrap();
+        loss.backward().unwrap();
         loss
     });
     check("encoder", &costs, Some(58_000));
@@ -221,7 +221,7 @@ fn crnn() {
         case.input.clear_grad();
         let lp = case.model.forward(&case.input).unwrap();
         let loss = case.loss(&lp).unwrap();
-        loss.backward(None, false).unwrap();
+        loss.backward().unwrap();
         loss
     });
     check("crnn", &costs, None);

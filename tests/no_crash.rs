@@ -354,7 +354,7 @@ fn normalising_an_empty_input_with_huge_dimensions_or_group_counts_returns_promp
                 .unwrap();
             let y = f(&x).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
             assert_eq!(y.dims(), shape);
-            y.sum().unwrap().backward(None, false).unwrap();
+            y.sum().unwrap().backward().unwrap();
             assert_eq!(x.grad().unwrap().dims(), shape);
         }
         // A small empty input keeps working, with affine parameters of its shape.
@@ -379,7 +379,7 @@ fn a_convolution_layer_whose_fan_in_overflows_is_an_error() {
     ] {
         let e = assert_err(
             "Conv2d::new",
-            exactgrad::nn::Conv2d::new(&B, c, 1, k, &mut rng),
+            exactgrad::nn::Conv2d::new(&B, Conv2dConfig::new(c, 1, k), &mut rng),
         );
         assert!(e.contains("Conv2d") || e.contains("elements"), "{e}");
     }
@@ -403,7 +403,7 @@ fn a_size_one_dimension_with_a_stride_near_usize_max_is_walked_without_overflow(
         assert_eq!(col.to_vec().unwrap(), [4.0, 5.0, 6.0, 7.0]);
         let y = row.mul(&row.t().unwrap().t().unwrap()).unwrap();
         assert_eq!(y.to_vec().unwrap(), [16.0, 25.0, 36.0, 49.0]);
-        y.sum().unwrap().backward(None, false).unwrap();
+        y.sum().unwrap().backward().unwrap();
         let g = x.grad().unwrap().to_vec().unwrap();
         assert_eq!(&g[4..8], [8.0, 10.0, 12.0, 14.0]);
         assert!(g[..4].iter().chain(&g[8..]).all(|&v| v == 0.0));
@@ -465,7 +465,7 @@ fn average_pooling_to_an_empty_output_with_a_huge_dimension_allocates_no_windows
             .unwrap();
         let y = x.adaptive_avg_pool2d([huge, usize::MAX]).unwrap();
         assert_eq!(y.dims(), [0, 1, huge, usize::MAX]);
-        y.sum().unwrap().backward(None, false).unwrap();
+        y.sum().unwrap().backward().unwrap();
         assert_eq!(x.grad().unwrap().dims(), [0, 1, 1, 1]);
     }
 }

@@ -259,7 +259,7 @@ fn mha_against_torch<B: Backend>(b: &B, label: &str) -> (f64, f64) {
         .unwrap()
         .sum()
         .unwrap();
-    loss.backward(None, false).unwrap();
+    loss.backward().unwrap();
     let e_out = scaled_error(&out.to_vec().unwrap(), file.floats("output/out").unwrap().1);
     assert!(
         e_out <= 1e-4,

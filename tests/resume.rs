@@ -36,6 +36,7 @@ enum Arch {
 /// between them) → GRU (2 layers, dropout 0.3) → transformer encoder layer (dropout 0.2,
 /// so attention dropout too) → multi-head attention (dropout 0.2) → mean over time →
 /// Linear.
+#[derive(Module)]
 struct Stochastic<B: Backend> {
     conv: Conv2d<B>,
     bn: BatchNorm2d<B>,
@@ -49,10 +50,6 @@ struct Stochastic<B: Backend> {
 
 impl<B: Backend> Stochastic<B> {
     fn new(b: &B, rng: &mut Philox) -> exactgrad::Result<Self> {
-        let pad = Conv2dOptions {
-            padding: [1, 1],
-            ..Conv2dOptions::default()
-        };
         let rnn = |input, rng: &mut Philox, gru: bool| -> exactgrad::Result<_> {
             let config = RnnConfig {
                 num_layers: 2,
@@ -66,7 +63,14 @@ impl<B: Backend> Stochastic<B> {
                 (Some(Lstm::new(b, config, rng)?), None)
             })
         };
-        let conv = Conv2d::with_options(b, 1, 4, [3, 3], pad, true, rng)?;
+        let conv = Conv2d::new(
+            b,
+            Conv2dConfig {
+                padding: [1, 1],
+                ..Conv2dConfig::new(1, 4, [3, 3])
+            },
+            rng,
+        )?;
         let (lstm, _) = rnn(16, rng, false)?;
         let (_, gru) = rnn(8, rng, true)?;
         let encoder = TransformerEncoderLayer::new(
@@ -101,7 +105,7 @@ impl<B: Backend> Stochastic<B> {
     }
 }
 
-impl<B: Backend> Module<B> for Stochastic<B> {
+impl<B: Backend> Stochastic<B> {
     fn forward(&self, x: &Tensor<B>) -> exactgrad::Result<Tensor<B>> {
         let n = x.dims()[0];
         let x = self.bn.forward(&self.conv.forward(x)?)?.relu()?;
@@ -114,30 +118,19 @@ impl<B: Backend> Module<B> for Stochastic<B> {
         let y = self.attention.forward(&y)?;
         self.fc.forward(&y.mean_dims(&[1], false)?)
     }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv", &self.conv);
-        v.child("bn", &self.bn);
-        v.child("drop", &self.drop);
-        v.child("lstm", &self.lstm);
-        v.child("gru", &self.gru);
-        v.child("encoder", &self.encoder);
-        v.child("attention", &self.attention);
-        v.child("fc", &self.fc);
-    }
 }
 
 fn model<B: Backend>(b: &B, arch: Arch, seed: u64) -> exactgrad::Result<Box<dyn Module<B>>> {
     let mut rng = Philox::new(seed);
     Ok(match arch {
         Arch::Conv => {
-            let pad = Conv2dOptions {
+            let conv = Conv2dConfig {
                 padding: [1, 1],
-                ..Conv2dOptions::default()
+                ..Conv2dConfig::new(1, 3, [3, 3])
             };
             Box::new(
                 Sequential::new()
-                    .push(Conv2d::with_options(b, 1, 3, [3, 3], pad, true, &mut rng)?)
+                    .push(Conv2d::new(b, conv, &mut rng)?)
                     .push(BatchNorm2d::new(b, 3)?)
                     .push(Relu)
                     .push(Flatten)
@@ -262,7 +255,7 @@ impl<B: Backend> Run<B> {
                     .forward(&x)?
                     .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
                 self.opt.clear_grad();
-                loss.backward(None, false)?;
+                loss.backward()?;
                 clip_grad_norm(self.opt.parameters(), 1.0)?;
                 self.opt.step()?;
                 self.sched.step(&mut *self.opt)?;

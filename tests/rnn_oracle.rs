@@ -227,7 +227,7 @@ fn recurrent_against_torch<B: Backend>(b: &B, label: &str) -> String {
         .unwrap()
         .add(&out.h_n.mul(&up("input/up_h")).unwrap().sum().unwrap())
         .unwrap();
-    loss.backward(None, false).unwrap();
+    loss.backward().unwrap();
     let mut e_out = output_error(label, &file, "output/output", &out.output);
     e_out = e_out.max(output_error(label, &file, "output/h_n", &out.h_n));
     let mut named = gru.named_parameters();
@@ -256,7 +256,7 @@ fn recurrent_against_torch<B: Backend>(b: &B, label: &str) -> String {
     ] {
         loss = loss.add(&t.mul(&up(u)).unwrap().sum().unwrap()).unwrap();
     }
-    loss.backward(None, false).unwrap();
+    loss.backward().unwrap();
     for (name, t) in [
         ("lstm/output/output", &out.output),
         ("lstm/output/h_n", &out.h_n),
@@ -383,12 +383,7 @@ fn ctc_against_torch<B: Backend>(b: &B, label: &str) -> String {
                 }
                 let upstream = file.floats(&format!("{key}/upstream")).unwrap().1;
                 let up = Tensor::from_slice(b, upstream, loss.dims()).unwrap();
-                loss.mul(&up)
-                    .unwrap()
-                    .sum()
-                    .unwrap()
-                    .backward(None, false)
-                    .unwrap();
+                loss.mul(&up).unwrap().sum().unwrap().backward().unwrap();
                 let grad = logits.grad().unwrap().to_vec().unwrap();
                 // PyTorch in float64 is the reference of the gradient (its float32
                 // recursions are off by up to 2e-6 scaled themselves); float32 PyTorch
@@ -470,7 +465,8 @@ fn ctc_bits<B: Backend>(b: &B) -> u64 {
             };
             let loss = x.ctc_loss(set.batch(), opts).unwrap();
             let seed = Tensor::ones(b, loss.dims()).unwrap();
-            loss.backward(Some(&seed), false).unwrap();
+            loss.backward_with(BackwardOptions::default().gradient(&seed))
+                .unwrap();
             h.update(&loss.to_vec().unwrap());
             h.update(&x.grad().unwrap().to_vec().unwrap());
         }
@@ -554,12 +550,7 @@ fn resize_against_torch<B: Backend>(b: &B, label: &str) -> String {
         }
         assert!(e <= 1e-5, "{label}/{name}: output scaled error {e:.2e}");
         let up = file.tensor(b, &format!("{name}/upstream")).unwrap();
-        y.mul(&up)
-            .unwrap()
-            .sum()
-            .unwrap()
-            .backward(None, false)
-            .unwrap();
+        y.mul(&up).unwrap().sum().unwrap().backward().unwrap();
         let g = x.grad().unwrap().to_vec().unwrap();
         let eg = scaled_error(&g, file.floats(&format!("{name}/grad")).unwrap().1);
         assert!(eg <= 1e-5, "{label}/{name}: gradient scaled error {eg:.2e}");

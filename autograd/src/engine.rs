@@ -1,6 +1,8 @@
 //! The reverse-mode engine: records, saved tensors and `backward`.
 //!
-//! `y.backward(gradient, retain_graph)`:
+//! `y.backward()` (PyTorch's `y.backward()`), or `y.backward_with(options)` with a seed
+//! `gradient` and `retain_graph` ([`BackwardOptions`], PyTorch's arguments of the same
+//! names):
 //! 1. `y` must require gradients. Without `gradient`, `y` must have one element (the seed
 //!    is 1); otherwise `gradient` must have `y`'s shape (it is copied).
 //! 2. The records reachable from `y` are ordered by an iterative depth-first search over
@@ -231,6 +233,77 @@ fn topological_order<B: Backend>(root: &Arc<Node<B>>) -> Vec<Arc<Node<B>>> {
     order
 }
 
+/// Options of [`Tensor::backward_with`] (PyTorch's `backward(gradient, retain_graph)`),
+/// by default none: the seed 1 of a one-element tensor, the records released.
+///
+/// ```
+/// use exactgrad_autograd::{BackwardOptions, Tensor};
+/// use exactgrad_backends::ScalarRefBackend;
+///
+/// # fn main() -> exactgrad_autograd::Result<()> {
+/// let b = ScalarRefBackend;
+/// let x = Tensor::from_vec(&b, vec![1.0, 2.0], [2])?.requires_grad()?;
+/// let y = x.mul_scalar(3.0)?;
+/// let seed = Tensor::from_vec(&b, vec![1.0, 10.0], [2])?;
+/// y.backward_with(BackwardOptions::default().gradient(&seed).retain_graph(true))?;
+/// y.backward_with(BackwardOptions::default().gradient(&seed))?; // the records were kept
+/// assert_eq!(x.grad().unwrap().to_vec()?, [6.0, 60.0]);
+/// # Ok(())
+/// # }
+/// ```
+pub struct BackwardOptions<'a, B: Backend> {
+    /// The gradient of the output to start from (PyTorch's `gradient`), of the output's
+    /// shape; `None` (the default) needs a one-element output and seeds it with 1.
+    pub gradient: Option<&'a Tensor<B>>,
+    /// Keeps the records after the pass, so that another backward can run through them
+    /// (PyTorch's `retain_graph`; default false).
+    pub retain_graph: bool,
+}
+
+impl<B: Backend> Default for BackwardOptions<'_, B> {
+    fn default() -> Self {
+        Self {
+            gradient: None,
+            retain_graph: false,
+        }
+    }
+}
+
+impl<B: Backend> Clone for BackwardOptions<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for BackwardOptions<'_, B> {}
+
+impl<B: Backend> std::fmt::Debug for BackwardOptions<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackwardOptions")
+            .field("gradient", &self.gradient)
+            .field("retain_graph", &self.retain_graph)
+            .finish()
+    }
+}
+
+impl<'a, B: Backend> BackwardOptions<'a, B> {
+    /// These options with `gradient` as the seed.
+    pub fn gradient(self, gradient: &'a Tensor<B>) -> Self {
+        Self {
+            gradient: Some(gradient),
+            ..self
+        }
+    }
+
+    /// These options with `retain_graph` set to `retain`.
+    pub fn retain_graph(self, retain: bool) -> Self {
+        Self {
+            retain_graph: retain,
+            ..self
+        }
+    }
+}
+
 pub(crate) fn backward<B: Backend>(
     root: &Tensor<B>,
     gradient: Option<&Tensor<B>>,
@@ -366,7 +439,9 @@ mod tests {
         let loss = w.mul_scalar(2.0).unwrap().sum().unwrap();
         let loss2 = other.mul(&w.sum().unwrap()).unwrap().sum().unwrap();
         for l in [&loss, &loss2] {
-            let e = l.backward(None, true).unwrap_err();
+            let e = l
+                .backward_with(BackwardOptions::default().retain_graph(true))
+                .unwrap_err();
             assert!(
                 matches!(e, Error::ConcurrentBackward { ref shape } if shape == &[2]),
                 "{e}"
@@ -376,9 +451,10 @@ mod tests {
         assert!(w.grad().is_none() && other.grad().is_none());
         // The records were not released: the same call succeeds once the claim ends.
         drop(held);
-        loss.backward(None, true).unwrap();
+        loss.backward_with(BackwardOptions::default().retain_graph(true))
+            .unwrap();
         assert_eq!(w.grad().unwrap().to_vec().unwrap(), [2.0, 2.0]);
-        loss2.backward(None, false).unwrap();
+        loss2.backward().unwrap();
         assert_eq!(other.grad().unwrap().to_vec().unwrap(), [3.0]);
         assert_eq!(w.grad().unwrap().to_vec().unwrap(), [5.0, 5.0]);
     }
@@ -411,7 +487,8 @@ mod tests {
         }
         let loss = h.sum().unwrap();
         drop(h);
-        loss.backward(None, retain_graph).unwrap();
+        loss.backward_with(BackwardOptions::default().retain_graph(retain_graph))
+            .unwrap();
         let v = log.lock().unwrap().clone();
         v
     }
@@ -455,7 +532,7 @@ mod tests {
                 s.spawn(|| {
                     for _ in 0..50 {
                         let loss = w.sum().unwrap();
-                        match loss.backward(None, false) {
+                        match loss.backward() {
                             Ok(()) => {
                                 ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }

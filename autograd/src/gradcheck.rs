@@ -9,6 +9,7 @@
 //! `EXACTGRAD_GRADCHECK_LOG` to a file path appends one line per checked input with its
 //! worst errors.
 
+use crate::engine::BackwardOptions;
 use crate::error::Result;
 use crate::grad_mode::no_grad;
 use crate::tensor::Tensor;
@@ -138,7 +139,7 @@ impl GradCheck {
         let w = try_collect("gradcheck", (0..y.numel()).map(|_| rng.uniform(-1.0, 1.0)))?;
         let w_t = Tensor::from_vec(y.backend(), w.clone(), y.shape().clone())?;
         if y.is_requires_grad() {
-            y.backward(Some(&w_t), false)?;
+            y.backward_with(BackwardOptions::default().gradient(&w_t))?;
         }
         let analytic: Vec<Vec<f32>> = leaves
             .iter()

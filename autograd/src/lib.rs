@@ -32,6 +32,7 @@ pub mod ops;
 pub mod scope;
 pub mod tensor;
 
+pub use engine::BackwardOptions;
 pub use error::{Error, Result};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};

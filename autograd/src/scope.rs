@@ -27,7 +27,7 @@
 //!     let scope = ActivationScope::new();
 //!     let twice = w.mul_scalar(2.0).unwrap();
 //!     let loss = twice.sum().unwrap();
-//!     loss.backward(None, false).unwrap();
+//!     loss.backward().unwrap();
 //!     scope.keep(&loss);
 //!     (loss, twice)
 //! }; // the scope ends: `twice` is released, `loss` was kept

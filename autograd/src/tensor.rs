@@ -594,13 +594,22 @@ impl<B: Backend> Tensor<B> {
         Ok(())
     }
 
-    /// Runs reverse-mode differentiation from this tensor (see [`crate::engine`]).
+    /// Runs reverse-mode differentiation from this one-element tensor with the seed 1
+    /// (PyTorch's `loss.backward()`; see [`crate::engine`]): every leaf on the way that
+    /// requires gradients gets its gradient added to [`grad`](Self::grad), and the records
+    /// on the way are released, so a second backward through them is an error.
     ///
-    /// Without `gradient` the tensor must have one element and the seed is 1; otherwise
-    /// `gradient` must have this tensor's shape. Unless `retain_graph`, the records on the
-    /// way are released and a second backward through them is an error.
-    pub fn backward(&self, gradient: Option<&Tensor<B>>, retain_graph: bool) -> Result<()> {
-        crate::engine::backward(self, gradient, retain_graph)
+    /// Fails when the tensor does not require gradients or has more than one element (use
+    /// [`backward_with`](Self::backward_with) and a `gradient`).
+    pub fn backward(&self) -> Result<()> {
+        crate::engine::backward(self, None, false)
+    }
+
+    /// [`backward`](Self::backward) with options ([`BackwardOptions`](crate::BackwardOptions),
+    /// PyTorch's `backward(gradient, retain_graph)`): a seed `gradient` of this tensor's
+    /// shape, and `retain_graph` to keep the records for another pass.
+    pub fn backward_with(&self, options: crate::BackwardOptions<'_, B>) -> Result<()> {
+        crate::engine::backward(self, options.gradient, options.retain_graph)
     }
 
     // ----- in-place operations (not recorded) ------------------------------------------

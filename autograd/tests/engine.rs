@@ -2,7 +2,7 @@
 //! `autograd/src/engine.rs`): traversal order, accumulation, release, version checks and
 //! the errors of backward; and the shared `requires_grad` flag (`docs/api.md` §4).
 
-use exactgrad_autograd::{no_grad, Error, Tensor};
+use exactgrad_autograd::{no_grad, BackwardOptions, Error, Tensor};
 use exactgrad_backends::ScalarRefBackend;
 
 type T = Tensor<ScalarRefBackend>;
@@ -32,7 +32,7 @@ fn diamond_graph_sums_both_paths() {
     let a = x.mul(&x).unwrap();
     let b = a.add(&x).unwrap();
     let y = b.mul(&a).unwrap().sum().unwrap();
-    y.backward(None, false).unwrap();
+    y.backward().unwrap();
     let g = x.grad().unwrap().to_vec().unwrap();
     for (i, &xv) in [1.5f32, -2.0].iter().enumerate() {
         let want = (2.0 * xv + 1.0) * xv * xv + (xv * xv + xv) * 2.0 * xv;
@@ -54,7 +54,7 @@ fn emission_order_is_fixed_by_the_graph() {
         let y2 = x.mul_scalar(1.0).unwrap();
         let y3 = x.mul_scalar(-1e8).unwrap();
         let s = y1.add(&y2).unwrap().add(&y3).unwrap().sum().unwrap();
-        s.backward(None, false).unwrap();
+        s.backward().unwrap();
         x.grad().unwrap().to_vec().unwrap()[0]
     };
     let g = run();
@@ -73,7 +73,7 @@ fn leaf_gradients_accumulate_and_can_be_zeroed_or_cleared() {
             .unwrap()
             .sum()
             .unwrap()
-            .backward(None, false)
+            .backward()
             .unwrap();
     }
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![6.0, 6.0]);
@@ -88,9 +88,9 @@ fn second_backward_after_release_fails_before_any_work() {
     let x = leaf(&[3.0], &[1]);
     let w = leaf(&[2.0], &[1]);
     let y = x.mul(&w).unwrap().sum().unwrap();
-    y.backward(None, false).unwrap();
+    y.backward().unwrap();
     let before = (x.grad().unwrap().to_vec(), w.grad().unwrap().to_vec());
-    let err = y.backward(None, false).unwrap_err();
+    let err = y.backward().unwrap_err();
     assert!(matches!(err, Error::GraphReleased { .. }), "{err}");
     assert!(err.to_string().contains("retain_graph"), "{err}");
     assert_eq!(
@@ -109,14 +109,11 @@ fn partially_released_graph_is_detected_before_any_work() {
         .unwrap()
         .sum()
         .unwrap()
-        .backward(None, false)
+        .backward()
         .unwrap();
     let before = x.grad().unwrap().to_vec();
     let z = a.add_scalar(1.0).unwrap().sum().unwrap();
-    assert!(matches!(
-        z.backward(None, false),
-        Err(Error::GraphReleased { .. })
-    ));
+    assert!(matches!(z.backward(), Err(Error::GraphReleased { .. })));
     assert_eq!(x.grad().unwrap().to_vec(), before);
 }
 
@@ -124,8 +121,9 @@ fn partially_released_graph_is_detected_before_any_work() {
 fn retain_graph_allows_a_second_backward() {
     let x = leaf(&[3.0], &[1]);
     let y = x.mul(&x).unwrap().sum().unwrap();
-    y.backward(None, true).unwrap();
-    y.backward(None, false).unwrap();
+    y.backward_with(BackwardOptions::default().retain_graph(true))
+        .unwrap();
+    y.backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![12.0]);
 }
 
@@ -137,7 +135,7 @@ fn in_place_change_of_a_saved_tensor_is_a_version_error() {
     let v0 = a.version();
     a.add_(&c(&[1.0], &[1])).unwrap();
     assert_eq!(a.version(), v0 + 1);
-    let err = y.backward(None, false).unwrap_err();
+    let err = y.backward().unwrap_err();
     assert!(
         matches!(err, Error::TensorVersion { op: "mul", .. }),
         "{err}"
@@ -151,10 +149,7 @@ fn in_place_through_a_view_bumps_the_shared_version() {
     let y = w.mul(&a).unwrap().sum().unwrap();
     a.t().unwrap().narrow(0, 0, 1).unwrap().fill_(0.0).unwrap();
     assert_eq!(a.to_vec().unwrap(), vec![0.0, 2.0, 0.0, 4.0]);
-    assert!(matches!(
-        y.backward(None, false),
-        Err(Error::TensorVersion { .. })
-    ));
+    assert!(matches!(y.backward(), Err(Error::TensorVersion { .. })));
 }
 
 #[test]
@@ -175,15 +170,15 @@ fn in_place_on_a_tensor_requiring_grad_is_refused_in_grad_mode() {
 fn backward_errors() {
     let x = c(&[1.0, 2.0], &[2]);
     assert!(matches!(
-        x.sum().unwrap().backward(None, false),
+        x.sum().unwrap().backward(),
         Err(Error::NoGrad { .. })
     ));
     let w = leaf(&[1.0, 2.0], &[2]);
     let y = w.mul_scalar(2.0).unwrap();
-    let e = y.backward(None, false).unwrap_err();
+    let e = y.backward().unwrap_err();
     assert!(matches!(e, Error::ImplicitSeed { .. }), "{e}");
     let e = y
-        .backward(Some(&c(&[1.0, 2.0, 3.0], &[3])), false)
+        .backward_with(BackwardOptions::default().gradient(&c(&[1.0, 2.0, 3.0], &[3])))
         .unwrap_err();
     assert!(matches!(e, Error::SeedShape { .. }), "{e}");
     assert!(
@@ -191,14 +186,16 @@ fn backward_errors() {
         "{e}"
     );
     // The failed attempts did no work: the graph is still usable.
-    y.backward(Some(&c(&[1.0, 10.0], &[2])), false).unwrap();
+    y.backward_with(BackwardOptions::default().gradient(&c(&[1.0, 10.0], &[2])))
+        .unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![2.0, 20.0]);
 }
 
 #[test]
 fn backward_on_a_leaf_seeds_its_gradient() {
     let w = leaf(&[1.0, 2.0], &[2]);
-    w.backward(Some(&c(&[3.0, 4.0], &[2])), false).unwrap();
+    w.backward_with(BackwardOptions::default().gradient(&c(&[3.0, 4.0], &[2])))
+        .unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![3.0, 4.0]);
 }
 
@@ -248,7 +245,7 @@ fn a_clone_taken_before_requires_grad_receives_the_gradient() {
         .unwrap()
         .sum()
         .unwrap()
-        .backward(None, false)
+        .backward()
         .unwrap();
     assert_eq!(kept.grad().unwrap().to_vec().unwrap(), [3.0, 3.0, 3.0]);
     // The in-place form on a clone: the original sees it, and an operation on the
@@ -258,7 +255,7 @@ fn a_clone_taken_before_requires_grad_receives_the_gradient() {
     assert!(std::ptr::eq(alias.requires_grad_(true).unwrap(), &alias));
     let z = y.mul(&y).unwrap();
     assert_eq!(z.grad_fn_name(), Some("mul"));
-    z.backward(None, false).unwrap();
+    z.backward().unwrap();
     assert_eq!(alias.grad().unwrap().to_vec().unwrap(), [4.0]);
     // Turning it off again: operations on any clone are no longer recorded, and
     // in-place changes are allowed in grad mode.
@@ -277,12 +274,7 @@ fn a_clone_taken_before_requires_grad_receives_the_gradient() {
 fn gradients_flow_only_to_inputs_that_need_them() {
     let w = leaf(&[2.0], &[1]);
     let x = c(&[3.0], &[1]);
-    w.mul(&x)
-        .unwrap()
-        .sum()
-        .unwrap()
-        .backward(None, false)
-        .unwrap();
+    w.mul(&x).unwrap().sum().unwrap().backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![3.0]);
     assert!(x.grad().is_none());
 }
@@ -294,7 +286,7 @@ fn very_long_chains_neither_recurse_in_backward_nor_in_drop() {
     for _ in 0..200_000 {
         y = y.add_scalar(0.0).unwrap();
     }
-    y.sum().unwrap().backward(None, false).unwrap();
+    y.sum().unwrap().backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![1.0]);
     drop(y);
 }
@@ -307,12 +299,7 @@ fn views_share_storage_and_gradients_map_back() {
     let s = t.slice(0, 0, 3, 2).unwrap(); // rows 0 and 2 of the transpose
     assert_eq!(s.to_vec().unwrap(), vec![1.0, 4.0, 3.0, 6.0]);
     let w = c(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
-    s.mul(&w)
-        .unwrap()
-        .sum()
-        .unwrap()
-        .backward(None, false)
-        .unwrap();
+    s.mul(&w).unwrap().sum().unwrap().backward().unwrap();
     assert_eq!(
         x.grad().unwrap().to_vec().unwrap(),
         vec![1.0, 0.0, 3.0, 2.0, 0.0, 4.0]

@@ -104,7 +104,7 @@ fn kept_tensors_and_their_views_survive_the_scope() {
     assert_eq!(c.to_vec().unwrap(), [-1.0, -2.0, -3.0, -4.0]);
     assert!(d.is_released());
     // A kept result still differentiates (its record and saved tensors are alive).
-    a.sum().unwrap().backward(None, false).unwrap();
+    a.sum().unwrap().backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), expected_a);
 }
 
@@ -135,14 +135,14 @@ fn the_engine_runs_outside_the_scope_and_leaf_gradients_stay() {
         let h = x.matmul(&w).unwrap().tanh().unwrap();
         h.mul(&h).unwrap().mean().unwrap()
     };
-    step().backward(None, false).unwrap();
+    step().backward().unwrap();
     let expected = w.grad().unwrap().to_vec().unwrap();
     w.clear_grad();
 
     let scope = ActivationScope::new();
     let loss = step();
     let before = scope.remembered();
-    loss.backward(None, false).unwrap();
+    loss.backward().unwrap();
     assert_eq!(
         scope.remembered(),
         before,
@@ -160,7 +160,7 @@ fn the_engine_runs_outside_the_scope_and_leaf_gradients_stay() {
     // A second step accumulates into it as usual.
     {
         let _scope = ActivationScope::new();
-        step().backward(None, false).unwrap();
+        step().backward().unwrap();
     }
     let twice: Vec<f32> = expected.iter().map(|v| v + v).collect();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), twice);
@@ -179,7 +179,7 @@ fn a_backward_after_the_scope_ended_is_an_error_not_a_read_of_reused_memory() {
     for _ in 0..4 {
         let _junk = Tensor::full(&b, [8], 7.0).unwrap();
     }
-    let e = loss.backward(None, false).unwrap_err();
+    let e = loss.backward().unwrap_err();
     assert!(matches!(e, Error::Released { .. }), "{e}");
     assert!(w.grad().is_none_or(|g| g.to_vec().unwrap() != [7.0; 8]));
 }
@@ -227,7 +227,7 @@ fn released_storage_returns_to_the_pool_while_tensors_are_still_held() {
         let scope = ActivationScope::new();
         let h = x.matmul(&x).unwrap().relu().unwrap();
         let loss = h.sum().unwrap();
-        loss.backward(None, false).unwrap();
+        loss.backward().unwrap();
         held.push((h, loss)); // held past the scope, yet released
         let during = pool.stats().outstanding_bytes;
         assert!(during > base);

@@ -30,7 +30,7 @@
 //! same gradients, and the overhead of the tree over the all-reduce.
 
 use exactgrad::nn::reference::{ConvNet, ConvNetConfig};
-use exactgrad::nn::{Module, ModuleExt};
+use exactgrad::nn::ModuleExt;
 use exactgrad::prelude::*;
 use exactgrad_distributed::{run, Comm, DataParallel, DdpConfig, Error, Result, Shard};
 use mpi::collective::SystemOperation;
@@ -150,7 +150,7 @@ fn bench<B: Backend>(comm: &Comm, b: &B, a: &Args, label: &str) -> Result<()> {
             };
             shard_losses(b, &model, &images, &targets, &shard)?
                 .sum()?
-                .backward(None, false)?;
+                .backward()?;
             let mut at = 0;
             for p in &params {
                 let g = p.grad().map(|g| g.to_vec()).transpose()?;

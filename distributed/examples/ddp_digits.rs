@@ -22,7 +22,7 @@
 
 use exactgrad::nn::data::{DataLoader, Digits};
 use exactgrad::nn::metrics::accuracy;
-use exactgrad::nn::{Linear, Module, ModuleExt, Relu, Sequential};
+use exactgrad::nn::{Linear, ModuleExt, Relu, Sequential};
 use exactgrad::prelude::*;
 use exactgrad_distributed::{run, Assignment, Comm, DataParallel, DdpConfig, Error, Result};
 use std::time::Instant;

@@ -379,7 +379,7 @@ impl<B: Backend> DataParallel<B> {
                 ));
             }
             let total = losses.sum()?;
-            total.backward(None, false)?;
+            total.backward()?;
             let mut leaf = self.scratch.leaves.pop().unwrap_or_default();
             leaf.clear();
             leaf.reserve(self.plan.len);

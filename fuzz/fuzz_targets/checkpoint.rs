@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 fn model(b: &ScalarRefBackend) -> Sequential<ScalarRefBackend> {
     let mut rng = Philox::new(3);
     Sequential::new()
-        .push(Conv2d::new(b, 1, 2, [2, 2], &mut rng).unwrap())
+        .push(Conv2d::new(b, Conv2dConfig::new(1, 2, [2, 2]), &mut rng).unwrap())
         .push(BatchNorm2d::new(b, 2).unwrap())
         .push(Flatten)
         .push(Linear::new(b, 8, 3, &mut rng).unwrap())

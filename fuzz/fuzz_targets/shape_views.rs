@@ -34,7 +34,13 @@ fn run<B: Backend>(p: &ShapeProgram, b: &B) -> Outcome {
                 };
                 if t.numel() <= COMPUTE_LIMIT && t.is_requires_grad() {
                     let seed = Tensor::ones(b, t.shape().clone()).unwrap();
-                    grads_ok &= t.backward(Some(&seed), true).is_ok();
+                    grads_ok &= t
+                        .backward_with(
+                            BackwardOptions::default()
+                                .gradient(&seed)
+                                .retain_graph(true),
+                        )
+                        .is_ok();
                 }
                 Some((t.dims().to_vec(), bits))
             }

@@ -19,46 +19,79 @@ pub struct Conv2d<B: Backend> {
     options: Conv2dOptions,
 }
 
-impl<B: Backend> Conv2d<B> {
-    /// A layer with bias, stride 1, no padding, no dilation and one group, initialised as
-    /// [`Conv2d::with_options`] does.
-    ///
-    /// Fails when a size is 0.
-    pub fn new(
-        backend: &B,
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: [usize; 2],
-        rng: &mut Philox,
-    ) -> Result<Self> {
-        Self::with_options(
-            backend,
+/// The sizes and options of a [`Conv2d`] layer, with PyTorch's defaults except the three
+/// sizes (`nn.Conv2d(in_channels, out_channels, kernel_size, stride=1, padding=0,
+/// dilation=1, groups=1, bias=True)`).
+///
+/// ```
+/// # use exactgrad_nn::Conv2dConfig;
+/// let config = Conv2dConfig { padding: [1, 1], ..Conv2dConfig::new(1, 8, [3, 3]) };
+/// assert!(config.bias);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dConfig {
+    /// Input channels `C_in`.
+    pub in_channels: usize,
+    /// Output channels `C_out`.
+    pub out_channels: usize,
+    /// Kernel height and width.
+    pub kernel_size: [usize; 2],
+    /// Step between output positions (default `[1, 1]`).
+    pub stride: [usize; 2],
+    /// Zero padding on both sides (default `[0, 0]`).
+    pub padding: [usize; 2],
+    /// Spacing between kernel taps (default `[1, 1]`).
+    pub dilation: [usize; 2],
+    /// Blocked connections: `groups` must divide both channel counts (default 1).
+    pub groups: usize,
+    /// Whether the layer has a `bias` (default true).
+    pub bias: bool,
+}
+
+impl Conv2dConfig {
+    /// PyTorch's defaults with the given sizes.
+    pub fn new(in_channels: usize, out_channels: usize, kernel_size: [usize; 2]) -> Self {
+        let o = Conv2dOptions::default();
+        Self {
             in_channels,
             out_channels,
             kernel_size,
-            Conv2dOptions::default(),
-            true,
-            rng,
-        )
+            stride: o.stride,
+            padding: o.padding,
+            dilation: o.dilation,
+            groups: o.groups,
+            bias: true,
+        }
     }
 
-    /// A layer with the given stride, padding, dilation and groups, with or without
-    /// bias, initialised as PyTorch does: weight, then bias, each drawn row-major from
+    /// The operator's options: stride, padding, dilation and groups.
+    pub fn options(&self) -> Conv2dOptions {
+        Conv2dOptions {
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+            groups: self.groups,
+        }
+    }
+}
+
+impl<B: Backend> Conv2d<B> {
+    /// A layer initialised as PyTorch does: weight, then bias, each drawn row-major from
     /// U(−1/√fan_in, 1/√fan_in) with `fan_in = C_in / groups · KH · KW` (PyTorch's
     /// `kaiming_uniform_(a = √5)` bound, see [`init::default_uniform_bound`]).
     ///
     /// Fails when a size or the stride, dilation or groups is 0, or when `groups` does
     /// not divide both channel counts.
-    pub fn with_options(
-        backend: &B,
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: [usize; 2],
-        options: Conv2dOptions,
-        bias: bool,
-        rng: &mut Philox,
-    ) -> Result<Self> {
+    pub fn new(backend: &B, config: Conv2dConfig, rng: &mut Philox) -> Result<Self> {
         let op = "Conv2d::new";
+        let Conv2dConfig {
+            in_channels,
+            out_channels,
+            kernel_size,
+            bias,
+            ..
+        } = config;
+        let options = config.options();
         check_options(op, &options)?;
         if in_channels == 0 || out_channels == 0 || kernel_size.contains(&0) {
             return Err(Error::invalid(
@@ -230,12 +263,14 @@ mod tests {
     fn names_shapes_and_init_bounds() {
         let b = ScalarRefBackend;
         let mut rng = Philox::new(3);
-        let opts = Conv2dOptions {
+        let config = Conv2dConfig {
             groups: 2,
             padding: [1, 2],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(4, 6, [3, 2])
         };
-        let conv = Conv2d::with_options(&b, 4, 6, [3, 2], opts, true, &mut rng).unwrap();
+        let conv = Conv2d::new(&b, config, &mut rng).unwrap();
+        assert_eq!(conv.options(), config.options());
+        assert_eq!(conv.options().padding, [1, 2]);
         let names: Vec<String> = conv
             .named_parameters()
             .into_iter()
@@ -253,9 +288,11 @@ mod tests {
         }
         let x = Tensor::ones(&b, [2, 4, 5, 5]).unwrap();
         assert_eq!(conv.forward(&x).unwrap().dims(), [2, 6, 5, 8]);
-        let plain =
-            Conv2d::with_options(&b, 4, 6, [3, 3], Conv2dOptions::default(), false, &mut rng)
-                .unwrap();
+        let config = Conv2dConfig {
+            bias: false,
+            ..Conv2dConfig::new(4, 6, [3, 3])
+        };
+        let plain = Conv2d::new(&b, config, &mut rng).unwrap();
         assert_eq!(plain.named_parameters().len(), 1);
         assert!(format!("{plain:?}").contains("bias=false"));
     }
@@ -263,8 +300,8 @@ mod tests {
     #[test]
     fn same_seed_same_weights_and_from_tensors_copies() {
         let b = ScalarRefBackend;
-        let a = Conv2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
-        let c = Conv2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
+        let a = Conv2d::new(&b, Conv2dConfig::new(3, 4, [3, 3]), &mut Philox::new(9)).unwrap();
+        let c = Conv2d::new(&b, Conv2dConfig::new(3, 4, [3, 3]), &mut Philox::new(9)).unwrap();
         assert_eq!(a.weight().to_vec().unwrap(), c.weight().to_vec().unwrap());
         let d = Conv2d::from_tensors(a.weight(), a.bias(), Conv2dOptions::default()).unwrap();
         assert!(!d.weight().shares_storage(a.weight()));
@@ -276,31 +313,31 @@ mod tests {
     fn bad_arguments_are_errors() {
         let b = ScalarRefBackend;
         let mut rng = Philox::new(1);
-        let g3 = Conv2dOptions {
+        let g3 = |i, o| Conv2dConfig {
             groups: 3,
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
-        let err = Conv2d::with_options(&b, 4, 6, [3, 3], g3, true, &mut rng).unwrap_err();
+        let err = Conv2d::new(&b, g3(4, 6), &mut rng).unwrap_err();
         assert!(
             err.to_string()
                 .contains("in_channels = 4 must be divisible by groups = 3"),
             "{err}"
         );
-        let err = Conv2d::with_options(&b, 6, 4, [3, 3], g3, true, &mut rng).unwrap_err();
+        let err = Conv2d::new(&b, g3(6, 4), &mut rng).unwrap_err();
         assert!(err.to_string().contains("out_channels"), "{err}");
-        assert!(Conv2d::new(&b, 3, 4, [0, 3], &mut rng).is_err());
-        let s0 = Conv2dOptions {
+        assert!(Conv2d::new(&b, Conv2dConfig::new(3, 4, [0, 3]), &mut rng).is_err());
+        let s0 = Conv2dConfig {
             stride: [0, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(3, 4, [3, 3])
         };
-        assert!(Conv2d::with_options(&b, 3, 4, [3, 3], s0, true, &mut rng).is_err());
+        assert!(Conv2d::new(&b, s0, &mut rng).is_err());
         let w = Tensor::zeros(&b, [4, 3, 3]).unwrap();
         assert!(Conv2d::from_tensors(&w, None, Conv2dOptions::default()).is_err());
         let w = Tensor::zeros(&b, [4, 3, 3, 3]).unwrap();
         let bias = Tensor::zeros(&b, [5]).unwrap();
         assert!(Conv2d::from_tensors(&w, Some(&bias), Conv2dOptions::default()).is_err());
         // A wrong channel count in the input is the operator's error.
-        let conv = Conv2d::new(&b, 3, 4, [3, 3], &mut rng).unwrap();
+        let conv = Conv2d::new(&b, Conv2dConfig::new(3, 4, [3, 3]), &mut rng).unwrap();
         assert!(conv
             .forward(&Tensor::zeros(&b, [1, 2, 5, 5]).unwrap())
             .is_err());

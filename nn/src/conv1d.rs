@@ -19,45 +19,72 @@ pub struct Conv1d<B: Backend> {
     options: Conv1dOptions,
 }
 
-impl<B: Backend> Conv1d<B> {
-    /// A layer with bias, stride 1, no padding, no dilation and one group, initialised as
-    /// [`Conv1d::with_options`] does.
-    ///
-    /// Fails when a size is 0.
-    pub fn new(
-        backend: &B,
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: usize,
-        rng: &mut Philox,
-    ) -> Result<Self> {
-        Self::with_options(
-            backend,
+/// The sizes and options of a [`Conv1d`] layer, with PyTorch's defaults except the three
+/// sizes (`nn.Conv1d(in_channels, out_channels, kernel_size, stride=1, padding=0,
+/// dilation=1, groups=1, bias=True)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv1dConfig {
+    /// Input channels `C_in`.
+    pub in_channels: usize,
+    /// Output channels `C_out`.
+    pub out_channels: usize,
+    /// Kernel length.
+    pub kernel_size: usize,
+    /// Step between output positions (default 1).
+    pub stride: usize,
+    /// Zero padding on both sides (default 0).
+    pub padding: usize,
+    /// Spacing between kernel taps (default 1).
+    pub dilation: usize,
+    /// Blocked connections: `groups` must divide both channel counts (default 1).
+    pub groups: usize,
+    /// Whether the layer has a `bias` (default true).
+    pub bias: bool,
+}
+
+impl Conv1dConfig {
+    /// PyTorch's defaults with the given sizes.
+    pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize) -> Self {
+        let o = Conv1dOptions::default();
+        Self {
             in_channels,
             out_channels,
             kernel_size,
-            Conv1dOptions::default(),
-            true,
-            rng,
-        )
+            stride: o.stride,
+            padding: o.padding,
+            dilation: o.dilation,
+            groups: o.groups,
+            bias: true,
+        }
     }
 
-    /// A layer with the given stride, padding, dilation and groups, with or without
-    /// bias, initialised as PyTorch does: weight, then bias, each drawn row-major from
+    /// The operator's options: stride, padding, dilation and groups.
+    pub fn options(&self) -> Conv1dOptions {
+        Conv1dOptions {
+            stride: self.stride,
+            padding: self.padding,
+            dilation: self.dilation,
+            groups: self.groups,
+        }
+    }
+}
+
+impl<B: Backend> Conv1d<B> {
+    /// A layer initialised as PyTorch does: weight, then bias, each drawn row-major from
     /// U(−1/√fan_in, 1/√fan_in) with `fan_in = C_in / groups · K`.
     ///
     /// Fails when a size or the stride, dilation or groups is 0, or when `groups` does
     /// not divide both channel counts.
-    pub fn with_options(
-        backend: &B,
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: usize,
-        options: Conv1dOptions,
-        bias: bool,
-        rng: &mut Philox,
-    ) -> Result<Self> {
+    pub fn new(backend: &B, config: Conv1dConfig, rng: &mut Philox) -> Result<Self> {
         let op = "Conv1d::new";
+        let Conv1dConfig {
+            in_channels,
+            out_channels,
+            kernel_size,
+            bias,
+            ..
+        } = config;
+        let options = config.options();
         check_options(op, &options)?;
         if in_channels == 0 || out_channels == 0 || kernel_size == 0 {
             return Err(Error::invalid(
@@ -231,12 +258,13 @@ mod tests {
     fn shapes_names_bounds_and_errors() {
         let b = ScalarRefBackend;
         let mut rng = Philox::new(3);
-        let opts = Conv1dOptions {
+        let config = Conv1dConfig {
             padding: 1,
             groups: 2,
-            ..Conv1dOptions::default()
+            ..Conv1dConfig::new(4, 6, 3)
         };
-        let conv = Conv1d::with_options(&b, 4, 6, 3, opts, true, &mut rng).unwrap();
+        let opts = config.options();
+        let conv = Conv1d::new(&b, config, &mut rng).unwrap();
         let names: Vec<String> = conv
             .named_parameters()
             .into_iter()
@@ -257,8 +285,17 @@ mod tests {
             conv.forward(&x).unwrap().to_vec().unwrap(),
             want.to_vec().unwrap()
         );
-        assert!(Conv1d::new(&b, 3, 4, 0, &mut rng).is_err());
-        assert!(Conv1d::with_options(&b, 3, 4, 3, opts, true, &mut rng).is_err());
+        assert!(Conv1d::new(&b, Conv1dConfig::new(3, 4, 0), &mut rng).is_err());
+        let odd_groups = Conv1dConfig {
+            groups: 2,
+            ..Conv1dConfig::new(3, 4, 3)
+        };
+        assert!(Conv1d::new(&b, odd_groups, &mut rng).is_err());
+        let no_bias = Conv1dConfig {
+            bias: false,
+            ..Conv1dConfig::new(3, 4, 3)
+        };
+        assert!(Conv1d::new(&b, no_bias, &mut rng).unwrap().bias().is_none());
         let w = Tensor::zeros(&b, [4, 3, 3, 3]).unwrap();
         assert!(Conv1d::from_tensors(&w, None, Conv1dOptions::default()).is_err());
         assert!(format!("{conv:?}").contains("Conv1d(4, 6, kernel_size=3"));

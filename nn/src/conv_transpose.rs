@@ -20,48 +20,80 @@ pub struct ConvTranspose2d<B: Backend> {
     options: ConvTranspose2dOptions,
 }
 
-impl<B: Backend> ConvTranspose2d<B> {
-    /// A layer with bias, stride 1, no padding, no output padding, no dilation and one
-    /// group, initialised as [`ConvTranspose2d::with_options`] does.
-    ///
-    /// Fails when a size is 0.
-    pub fn new(
-        backend: &B,
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: [usize; 2],
-        rng: &mut Philox,
-    ) -> Result<Self> {
-        Self::with_options(
-            backend,
+/// The sizes and options of a [`ConvTranspose2d`] layer, with PyTorch's defaults except
+/// the three sizes (`nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=1,
+/// padding=0, output_padding=0, groups=1, bias=True, dilation=1)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTranspose2dConfig {
+    /// Input channels `C_in`.
+    pub in_channels: usize,
+    /// Output channels `C_out`.
+    pub out_channels: usize,
+    /// Kernel height and width.
+    pub kernel_size: [usize; 2],
+    /// Step between input positions in the output (default `[1, 1]`).
+    pub stride: [usize; 2],
+    /// Removed from both sides of the output (default `[0, 0]`).
+    pub padding: [usize; 2],
+    /// Added to one side of the output (default `[0, 0]`); smaller than the stride or
+    /// the dilation of its dimension.
+    pub output_padding: [usize; 2],
+    /// Blocked connections: `groups` must divide both channel counts (default 1).
+    pub groups: usize,
+    /// Whether the layer has a `bias` (default true).
+    pub bias: bool,
+    /// Spacing between kernel taps (default `[1, 1]`).
+    pub dilation: [usize; 2],
+}
+
+impl ConvTranspose2dConfig {
+    /// PyTorch's defaults with the given sizes.
+    pub fn new(in_channels: usize, out_channels: usize, kernel_size: [usize; 2]) -> Self {
+        let o = ConvTranspose2dOptions::default();
+        Self {
             in_channels,
             out_channels,
             kernel_size,
-            ConvTranspose2dOptions::default(),
-            true,
-            rng,
-        )
+            stride: o.stride,
+            padding: o.padding,
+            output_padding: o.output_padding,
+            groups: o.groups,
+            bias: true,
+            dilation: o.dilation,
+        }
     }
 
-    /// A layer with the given options, with or without bias, initialised as PyTorch
-    /// does: weight, then bias, each drawn row-major from U(−1/√fan_in, 1/√fan_in) where
-    /// `fan_in = weight.size(1) · KH · KW = C_out / groups · KH · KW` (PyTorch computes
-    /// the fan from the transposed weight `[C_in, C_out / groups, KH, KW]` as for any
-    /// weight; the bound is that of `kaiming_uniform_(a = √5)`, see
-    /// [`init::default_uniform_bound`]).
+    /// The operator's options: stride, padding, output padding, dilation and groups.
+    pub fn options(&self) -> ConvTranspose2dOptions {
+        ConvTranspose2dOptions {
+            stride: self.stride,
+            padding: self.padding,
+            output_padding: self.output_padding,
+            dilation: self.dilation,
+            groups: self.groups,
+        }
+    }
+}
+
+impl<B: Backend> ConvTranspose2d<B> {
+    /// A layer initialised as PyTorch does: weight, then bias, each drawn row-major from
+    /// U(−1/√fan_in, 1/√fan_in) where `fan_in = weight.size(1) · KH · KW = C_out / groups
+    /// · KH · KW` (PyTorch computes the fan from the transposed weight `[C_in, C_out /
+    /// groups, KH, KW]` as for any weight; the bound is that of `kaiming_uniform_(a =
+    /// √5)`, see [`init::default_uniform_bound`]).
     ///
     /// Fails when a size or the stride, dilation or groups is 0, when `groups` does not
     /// divide both channel counts, or when an output padding is not smaller than the
     /// stride or the dilation of its dimension.
-    pub fn with_options(
-        backend: &B,
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: [usize; 2],
-        options: ConvTranspose2dOptions,
-        bias: bool,
-        rng: &mut Philox,
-    ) -> Result<Self> {
+    pub fn new(backend: &B, config: ConvTranspose2dConfig, rng: &mut Philox) -> Result<Self> {
+        let ConvTranspose2dConfig {
+            in_channels,
+            out_channels,
+            kernel_size,
+            bias,
+            ..
+        } = config;
+        let options = config.options();
         let op = "ConvTranspose2d::new";
         check_options(op, &options)?;
         if in_channels == 0 || out_channels == 0 || kernel_size.contains(&0) {
@@ -253,14 +285,15 @@ mod tests {
     fn names_shapes_and_init_bounds() {
         let b = ScalarRefBackend;
         let mut rng = Philox::new(3);
-        let opts = ConvTranspose2dOptions {
+        let config = ConvTranspose2dConfig {
             groups: 2,
             stride: [2, 1],
             padding: [1, 0],
             output_padding: [1, 0],
-            ..ConvTranspose2dOptions::default()
+            ..ConvTranspose2dConfig::new(4, 6, [3, 2])
         };
-        let conv = ConvTranspose2d::with_options(&b, 4, 6, [3, 2], opts, true, &mut rng).unwrap();
+        let conv = ConvTranspose2d::new(&b, config, &mut rng).unwrap();
+        assert_eq!(conv.options(), config.options());
         let names: Vec<String> = conv
             .named_parameters()
             .into_iter()
@@ -281,16 +314,11 @@ mod tests {
         assert_eq!(conv.forward(&x).unwrap().dims(), [2, 6, 10, 6]);
         let sd = conv.state_dict().unwrap();
         assert_eq!(sd.names(), ["bias", "weight"]);
-        let plain = ConvTranspose2d::with_options(
-            &b,
-            4,
-            6,
-            [3, 3],
-            ConvTranspose2dOptions::default(),
-            false,
-            &mut rng,
-        )
-        .unwrap();
+        let config = ConvTranspose2dConfig {
+            bias: false,
+            ..ConvTranspose2dConfig::new(4, 6, [3, 3])
+        };
+        let plain = ConvTranspose2d::new(&b, config, &mut rng).unwrap();
         assert_eq!(plain.named_parameters().len(), 1);
         assert!(format!("{plain:?}").contains("ConvTranspose2d(4, 6, kernel_size=[3, 3]"));
         assert!(format!("{plain:?}").contains("bias=false"));
@@ -299,8 +327,18 @@ mod tests {
     #[test]
     fn same_seed_same_weights_and_from_tensors_copies() {
         let b = ScalarRefBackend;
-        let a = ConvTranspose2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
-        let c = ConvTranspose2d::new(&b, 3, 4, [3, 3], &mut Philox::new(9)).unwrap();
+        let a = ConvTranspose2d::new(
+            &b,
+            ConvTranspose2dConfig::new(3, 4, [3, 3]),
+            &mut Philox::new(9),
+        )
+        .unwrap();
+        let c = ConvTranspose2d::new(
+            &b,
+            ConvTranspose2dConfig::new(3, 4, [3, 3]),
+            &mut Philox::new(9),
+        )
+        .unwrap();
         assert_eq!(a.weight().to_vec().unwrap(), c.weight().to_vec().unwrap());
         let d = ConvTranspose2d::from_tensors(a.weight(), a.bias(), a.options()).unwrap();
         assert!(!d.weight().shares_storage(a.weight()));
@@ -313,25 +351,27 @@ mod tests {
     fn bad_arguments_are_errors() {
         let b = ScalarRefBackend;
         let mut rng = Philox::new(1);
-        let g3 = ConvTranspose2dOptions {
+        let g3 = |i, o| ConvTranspose2dConfig {
             groups: 3,
-            ..ConvTranspose2dOptions::default()
+            ..ConvTranspose2dConfig::new(i, o, [3, 3])
         };
-        let err = ConvTranspose2d::with_options(&b, 4, 6, [3, 3], g3, true, &mut rng).unwrap_err();
+        let err = ConvTranspose2d::new(&b, g3(4, 6), &mut rng).unwrap_err();
         assert!(
             err.to_string()
                 .contains("in_channels = 4 must be divisible by groups = 3"),
             "{err}"
         );
-        let err = ConvTranspose2d::with_options(&b, 6, 4, [3, 3], g3, true, &mut rng).unwrap_err();
+        let err = ConvTranspose2d::new(&b, g3(6, 4), &mut rng).unwrap_err();
         assert!(err.to_string().contains("out_channels"), "{err}");
-        assert!(ConvTranspose2d::new(&b, 3, 4, [0, 3], &mut rng).is_err());
-        let op = ConvTranspose2dOptions {
+        assert!(
+            ConvTranspose2d::new(&b, ConvTranspose2dConfig::new(3, 4, [0, 3]), &mut rng).is_err()
+        );
+        let op = ConvTranspose2dConfig {
             output_padding: [0, 2],
             stride: [1, 2],
-            ..ConvTranspose2dOptions::default()
+            ..ConvTranspose2dConfig::new(3, 4, [3, 3])
         };
-        let err = ConvTranspose2d::with_options(&b, 3, 4, [3, 3], op, true, &mut rng).unwrap_err();
+        let err = ConvTranspose2d::new(&b, op, &mut rng).unwrap_err();
         assert!(
             err.to_string().contains("ConvTranspose2d::new")
                 && err.to_string().contains("output_padding"),
@@ -348,7 +388,8 @@ mod tests {
                 .is_err()
         );
         // A wrong channel count in the input is the operator's error.
-        let conv = ConvTranspose2d::new(&b, 3, 4, [3, 3], &mut rng).unwrap();
+        let conv =
+            ConvTranspose2d::new(&b, ConvTranspose2dConfig::new(3, 4, [3, 3]), &mut rng).unwrap();
         let err = conv
             .forward(&Tensor::zeros(&b, [1, 2, 5, 5]).unwrap())
             .unwrap_err();

@@ -68,6 +68,17 @@ impl Dropout {
     }
 }
 
+impl Default for Dropout {
+    /// PyTorch's default probability, 0.5 (`nn.Dropout()`).
+    fn default() -> Self {
+        Self {
+            p: 0.5,
+            training: TrainingFlag::new(),
+            rng: RandomStream::new(),
+        }
+    }
+}
+
 impl<B: Backend> Module<B> for Dropout {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         Self::apply("Dropout", input, self.p, self.training.get(), &self.rng)
@@ -131,6 +142,7 @@ mod tests {
         let e = Module::<ScalarRefBackend>::forward(&d, &x).unwrap();
         assert!(e.shares_storage(&x));
         assert!(Dropout::new(1.5).is_err());
+        assert_eq!(Dropout::default().p(), 0.5);
         assert!(Dropout::new(f32::NAN).is_err());
     }
 }

@@ -6,6 +6,30 @@ use exactgrad_autograd::Tensor;
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
 
+/// The sizes and options of an [`Embedding`] (`nn.Embedding(num_embeddings,
+/// embedding_dim, padding_idx=None)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbeddingConfig {
+    /// Rows of the table (the number of distinct indices).
+    pub num_embeddings: usize,
+    /// Features of each row.
+    pub embedding_dim: usize,
+    /// The row that is initialised to zeros and receives no gradient (negative counts
+    /// from the end; default `None`).
+    pub padding_idx: Option<i64>,
+}
+
+impl EmbeddingConfig {
+    /// PyTorch's defaults with the given sizes.
+    pub fn new(num_embeddings: usize, embedding_dim: usize) -> Self {
+        Self {
+            num_embeddings,
+            embedding_dim,
+            padding_idx: None,
+        }
+    }
+}
+
 /// A lookup table of `num_embeddings` rows of `embedding_dim` features (PyTorch's
 /// `nn.Embedding` without `max_norm` and sparse gradients).
 ///
@@ -24,14 +48,13 @@ impl<B: Backend> Embedding<B> {
     /// (negative counts from the end) zeroed.
     ///
     /// Fails when a size is 0 or `padding_idx` is out of range.
-    pub fn new(
-        backend: &B,
-        num_embeddings: usize,
-        embedding_dim: usize,
-        padding_idx: Option<i64>,
-        rng: &mut Philox,
-    ) -> Result<Self> {
+    pub fn new(backend: &B, config: EmbeddingConfig, rng: &mut Philox) -> Result<Self> {
         let op = "Embedding::new";
+        let EmbeddingConfig {
+            num_embeddings,
+            embedding_dim,
+            padding_idx,
+        } = config;
         if num_embeddings == 0 || embedding_dim == 0 {
             return Err(Error::invalid(
                 op,
@@ -165,7 +188,15 @@ mod tests {
     #[test]
     fn lookup_padding_row_and_errors() {
         let b = ScalarRefBackend;
-        let e = Embedding::new(&b, 5, 3, Some(-1), &mut Philox::new(1)).unwrap();
+        let e = Embedding::new(
+            &b,
+            EmbeddingConfig {
+                padding_idx: Some(-1),
+                ..EmbeddingConfig::new(5, 3)
+            },
+            &mut Philox::new(1),
+        )
+        .unwrap();
         let w = e.weight().to_vec().unwrap();
         assert_eq!(w[12..], [0.0; 3], "the padding row starts at zero");
         assert!(w[..12].iter().any(|&v| v.abs() > 0.5), "N(0, 1) values");
@@ -173,7 +204,7 @@ mod tests {
         let y = e.forward(&x).unwrap();
         assert_eq!(y.dims(), [2, 2, 3]);
         assert_eq!(y.to_vec().unwrap()[..3], w[3..6]);
-        y.sum().unwrap().backward(None, false).unwrap();
+        y.sum().unwrap().backward().unwrap();
         let g = e.weight().grad().unwrap().to_vec().unwrap();
         assert_eq!(
             g,
@@ -186,8 +217,16 @@ mod tests {
             .to_string()
             .contains("whole-number"));
         assert!(e.lookup(&[5], &[1]).is_err());
-        assert!(Embedding::new(&b, 5, 3, Some(5), &mut Philox::new(1)).is_err());
-        assert!(Embedding::new(&b, 0, 3, None, &mut Philox::new(1)).is_err());
+        assert!(Embedding::new(
+            &b,
+            EmbeddingConfig {
+                padding_idx: Some(5),
+                ..EmbeddingConfig::new(5, 3)
+            },
+            &mut Philox::new(1)
+        )
+        .is_err());
+        assert!(Embedding::new(&b, EmbeddingConfig::new(0, 3), &mut Philox::new(1)).is_err());
         let names: Vec<String> = e.named_parameters().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["weight"]);
     }

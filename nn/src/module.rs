@@ -1,9 +1,107 @@
 //! The [`Module`] trait: a differentiable function whose parameters, buffers, random
 //! streams, training flag and children are named once, in one visitor.
 //!
-//! # What an implementor provides
+//! # Deriving it
 //!
-//! Two methods, both required:
+//! `#[derive(Module)]` (exported with the trait, as serde exports its derives) writes the
+//! whole `impl Module<B>` from the struct: [`visit`](Module::visit) names the fields in
+//! declaration order and [`forward`](Module::forward) calls the type's inherent
+//! `fn forward(&self, &Tensor<B>) -> Result<Tensor<B>, E>` (any `E` that converts into
+//! [`Error`](crate::Error): this crate's or the autograd error).
+//!
+//! ```
+//! use exactgrad_autograd::Tensor;
+//! use exactgrad_core::{Backend, Philox};
+//! use exactgrad_nn::{Dropout, Linear, Module, ModuleExt};
+//!
+//! /// A linear layer followed by dropout, with a learned output scale.
+//! #[derive(Module)]
+//! struct Head<B: Backend> {
+//!     linear: Linear<B>,  // a child module: linear.weight, linear.bias
+//!     dropout: Dropout,   // a child with a random stream: dropout.rng
+//!     #[module(param)]
+//!     scale: Tensor<B>,   // a parameter: scale
+//!     #[module(skip)]
+//!     name: String,       // plain data
+//! }
+//!
+//! impl<B: Backend> Head<B> {
+//!     fn forward(&self, x: &Tensor<B>) -> exactgrad_nn::Result<Tensor<B>> {
+//!         let y = self.dropout.forward(&self.linear.forward(x)?)?;
+//!         Ok(y.mul(&self.scale)?)
+//!     }
+//! }
+//!
+//! # fn main() -> exactgrad_nn::Result<()> {
+//! let b = exactgrad_backends::ScalarRefBackend;
+//! let mut rng = Philox::new(0);
+//! let head = Head {
+//!     linear: Linear::new(&b, 4, 2, &mut rng)?,
+//!     dropout: Dropout::new(0.5)?,
+//!     scale: Tensor::ones(&b, [2])?.requires_grad()?,
+//!     name: "head".into(),
+//! };
+//! let names: Vec<String> = head.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["scale", "linear.weight", "linear.bias"]);
+//! head.seed_streams(42); // every random stream of the tree, keyed by its path
+//! let y = head.forward(&Tensor::ones(&b, [3, 4])?)?;
+//! head.eval(); // the dropout child follows
+//! assert!(!head.is_training());
+//! assert!(head.describe().starts_with("Head(\n  (linear): Linear(in_features=4"));
+//! # let _ = (y, &head.name);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! What each field becomes:
+//!
+//! | field | entry |
+//! |---|---|
+//! | any type without a mark | a child module ([`Visitor::child`]); it must implement `Module<B>` |
+//! | `#[module(param)]` on `Tensor<B>`, `Option<Tensor<B>>` or `Vec<Tensor<B>>` | parameter(s) ([`Visitor::parameter`]) |
+//! | `#[module(buffer)]` on the same types | float buffer(s) ([`Visitor::buffer`]) |
+//! | [`IntBuffer`] | an integer buffer ([`Visitor::int_buffer`]) |
+//! | [`RandomStream`] | a random stream ([`Visitor::stream`]) |
+//! | [`TrainingFlag`] | the training flag ([`Visitor::training`]) |
+//! | `bool`, `char`, numbers, `PhantomData`, and arrays, tuples, `Option`s and `Vec`s of them | nothing |
+//! | `#[module(skip)]` | nothing (configs, names, any other data) |
+//!
+//! - The key is the field's name; `#[module(rename = "key")]` sets another (`"0"` for a
+//!   PyTorch key that is not a Rust identifier, `"dropout_rng"`, …); tuple structs' keys
+//!   are `0`, `1`, …. An empty key puts a child's entries at the parent's own path (a
+//!   wrapper that keeps the wrapped module's keys; [`Sequential`](crate::Sequential)'s
+//!   list of children is one).
+//! - `Option<X>` names `X` when it is `Some`; `Vec<X>` and `[X; N]` name `key.0`,
+//!   `key.1`, … (PyTorch's `ModuleList` and `ParameterList` keys), for children and
+//!   tensors alike. `Box<dyn Module<B>>` is a child.
+//! - A `Tensor` field without a mark does not compile (the error says to mark it); a
+//!   field that is not a module says it is not a `Module<B>`, with a note on what to mark.
+//!   [`RandomStream`], [`TrainingFlag`] and [`IntBuffer`] are recognised by the last
+//!   segment of their type's path; `#[module(stream)]`, `#[module(training)]` and
+//!   `#[module(int_buffer)]` mark them under another name (a type alias), and
+//!   `#[module(child)]` says the default aloud.
+//! - The backend is the struct's type parameter bounded by `Backend` (`struct
+//!   T<B: Backend>` or `where B: Backend`); other type parameters, const parameters,
+//!   lifetimes and where-clauses are kept, and a child whose type involves another type
+//!   parameter gets the bound `Child: Module<B>`. A struct over one concrete backend
+//!   names it, `#[module(backend = "ExactBackend")]`; a struct without any backend (a
+//!   stateless module whose `forward` is generic) is a module over every backend.
+//! - `#[module(forward = "method")]` on the struct calls another inherent method.
+//! - [`describe`](Module::describe) prints PyTorch's `repr`: `Name(\n  (key): child\n  …\n)`.
+//! - The generated code names the crate as `::exactgrad::nn` (the facade a user depends
+//!   on), or `::exactgrad_nn` inside the package `exactgrad-nn`; a crate that depends on
+//!   `exactgrad-nn` alone writes `#[module(crate = "exactgrad_nn")]`.
+//!
+//! The derived `forward` calls `self.forward(input)` with a fallback trait in scope: an
+//! inherent `forward` always wins; without one, the trait's `forward` (the derived method
+//! itself) and the fallback are equally good candidates, which is a compile error (E0034,
+//! "multiple applicable items", naming `DeriveModuleNeedsAnInherentForward`), so the
+//! derived method can never call itself. `docs/api.md` ("`#[derive(Module)]`") has the
+//! reasons for the design and the code generated for an example.
+//!
+//! # Writing it by hand
+//!
+//! A module implements two methods, both required:
 //!
 //! - [`forward`](Module::forward), the function;
 //! - [`visit`](Module::visit), which names everything the module holds once, in
@@ -21,46 +119,40 @@
 //!
 //! Whatever order a module's `visit` names things in, the walks give PyTorch's order: a
 //! module's own entries first (in the order named), then each child's, depth first.
+//! Layers whose keys do not follow their fields (the recurrent layers'
+//! `weight_ih_l0_reverse`, …) write `visit` by hand:
 //!
 //! ```
 //! use exactgrad_autograd::Tensor;
 //! use exactgrad_core::{Backend, Philox};
-//! use exactgrad_nn::{Dropout, Linear, Module, ModuleExt, Visitor};
+//! use exactgrad_nn::{Linear, Module, ModuleExt, Visitor};
 //!
-//! /// A linear layer followed by dropout, with a learned output scale.
-//! struct Head<B: Backend> {
-//!     linear: Linear<B>,
-//!     dropout: Dropout,
-//!     scale: Tensor<B>,
+//! /// Stacked layers keyed `layer_0`, `layer_1`, ….
+//! struct Stack<B: Backend> {
+//!     layers: Vec<Linear<B>>,
 //! }
 //!
-//! impl<B: Backend> Module<B> for Head<B> {
+//! impl<B: Backend> Module<B> for Stack<B> {
 //!     fn forward(&self, x: &Tensor<B>) -> exactgrad_nn::Result<Tensor<B>> {
-//!         let y = self.dropout.forward(&self.linear.forward(x)?)?;
-//!         Ok(y.mul(&self.scale)?)
+//!         let mut x = x.clone();
+//!         for l in &self.layers {
+//!             x = l.forward(&x)?.relu()?;
+//!         }
+//!         Ok(x)
 //!     }
 //!     fn visit(&self, v: &mut Visitor<'_, B>) {
-//!         v.parameter("scale", &self.scale);
-//!         v.child("linear", &self.linear);
-//!         v.child("dropout", &self.dropout);
+//!         for (i, l) in self.layers.iter().enumerate() {
+//!             v.child(&format!("layer_{i}"), l);
+//!         }
 //!     }
 //! }
 //!
 //! # fn main() -> exactgrad_nn::Result<()> {
 //! let b = exactgrad_backends::ScalarRefBackend;
 //! let mut rng = Philox::new(0);
-//! let head = Head {
-//!     linear: Linear::new(&b, 4, 2, &mut rng)?,
-//!     dropout: Dropout::new(0.5)?,
-//!     scale: Tensor::ones(&b, [2])?.requires_grad()?,
-//! };
-//! let names: Vec<String> = head.named_parameters().into_iter().map(|(n, _)| n).collect();
-//! assert_eq!(names, ["scale", "linear.weight", "linear.bias"]);
-//! head.seed_streams(42); // every random stream of the tree, keyed by its path
-//! let y = head.forward(&Tensor::ones(&b, [3, 4])?)?;
-//! head.eval(); // the dropout child follows
-//! assert!(!head.is_training());
-//! # let _ = y;
+//! let stack = Stack { layers: vec![Linear::new(&b, 4, 4, &mut rng)?, Linear::new(&b, 4, 2, &mut rng)?] };
+//! let names: Vec<String> = stack.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names[..2], ["layer_0.weight", "layer_0.bias"]);
 //! # Ok(())
 //! # }
 //! ```
@@ -253,6 +345,12 @@ fn walk<B: Backend>(
 /// storage and gradient slot, so the tensors returned by [`ModuleExt::parameters`] are
 /// the module's own: an optimizer that updates them in place (`copy_` under `no_grad`)
 /// updates the module.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Module<{B}>`",
+    label = "not a module over `{B}`",
+    note = "in a #[derive(Module)] struct every field is a child module unless marked: #[module(param)] or #[module(buffer)] for a tensor, #[module(skip)] for plain data such as a config",
+    note = "a struct over one concrete backend names it: #[module(backend = \"ExactBackend\")]"
+)]
 pub trait Module<B: Backend> {
     /// Applies the module to `input`.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>>;

@@ -1,8 +1,8 @@
-//! Normalisation layers: [`BatchNorm2d`] and [`LayerNorm`].
+//! Normalisation layers: [`BatchNorm2d`], [`LayerNorm`] and [`GroupNorm`].
 
 use crate::error::{Error, Result};
 use crate::module::{IntBuffer, Module, TrainingFlag, Visitor};
-use exactgrad_autograd::{BatchNormOptions, LayerNormOptions, Momentum, Tensor};
+use exactgrad_autograd::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum, Tensor};
 use exactgrad_core::Backend;
 use std::fmt;
 
@@ -212,6 +212,29 @@ impl<B: Backend> fmt::Debug for BatchNorm2d<B> {
     }
 }
 
+/// Options of [`LayerNorm`], with PyTorch's defaults (`nn.LayerNorm(normalized_shape,
+/// eps=1e-05, elementwise_affine=True, bias=True)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerNormConfig {
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+    /// Whether the layer has a learnable `weight` (default true).
+    pub elementwise_affine: bool,
+    /// Whether an affine layer also has a `bias` (default true; ignored without
+    /// `elementwise_affine`, as in PyTorch).
+    pub bias: bool,
+}
+
+impl Default for LayerNormConfig {
+    fn default() -> Self {
+        Self {
+            eps: 1e-5,
+            elementwise_affine: true,
+            bias: true,
+        }
+    }
+}
+
 /// Layer normalisation over the trailing `normalized_shape` dimensions (PyTorch's
 /// `nn.LayerNorm`), on [`Tensor::layer_norm`].
 ///
@@ -229,21 +252,22 @@ impl<B: Backend> LayerNorm<B> {
     ///
     /// Fails when `normalized_shape` is empty or contains 0.
     pub fn new(backend: &B, normalized_shape: &[usize]) -> Result<Self> {
-        Self::with_config(backend, normalized_shape, 1e-5, true, true)
+        Self::with_config(backend, normalized_shape, LayerNormConfig::default())
     }
 
-    /// A layer with the given `eps`, with or without the affine `weight`
-    /// (`elementwise_affine`) and, when affine, with or without `bias` (PyTorch's
-    /// arguments of the same names).
+    /// A layer with the given `eps`, with or without the affine `weight` and `bias`.
     ///
     /// Fails when `normalized_shape` is empty or contains 0.
     pub fn with_config(
         backend: &B,
         normalized_shape: &[usize],
-        eps: f32,
-        elementwise_affine: bool,
-        bias: bool,
+        config: LayerNormConfig,
     ) -> Result<Self> {
+        let LayerNormConfig {
+            eps,
+            elementwise_affine,
+            bias,
+        } = config;
         if normalized_shape.is_empty() || normalized_shape.contains(&0) {
             return Err(Error::invalid(
                 "LayerNorm::new",
@@ -320,6 +344,158 @@ impl<B: Backend> fmt::Debug for LayerNorm<B> {
             self.eps,
             self.weight.is_some(),
             self.bias.is_some()
+        )
+    }
+}
+
+/// Options of [`GroupNorm`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupNormConfig {
+    /// Added to the variance before the square root (default `1e-5`).
+    pub eps: f32,
+    /// Whether the layer has a learnable per-channel `weight` and `bias` (default true).
+    pub affine: bool,
+}
+
+impl Default for GroupNormConfig {
+    fn default() -> Self {
+        Self {
+            eps: 1e-5,
+            affine: true,
+        }
+    }
+}
+
+/// Group normalisation of inputs `[N, C, *]` (PyTorch's `nn.GroupNorm`), on
+/// [`Tensor::group_norm`]: the `C` channels are split into `num_groups` groups and each
+/// (sample, group) is normalised over its channels and positions.
+///
+/// Parameters: `weight` (ones) and `bias` (zeros), `[C]`, when affine. No buffers and no
+/// training mode: training and evaluation compute the same thing.
+pub struct GroupNorm<B: Backend> {
+    weight: Option<Tensor<B>>,
+    bias: Option<Tensor<B>>,
+    num_groups: usize,
+    num_channels: usize,
+    eps: f32,
+}
+
+impl<B: Backend> GroupNorm<B> {
+    /// A layer over `num_channels` channels in `num_groups` groups with PyTorch's
+    /// defaults (`nn.GroupNorm(num_groups, num_channels)`).
+    ///
+    /// Fails when a count is 0 or `num_groups` does not divide `num_channels`.
+    pub fn new(backend: &B, num_groups: usize, num_channels: usize) -> Result<Self> {
+        Self::with_config(
+            backend,
+            num_groups,
+            num_channels,
+            GroupNormConfig::default(),
+        )
+    }
+
+    /// A layer with the given `eps`, with or without the affine parameters.
+    ///
+    /// Fails when a count is 0 or `num_groups` does not divide `num_channels`.
+    pub fn with_config(
+        backend: &B,
+        num_groups: usize,
+        num_channels: usize,
+        config: GroupNormConfig,
+    ) -> Result<Self> {
+        if num_groups == 0 || num_channels == 0 || !num_channels.is_multiple_of(num_groups) {
+            return Err(Error::invalid(
+                "GroupNorm::new",
+                "num_groups",
+                format!(
+                    "num_channels = {num_channels} must be positive and divisible by num_groups = {num_groups}"
+                ),
+            ));
+        }
+        let (weight, bias) = if config.affine {
+            (
+                Some(Tensor::ones(backend, [num_channels])?.requires_grad()?),
+                Some(Tensor::zeros(backend, [num_channels])?.requires_grad()?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            weight,
+            bias,
+            num_groups,
+            num_channels,
+            eps: config.eps,
+        })
+    }
+
+    /// The per-channel scale, `[C]`, when affine.
+    pub fn weight(&self) -> Option<&Tensor<B>> {
+        self.weight.as_ref()
+    }
+
+    /// The per-channel shift, `[C]`, when affine.
+    pub fn bias(&self) -> Option<&Tensor<B>> {
+        self.bias.as_ref()
+    }
+
+    /// Number of groups.
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+
+    /// Number of channels.
+    pub fn num_channels(&self) -> usize {
+        self.num_channels
+    }
+
+    /// The `eps` added to the variance.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+}
+
+impl<B: Backend> Module<B> for GroupNorm<B> {
+    /// Fails when the input has fewer than 2 dimensions or not the layer's channel count.
+    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let d = input.dims();
+        if d.len() < 2 || d[1] != self.num_channels {
+            return Err(Error::invalid(
+                "GroupNorm",
+                "input",
+                format!(
+                    "expected an input [N, {}, *], got shape {d:?}",
+                    self.num_channels
+                ),
+            ));
+        }
+        let opts = GroupNormOptions {
+            weight: self.weight.as_ref(),
+            bias: self.bias.as_ref(),
+            eps: self.eps,
+        };
+        Ok(input.group_norm(self.num_groups, opts)?)
+    }
+
+    fn visit(&self, v: &mut Visitor<'_, B>) {
+        v.parameter("weight", self.weight.as_ref());
+        v.parameter("bias", self.bias.as_ref());
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl<B: Backend> fmt::Debug for GroupNorm<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "GroupNorm({}, {}, eps={}, affine={})",
+            self.num_groups,
+            self.num_channels,
+            self.eps,
+            self.weight.is_some()
         )
     }
 }
@@ -464,12 +640,109 @@ mod tests {
             let v: f32 = row.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / 6.0;
             assert!(m.abs() < 1e-5 && (v - 1.0).abs() < 1e-3, "{m} {v}");
         }
-        let plain = LayerNorm::with_config(&b, &[3], 1e-6, false, true).unwrap();
+        let plain = LayerNorm::with_config(
+            &b,
+            &[3],
+            LayerNormConfig {
+                eps: 1e-6,
+                elementwise_affine: false,
+                bias: true,
+            },
+        )
+        .unwrap();
         assert!(plain.named_parameters().is_empty());
-        let no_bias = LayerNorm::with_config(&b, &[3], 1e-6, true, false).unwrap();
+        let no_bias = LayerNorm::with_config(
+            &b,
+            &[3],
+            LayerNormConfig {
+                bias: false,
+                ..LayerNormConfig::default()
+            },
+        )
+        .unwrap();
         assert_eq!(no_bias.named_parameters().len(), 1);
         assert!(LayerNorm::new(&b, &[]).is_err());
         assert!(LayerNorm::new(&b, &[0]).is_err());
         assert!(ln.forward(&Tensor::zeros(&b, [4, 3, 2]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn group_norm_is_the_functional_operator_with_pytorch_parameters() {
+        let b = ScalarRefBackend;
+        let gn = GroupNorm::new(&b, 2, 4).unwrap();
+        let names: Vec<String> = gn.named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["weight", "bias"]);
+        assert_eq!(gn.weight().unwrap().to_vec().unwrap(), [1.0; 4]);
+        assert_eq!(gn.bias().unwrap().to_vec().unwrap(), [0.0; 4]);
+        assert!(gn.named_buffers().is_empty() && !gn.is_training());
+        // Non-trivial parameters, so that the comparison sees them.
+        let mut rng = Philox::new(6);
+        {
+            let _guard = exactgrad_autograd::no_grad();
+            gn.weight()
+                .unwrap()
+                .copy_(&Tensor::randn(&b, [4], 1.0, 0.5, &mut rng).unwrap())
+                .unwrap();
+        }
+        let x = Tensor::randn(&b, [3, 4, 2, 5], 0.5, 2.0, &mut rng).unwrap();
+        let want = x
+            .group_norm(
+                2,
+                GroupNormOptions {
+                    weight: gn.weight(),
+                    bias: gn.bias(),
+                    eps: 1e-5,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            gn.forward(&x).unwrap().to_vec().unwrap(),
+            want.to_vec().unwrap()
+        );
+        let plain = GroupNorm::with_config(
+            &b,
+            4,
+            4,
+            GroupNormConfig {
+                eps: 1e-3,
+                affine: false,
+            },
+        )
+        .unwrap();
+        assert!(plain.named_parameters().is_empty());
+        assert_eq!(
+            plain.forward(&x).unwrap().to_vec().unwrap(),
+            x.group_norm(
+                4,
+                GroupNormOptions {
+                    eps: 1e-3,
+                    ..GroupNormOptions::default()
+                }
+            )
+            .unwrap()
+            .to_vec()
+            .unwrap()
+        );
+        assert_eq!(
+            format!("{gn:?}"),
+            "GroupNorm(2, 4, eps=0.00001, affine=true)"
+        );
+        assert_eq!((gn.num_groups(), gn.num_channels(), gn.eps()), (2, 4, 1e-5));
+    }
+
+    #[test]
+    fn group_norm_rejects_bad_arguments() {
+        let b = ScalarRefBackend;
+        let err = GroupNorm::new(&b, 3, 4).unwrap_err().to_string();
+        assert!(err.contains("divisible by num_groups = 3"), "{err}");
+        assert!(GroupNorm::new(&b, 0, 4).is_err());
+        assert!(GroupNorm::new(&b, 1, 0).is_err());
+        let gn = GroupNorm::new(&b, 2, 4).unwrap();
+        let err = gn
+            .forward(&Tensor::zeros(&b, [2, 6, 3]).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[N, 4, *]"), "{err}");
+        assert!(gn.forward(&Tensor::zeros(&b, [4]).unwrap()).is_err());
     }
 }

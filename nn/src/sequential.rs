@@ -1,7 +1,7 @@
 //! A chain of modules applied in order.
 
 use crate::error::Result;
-use crate::module::{Module, Visitor};
+use crate::module::Module;
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
 use std::fmt;
@@ -10,8 +10,11 @@ use std::fmt;
 ///
 /// Children are named by their position, so the parameters of
 /// `Sequential::new().push(Linear…).push(Relu).push(Linear…)` are `0.weight`, `0.bias`,
-/// `2.weight`, `2.bias`, as in PyTorch.
+/// `2.weight`, `2.bias`, as in PyTorch (the children's list has the empty key, so its
+/// elements are keyed `0`, `1`, … directly).
+#[derive(crate::Module)]
 pub struct Sequential<B: Backend> {
+    #[module(rename = "")]
     layers: Vec<Box<dyn Module<B>>>,
 }
 
@@ -58,34 +61,20 @@ impl<B: Backend> Sequential<B> {
     pub fn iter(&self) -> impl Iterator<Item = &dyn Module<B>> {
         self.layers.iter().map(|m| &**m)
     }
-}
 
-impl<B: Backend> Module<B> for Sequential<B> {
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    /// The children applied in order (the input itself when there are none).
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let mut x = input.clone();
         for layer in &self.layers {
             x = layer.forward(&x)?;
         }
         Ok(x)
     }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        for (i, layer) in self.layers.iter().enumerate() {
-            v.child(&i.to_string(), &**layer);
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!("{self:?}")
-    }
 }
 
 impl<B: Backend> fmt::Debug for Sequential<B> {
+    /// PyTorch's `repr`: `Sequential(\n  (0): …\n)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "Sequential(")?;
-        for (i, layer) in self.layers.iter().enumerate() {
-            writeln!(f, "  ({i}): {}", layer.describe())?;
-        }
-        write!(f, ")")
+        f.write_str(&self.describe())
     }
 }

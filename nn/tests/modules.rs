@@ -133,7 +133,7 @@ fn optimizer_updates_the_module_in_place() {
         .unwrap()
         .sum()
         .unwrap()
-        .backward(None, false)
+        .backward()
         .unwrap();
     let g = model.parameters()[0].grad().unwrap().to_vec().unwrap();
     opt.step().unwrap();

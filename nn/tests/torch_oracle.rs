@@ -5,7 +5,7 @@
 //! tensor as `max |ours − torch| / max |torch|` (relative to the tensor's largest
 //! magnitude) and must be at most 1e-6 for the optimizers, clipping and `Linear`.
 
-use exactgrad_autograd::{CrossEntropyOptions, Tensor};
+use exactgrad_autograd::{BackwardOptions, CrossEntropyOptions, Tensor};
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_nn::optim::{
     clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd,
@@ -271,7 +271,7 @@ fn linear_forward_backward_match_torch() {
             &o.tensor(&format!("{case}/y")),
             1e-6,
         );
-        y.backward(Some(&o.tensor(&format!("{case}/gy"))), false)
+        y.backward_with(BackwardOptions::default().gradient(&o.tensor(&format!("{case}/gy"))))
             .unwrap();
         assert_close(
             &format!("{case} dx"),
@@ -334,7 +334,7 @@ fn mlp_training_matches_torch() {
             ((l - want) / want).abs() <= 1e-5,
             "step {k}: loss {l} vs torch {want}"
         );
-        loss.backward(None, false).unwrap();
+        loss.backward().unwrap();
         if k == 1 {
             for (name, p) in model.named_parameters() {
                 assert_close(

@@ -381,7 +381,11 @@ fn run_on<B: Backend, C: Case>(case: &C, b: &B) -> Bits {
                     values(y.numel(), 77 + i as u64, Fill::Normal),
                     y.shape().clone(),
                 )?;
-                y.backward(Some(&seed), i != last)?;
+                y.backward_with(
+                    BackwardOptions::default()
+                        .gradient(&seed)
+                        .retain_graph(i != last),
+                )?;
             }
             outcome
                 .leaves

@@ -173,7 +173,7 @@ pub(crate) fn run_case(c: &Case) -> Result<(f64, f64), String> {
     let out = call_op(c, &operands).map_err(|e| format!("forward: {e}"))?;
     let fwd = compare("forward output", &out, &c.y, scaled)?;
     let gy = T::from_vec(&b, c.gy.data.clone(), c.gy.shape.clone()).map_err(|e| e.to_string())?;
-    out.backward(Some(&gy), false)
+    out.backward_with(BackwardOptions::default().gradient(&gy))
         .map_err(|e| format!("backward returned an error: {e}"))?;
     let mut bwd = 0.0f64;
     for (i, want) in &c.grads {

@@ -437,7 +437,7 @@ impl<B: Backend> Tensor<B> {
     /// let per_entry = lp.ctc_loss(batch, CtcLossOptions { reduction: Reduction::None, ..Default::default() })?;
     /// assert_eq!(per_entry.dims(), [2]);
     /// let loss = lp.ctc_loss(batch, CtcLossOptions::default())?;
-    /// loss.backward(None, false)?;
+    /// loss.backward()?;
     /// assert_eq!(logits.grad().unwrap().dims(), [6, 2, 4]);
     /// # Ok(())
     /// # }

@@ -902,7 +902,7 @@ impl<B: Backend> Tensor<B> {
     /// assert_eq!(out.h_n.dims(), [1, n, h]);
     /// // h_n is the output's last step.
     /// assert_eq!(out.h_n.to_vec()?, out.output.narrow(0, t - 1, 1)?.to_vec()?);
-    /// out.output.sum()?.add(&out.c_n.sum()?)?.backward(None, false)?;
+    /// out.output.sum()?.add(&out.c_n.sum()?)?.backward()?;
     /// assert_eq!(x.grad().unwrap().dims(), [t, n, i]);
     /// # Ok(())
     /// # }

@@ -1,7 +1,7 @@
 //! In f32 the tape computes the bits of the eager engine on `ScalarRefBackend` (exact
 //! mode): every operator's values and gradients, and a small network's gradients.
 
-use exactgrad_autograd::{CrossEntropyOptions, Reduction, Tensor};
+use exactgrad_autograd::{BackwardOptions, CrossEntropyOptions, Reduction, Tensor};
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_core::Philox;
 use exactgrad_tape::operators::*;
@@ -60,9 +60,9 @@ macro_rules! compare {
         }
         let $ea = leaf(&xv);
         let ey = $eager_op;
-        ey.backward(
-            Some(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap()),
-            false,
+        ey.backward_with(
+            BackwardOptions::default()
+                .gradient(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap()),
         )
         .unwrap();
         assert_eq!(
@@ -94,7 +94,7 @@ macro_rules! compare2 {
         }
         let ($ea, $eb) = (leaf(&xv), leaf(&zv));
         let ey = $eager_op;
-        ey.backward(Some(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap()), false).unwrap();
+        ey.backward_with(BackwardOptions::default().gradient(&Tensor::from_slice(&B, &seed, ey.dims().to_vec()).unwrap())).unwrap();
         assert_eq!(bits($y.values()), bits(&ey.to_vec().unwrap()), "{}: values", $name);
         assert_eq!(bits($a.grad()), grad(&$ea), "{}: gradient of the first input", $name);
         assert_eq!(bits($b.grad()), grad(&$eb), "{}: gradient of the second input", $name);
@@ -270,8 +270,11 @@ fn matvec_and_linear_match_the_eager_engine() {
             } else {
                 ew.matmul(&ex).unwrap()
             };
-            ey.backward(Some(&Tensor::from_slice(&B, &seed, [rows]).unwrap()), false)
-                .unwrap();
+            ey.backward_with(
+                BackwardOptions::default()
+                    .gradient(&Tensor::from_slice(&B, &seed, [rows]).unwrap()),
+            )
+            .unwrap();
             assert_eq!(
                 bits(y.values()),
                 bits(&ey.to_vec().unwrap()),
@@ -330,7 +333,7 @@ fn a_network_matches_the_eager_engine_over_several_samples() {
         let z = h.linear(&ew2, Some(&eb2)).unwrap();
         z.cross_entropy(&[*t as i64], CrossEntropyOptions::default())
             .unwrap()
-            .backward(None, false)
+            .backward()
             .unwrap();
     }
 

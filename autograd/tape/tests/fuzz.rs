@@ -16,7 +16,7 @@
 
 mod programs;
 
-use exactgrad_autograd::{CrossEntropyOptions, Reduction, Tensor};
+use exactgrad_autograd::{BackwardOptions, CrossEntropyOptions, Reduction, Tensor};
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_tape::operators::*;
 use exactgrad_tape::{record_size, Status, ALIGN, VALIDATION};
@@ -375,8 +375,10 @@ fn eager(p: &TapeProgram) -> Eager {
     // A root computed from inputs alone has no eager graph (the tape's parameters then
     // receive nothing either).
     if root.is_requires_grad() {
-        root.backward(Some(&T::from_vec(&B, seed, [root.numel()]).unwrap()), false)
-            .unwrap();
+        root.backward_with(
+            BackwardOptions::default().gradient(&T::from_vec(&B, seed, [root.numel()]).unwrap()),
+        )
+        .unwrap();
     }
     let values = outs.iter().map(|t| t.to_vec().unwrap()).collect();
     let grads = params

@@ -63,7 +63,7 @@ fn the_eager_engine_reproduces_the_training_bit_for_bit() {
                     .cross_entropy(&target, CrossEntropyOptions::default())
                     .unwrap();
                 epoch_loss += loss.to_vec().unwrap()[0];
-                loss.backward(None, false).unwrap();
+                loss.backward().unwrap();
             }
             step(&mut w1, &ew1, rate);
             step(&mut b1, &eb1, rate);

@@ -4,8 +4,8 @@ use super::multihead::{MultiheadAttention, MultiheadAttentionConfig};
 use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{Module, TrainingFlag, Visitor};
-use crate::norm::LayerNorm;
+use crate::module::{Module as _, TrainingFlag};
+use crate::norm::{LayerNorm, LayerNormConfig};
 use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, GeluApproximation, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -78,14 +78,17 @@ impl TransformerEncoderLayerConfig {
 /// `u64` (which keyed dropout before streams were keyed by path). Dropout draws from the
 /// layer's stream `dropout_rng` and attention dropout from `self_attn.dropout_rng`, both
 /// keyed by [`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams).
+#[derive(crate::Module)]
 pub struct TransformerEncoderLayer<B: Backend> {
     self_attn: MultiheadAttention<B>,
     linear1: Linear<B>,
     linear2: Linear<B>,
     norm1: LayerNorm<B>,
     norm2: LayerNorm<B>,
+    #[module(skip)]
     config: TransformerEncoderLayerConfig,
     training: TrainingFlag,
+    #[module(rename = "dropout_rng")]
     rng: RandomStream,
 }
 
@@ -128,8 +131,14 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         };
         let linear1 = linear(e, ff, rng)?;
         let linear2 = linear(ff, e, rng)?;
-        let norm =
-            || LayerNorm::with_config(backend, &[e], config.layer_norm_eps, true, config.bias);
+        let norm = || {
+            let config = LayerNormConfig {
+                eps: config.layer_norm_eps,
+                elementwise_affine: true,
+                bias: config.bias,
+            };
+            LayerNorm::with_config(backend, &[e], config)
+        };
         let (norm1, norm2) = (norm()?, norm()?);
         let _ = rng.next_u64();
         Ok(Self {
@@ -184,10 +193,37 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         src_mask: Option<AttentionMask<'_, B>>,
         src_key_padding_mask: Option<AttentionMask<'_, B>>,
     ) -> Result<Tensor<B>> {
+        self.run(src, src_mask, src_key_padding_mask, false)
+    }
+
+    /// The layer with causal self-attention: position `i` attends to positions `j ≤ i`
+    /// only (PyTorch's `layer(src, src_mask=nn.Transformer.generate_square_subsequent_mask(L),
+    /// src_key_padding_mask=…, is_causal=True)`), with an optional
+    /// `src_key_padding_mask` `[N, S]` (see
+    /// [`MultiheadAttention::forward_causal`]).
+    pub fn forward_causal(
+        &self,
+        src: &Tensor<B>,
+        src_key_padding_mask: Option<AttentionMask<'_, B>>,
+    ) -> Result<Tensor<B>> {
+        self.run(src, None, src_key_padding_mask, true)
+    }
+
+    fn run(
+        &self,
+        src: &Tensor<B>,
+        src_mask: Option<AttentionMask<'_, B>>,
+        src_key_padding_mask: Option<AttentionMask<'_, B>>,
+        causal: bool,
+    ) -> Result<Tensor<B>> {
         let sa = |x: &Tensor<B>| -> Result<Tensor<B>> {
-            let y = self
-                .self_attn
-                .forward_attention(x, x, x, src_key_padding_mask, src_mask)?;
+            let y = if causal {
+                self.self_attn
+                    .forward_causal(x, x, x, src_key_padding_mask)?
+            } else {
+                self.self_attn
+                    .forward_attention(x, x, x, src_key_padding_mask, src_mask)?
+            };
             self.dropout(&y)
         };
         let ff = |x: &Tensor<B>| -> Result<Tensor<B>> {
@@ -209,6 +245,11 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         }
     }
 
+    /// The layer without masks.
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_masked(input, None, None)
+    }
+
     fn dropout(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         Dropout::apply(
             "TransformerEncoderLayer",
@@ -217,27 +258,6 @@ impl<B: Backend> TransformerEncoderLayer<B> {
             self.training.get(),
             &self.rng,
         )
-    }
-}
-
-impl<B: Backend> Module<B> for TransformerEncoderLayer<B> {
-    /// The layer without masks.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        self.forward_masked(input, None, None)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("self_attn", &self.self_attn);
-        v.child("linear1", &self.linear1);
-        v.child("linear2", &self.linear2);
-        v.child("norm1", &self.norm1);
-        v.child("norm2", &self.norm2);
-        v.stream("dropout_rng", &self.rng);
-        v.training(&self.training);
-    }
-
-    fn describe(&self) -> String {
-        format!("{self:?}")
     }
 }
 

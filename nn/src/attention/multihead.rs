@@ -5,7 +5,7 @@ use crate::dropout::Dropout;
 use crate::error::{Error, Result};
 use crate::init;
 use crate::linear::Linear;
-use crate::module::{Module, TrainingFlag, Visitor};
+use crate::module::{Module as _, TrainingFlag};
 use crate::random::RandomStream;
 use exactgrad_autograd::{AttentionMask, AttentionOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
@@ -58,12 +58,17 @@ impl MultiheadAttentionConfig {
 /// `need_weights=False`). With dropout 0 or outside training it runs the fused
 /// operator; with dropout in training it forms the weights explicitly (matmul, softmax,
 /// dropout, matmul).
+#[derive(crate::Module)]
 pub struct MultiheadAttention<B: Backend> {
+    #[module(param)]
     in_proj_weight: Tensor<B>,
+    #[module(param)]
     in_proj_bias: Option<Tensor<B>>,
     out_proj: Linear<B>,
+    #[module(skip)]
     config: MultiheadAttentionConfig,
     training: TrainingFlag,
+    #[module(rename = "dropout_rng")]
     rng: RandomStream,
 }
 
@@ -139,6 +144,11 @@ impl<B: Backend> MultiheadAttention<B> {
         self.config
     }
 
+    /// Self-attention of `input` without masks.
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_attention(input, input, input, None, None)
+    }
+
     /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]` (`[L, N, E]`
     /// and `[S, N, E]` unless `batch_first`; `[L, E]` and `[S, E]` unbatched), giving
     /// `[N, L, E]` (same layout as the query).
@@ -200,6 +210,37 @@ impl<B: Backend> MultiheadAttention<B> {
         key_padding_mask: Option<AttentionMask<'_, B>>,
         attn_mask: Option<AttentionMask<'_, B>>,
     ) -> Result<Tensor<B>> {
+        self.attend(query, key, value, key_padding_mask, attn_mask, false)
+    }
+
+    /// Causal attention: [`forward_attention`](Self::forward_attention) where query `i`
+    /// attends to keys `j ≤ i` only (PyTorch's `attn_mask =
+    /// nn.Transformer.generate_square_subsequent_mask(L)` with `is_causal=True`), with an
+    /// optional `key_padding_mask`. Without a padding mask and outside attention dropout
+    /// it runs the fused operator with `is_causal`, so no mask is built.
+    ///
+    /// Fails as [`forward_attention`](Self::forward_attention) does.
+    pub fn forward_causal(
+        &self,
+        query: &Tensor<B>,
+        key: &Tensor<B>,
+        value: &Tensor<B>,
+        key_padding_mask: Option<AttentionMask<'_, B>>,
+    ) -> Result<Tensor<B>> {
+        self.attend(query, key, value, key_padding_mask, None, true)
+    }
+
+    /// The attention of [`forward_attention`](Self::forward_attention), causal when
+    /// `causal` (then `attn_mask` is `None`).
+    fn attend(
+        &self,
+        query: &Tensor<B>,
+        key: &Tensor<B>,
+        value: &Tensor<B>,
+        key_padding_mask: Option<AttentionMask<'_, B>>,
+        attn_mask: Option<AttentionMask<'_, B>>,
+        causal: bool,
+    ) -> Result<Tensor<B>> {
         let op = "MultiheadAttention";
         let e = self.config.embed_dim;
         let h = self.config.num_heads;
@@ -253,6 +294,24 @@ impl<B: Backend> MultiheadAttention<B> {
                 ),
             ));
         }
+        let p = self.config.dropout;
+        let explicit = self.training.get() && p > 0.0;
+        // Causal attention runs the fused operator's `is_causal` when nothing else masks;
+        // otherwise the causal restriction is a `[L, S]` block mask (1 where `j > i`)
+        // combined with the padding mask as PyTorch combines `attn_mask`.
+        let fused_causal = causal && key_padding_mask.is_none() && !explicit;
+        let causal_block = if causal && !fused_causal {
+            let values = (0..l)
+                .flat_map(|i| (0..s).map(move |j| if j > i { 1.0 } else { 0.0 }))
+                .collect();
+            Some(Tensor::from_vec(query.backend(), values, [l, s])?)
+        } else {
+            None
+        };
+        let attn_mask = match &causal_block {
+            Some(t) => Some(AttentionMask::Block(t)),
+            None => attn_mask,
+        };
         let mask = build_mask(op, n, h, l, s, rank == 2, key_padding_mask, attn_mask)?;
 
         // Projections: rows [0, E), [E, 2E), [2E, 3E) of the stacked weight.
@@ -276,8 +335,7 @@ impl<B: Backend> MultiheadAttention<B> {
             )?),
             None => None,
         };
-        let p = self.config.dropout;
-        let o = if self.training.get() && p > 0.0 {
+        let o = if explicit {
             // Explicit weights so that dropout can act on them.
             let scale = (1.0 / (hd as f64).sqrt()) as f32;
             let mut scores = qh.matmul(&kh.transpose(-2, -1)?)?.mul_scalar(scale)?;
@@ -306,6 +364,7 @@ impl<B: Backend> MultiheadAttention<B> {
             };
             let opts = AttentionOptions {
                 mask: m,
+                is_causal: fused_causal,
                 ..AttentionOptions::default()
             };
             qh.scaled_dot_product_attention(&kh, &vh, opts)?
@@ -502,25 +561,6 @@ fn build_mask<B: Backend>(
         shape: vec![n, heads, l, s],
         additive,
     }))
-}
-
-impl<B: Backend> Module<B> for MultiheadAttention<B> {
-    /// Self-attention of `input` without masks.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        self.forward_attention(input, input, input, None, None)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.parameter("in_proj_weight", &self.in_proj_weight);
-        v.parameter("in_proj_bias", self.in_proj_bias.as_ref());
-        v.child("out_proj", &self.out_proj);
-        v.stream("dropout_rng", &self.rng);
-        v.training(&self.training);
-    }
-
-    fn describe(&self) -> String {
-        format!("{self:?}")
-    }
 }
 
 impl<B: Backend> fmt::Debug for MultiheadAttention<B> {

@@ -313,12 +313,7 @@ fn encoder_layer_names_norms_and_dropout() {
     drop.set_training(false);
     close(&drop.forward(&x).unwrap(), &y_pre, 0.0);
     // Gradients reach every parameter.
-    post.forward(&x)
-        .unwrap()
-        .sum()
-        .unwrap()
-        .backward(None, false)
-        .unwrap();
+    post.forward(&x).unwrap().sum().unwrap().backward().unwrap();
     assert!(post.parameters().iter().all(|p| p.grad().is_some()));
     assert!(TransformerEncoderLayer::new(
         &ScalarRefBackend,
@@ -326,4 +321,143 @@ fn encoder_layer_names_norms_and_dropout() {
         &mut Philox::new(1)
     )
     .is_err());
+}
+
+/// The causal block `[L, S]` of PyTorch's `generate_square_subsequent_mask` as a boolean
+/// (1 = not allowed) mask.
+fn causal_block(l: usize) -> T {
+    let v = (0..l)
+        .flat_map(|i| (0..l).map(move |j| if j > i { 1.0 } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(&ScalarRefBackend, v, [l, l]).unwrap()
+}
+
+fn encoder_config(norm_first: bool, dropout: f32) -> TransformerEncoderLayerConfig {
+    TransformerEncoderLayerConfig {
+        dim_feedforward: 12,
+        dropout,
+        activation: FeedForwardActivation::Gelu,
+        batch_first: true,
+        norm_first,
+        ..TransformerEncoderLayerConfig::new(8, 2)
+    }
+}
+
+#[test]
+fn causal_layer_is_the_encoder_layer_with_a_causal_mask() {
+    let b = ScalarRefBackend;
+    for norm_first in [false, true] {
+        let config = encoder_config(norm_first, 0.0);
+        let causal = CausalTransformerLayer::new(&b, config, &mut Philox::new(7)).unwrap();
+        let plain = TransformerEncoderLayer::new(&b, config, &mut Philox::new(7)).unwrap();
+        // Same keys, streams and values as the encoder layer (PyTorch's composition).
+        let names = |m: &dyn Module<ScalarRefBackend>| -> Vec<String> {
+            m.named_parameters().into_iter().map(|(n, _)| n).collect()
+        };
+        assert_eq!(names(&causal), names(&plain));
+        assert_eq!(
+            causal.stream_names(),
+            ["dropout_rng", "self_attn.dropout_rng"]
+        );
+        assert_eq!(causal.state_dict().unwrap(), plain.state_dict().unwrap());
+        assert_eq!(causal.config(), config);
+        let x = randn(&[2, 5, 8], 3);
+        let mask = causal_block(5);
+        let want = plain
+            .forward_masked(&x, Some(AttentionMask::Block(&mask)), None)
+            .unwrap();
+        // The fused is_causal path gives the explicit mask's bits.
+        let got = causal.forward(&x).unwrap();
+        assert_eq!(got.to_vec().unwrap(), want.to_vec().unwrap());
+        assert_eq!(
+            Module::forward(&causal, &x).unwrap().to_vec().unwrap(),
+            want.to_vec().unwrap()
+        );
+        // With a key padding mask the causal block is combined with it.
+        let padding =
+            Tensor::from_vec(&b, vec![0., 0., 0., 0., 0., 0., 0., 0., 1., 1.], [2, 5]).unwrap();
+        let want = plain
+            .forward_masked(
+                &x,
+                Some(AttentionMask::Block(&mask)),
+                Some(AttentionMask::Block(&padding)),
+            )
+            .unwrap();
+        let got = causal
+            .forward_masked(&x, Some(AttentionMask::Block(&padding)))
+            .unwrap();
+        assert_eq!(got.to_vec().unwrap(), want.to_vec().unwrap());
+    }
+}
+
+#[test]
+fn causal_layer_does_not_look_ahead() {
+    let b = ScalarRefBackend;
+    let layer =
+        CausalTransformerLayer::new(&b, encoder_config(true, 0.0), &mut Philox::new(2)).unwrap();
+    let x = randn(&[1, 6, 8], 4);
+    let y = layer.forward(&x).unwrap().to_vec().unwrap();
+    // Changing position 3 changes no output before it.
+    let mut v = x.to_vec().unwrap();
+    for e in &mut v[3 * 8..4 * 8] {
+        *e += 1.0;
+    }
+    let x2 = Tensor::from_vec(&b, v, [1, 6, 8]).unwrap();
+    let y2 = layer.forward(&x2).unwrap().to_vec().unwrap();
+    assert_eq!(y[..3 * 8], y2[..3 * 8]);
+    assert_ne!(y[3 * 8..4 * 8], y2[3 * 8..4 * 8]);
+    // Unbatched [L, E] input, as the encoder layer.
+    let u = x.squeeze(0).unwrap();
+    assert_eq!(layer.forward(&u).unwrap().to_vec().unwrap(), y);
+}
+
+#[test]
+fn causal_layer_dropout_draws_from_its_streams() {
+    let b = ScalarRefBackend;
+    let config = encoder_config(false, 0.3);
+    let causal = CausalTransformerLayer::new(&b, config, &mut Philox::new(5)).unwrap();
+    let plain = TransformerEncoderLayer::new(&b, config, &mut Philox::new(5)).unwrap();
+    let x = randn(&[2, 4, 8], 6);
+    let err = causal.forward(&x).unwrap_err().to_string();
+    assert!(err.contains("seed_streams"), "{err}");
+    causal.seed_streams(11);
+    plain.seed_streams(11);
+    // Attention dropout takes the explicit path; the masks equal the encoder layer's.
+    let mask = causal_block(4);
+    let want = plain
+        .forward_masked(&x, Some(AttentionMask::Block(&mask)), None)
+        .unwrap();
+    assert_eq!(
+        causal.forward(&x).unwrap().to_vec().unwrap(),
+        want.to_vec().unwrap()
+    );
+    causal.eval();
+    assert!(!causal.is_training());
+    plain.eval();
+    assert_eq!(
+        causal.forward(&x).unwrap().to_vec().unwrap(),
+        plain
+            .forward_masked(&x, Some(AttentionMask::Block(&mask)), None)
+            .unwrap()
+            .to_vec()
+            .unwrap()
+    );
+}
+
+#[test]
+fn multihead_causal_attention_matches_the_block_mask() {
+    for dropout in [0.0, 0.25] {
+        let m = mha(true, dropout);
+        m.seed_streams(3);
+        let twin = mha(true, dropout);
+        twin.seed_streams(3);
+        let x = randn(&[2, 5, 8], 9);
+        let mask = causal_block(5);
+        let want = twin
+            .forward_attention(&x, &x, &x, None, Some(AttentionMask::Block(&mask)))
+            .unwrap();
+        // With attention dropout (training) both draw the same masks from equal streams.
+        let got = m.forward_causal(&x, &x, &x, None).unwrap();
+        assert_eq!(got.to_vec().unwrap(), want.to_vec().unwrap());
+    }
 }

@@ -154,7 +154,7 @@ where
 ///         };
 ///         let loss = model.forward(&batch.inputs)?.cross_entropy(&batch.targets, Default::default())?;
 ///         opt.clear_grad();
-///         loss.backward(None, false)?;
+///         loss.backward()?;
 ///         opt.step()?;
 ///     }
 ///     if let Some(p) = path {

@@ -3,16 +3,13 @@
 
 use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
+use crate::conv::{Conv2d, Conv2dConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{Module, ModuleExt, Visitor};
+use crate::module::{Module as _, ModuleExt};
 use crate::norm::BatchNorm2d;
-use exactgrad_autograd::{
-    AvgPool2dOptions, Conv2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor,
-};
+use exactgrad_autograd::{AvgPool2dOptions, CrossEntropyOptions, MaxPool2dOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
-use std::fmt;
 
 /// Sizes of [`ConvNet`]; the default is the oracle's model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +41,7 @@ impl Default for ConvNetConfig {
 /// The reference conv net (see the module documentation); parameters `conv1.*`,
 /// `bn1.*`, `conv2.*`, `bn2.*`, `fc1.*`, `fc2.*`, buffers `bn1.running_*` and
 /// `bn2.running_*`. Inputs are `[N, C, H, W]` with `H` and `W` at least 4.
+#[derive(crate::Module, Debug)]
 pub struct ConvNet<B: Backend> {
     conv1: Conv2d<B>,
     bn1: BatchNorm2d<B>,
@@ -51,6 +49,7 @@ pub struct ConvNet<B: Backend> {
     bn2: BatchNorm2d<B>,
     fc1: Linear<B>,
     fc2: Linear<B>,
+    #[module(skip)]
     config: ConvNetConfig,
 }
 
@@ -60,20 +59,12 @@ impl<B: Backend> ConvNet<B> {
     ///
     /// Fails when a size is 0.
     pub fn new(backend: &B, config: ConvNetConfig, rng: &mut Philox) -> Result<Self> {
-        let pad1 = Conv2dOptions {
+        let conv = |i, o| Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
-        let conv1 = Conv2d::with_options(
-            backend,
-            config.in_channels,
-            config.c1,
-            [3, 3],
-            pad1,
-            true,
-            rng,
-        )?;
-        let conv2 = Conv2d::with_options(backend, config.c1, config.c2, [3, 3], pad1, true, rng)?;
+        let conv1 = Conv2d::new(backend, conv(config.in_channels, config.c1), rng)?;
+        let conv2 = Conv2d::new(backend, conv(config.c1, config.c2), rng)?;
         if config.hidden == 0 || config.classes == 0 {
             return Err(Error::invalid(
                 "ConvNet::new",
@@ -99,17 +90,8 @@ impl<B: Backend> ConvNet<B> {
         self.config
     }
 
-    /// The mean cross entropy of the logits of `input` against `targets` (one class per
-    /// image).
-    pub fn loss(&self, input: &Tensor<B>, targets: &[i64]) -> Result<Tensor<B>> {
-        let logits = self.forward(input)?;
-        Ok(logits.cross_entropy(targets, CrossEntropyOptions::default())?)
-    }
-}
-
-impl<B: Backend> Module<B> for ConvNet<B> {
     /// The logits `[N, classes]` of `input` `[N, C, H, W]`.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let x = self.bn1.forward(&self.conv1.forward(input)?)?.relu()?;
         let x = x.max_pool2d(MaxPool2dOptions::new([2, 2]))?;
         let x = self.bn2.forward(&self.conv2.forward(&x)?)?.relu()?;
@@ -119,26 +101,11 @@ impl<B: Backend> Module<B> for ConvNet<B> {
         self.fc2.forward(&x)
     }
 
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv1", &self.conv1);
-        v.child("bn1", &self.bn1);
-        v.child("conv2", &self.conv2);
-        v.child("bn2", &self.bn2);
-        v.child("fc1", &self.fc1);
-        v.child("fc2", &self.fc2);
-    }
-}
-
-impl<B: Backend> fmt::Debug for ConvNet<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConvNet")
-            .field("conv1", &self.conv1)
-            .field("bn1", &self.bn1)
-            .field("conv2", &self.conv2)
-            .field("bn2", &self.bn2)
-            .field("fc1", &self.fc1)
-            .field("fc2", &self.fc2)
-            .finish()
+    /// The mean cross entropy of the logits of `input` against `targets` (one class per
+    /// image).
+    pub fn loss(&self, input: &Tensor<B>, targets: &[i64]) -> Result<Tensor<B>> {
+        let logits = self.forward(input)?;
+        Ok(logits.cross_entropy(targets, CrossEntropyOptions::default())?)
     }
 }
 
@@ -222,7 +189,7 @@ impl<B: Backend> ReferenceCase<B> for ConvNetCase<B> {
         self.input.clear_grad();
         let logits = self.model.forward(&self.input)?;
         let loss = logits.cross_entropy(&self.targets, CrossEntropyOptions::default())?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, logits)
     }
 }

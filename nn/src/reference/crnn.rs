@@ -3,16 +3,13 @@
 
 use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
+use crate::conv::{Conv2d, Conv2dConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{Module, ModuleExt, Visitor};
+use crate::module::{Module as _, ModuleExt};
 use crate::rnn::{Lstm, RnnConfig};
-use exactgrad_autograd::{
-    Conv2dOptions, CtcBatch, CtcLossOptions, CtcTargets, MaxPool2dOptions, Tensor,
-};
+use exactgrad_autograd::{CtcBatch, CtcLossOptions, CtcTargets, MaxPool2dOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
-use std::fmt;
 
 /// Sizes of [`Crnn`]; the default is the oracle's model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +44,13 @@ impl Default for CrnnConfig {
 /// [W/4, N, c2·H/4]`, feature `c·H/4 + h`), a two-layer bidirectional `lstm`, `fc`
 /// (`2·hidden → classes`) and `log_softmax` over the classes. Parameters `conv1.*`,
 /// `conv2.*`, `lstm.*` (PyTorch's LSTM names), `fc.*`.
+#[derive(crate::Module, Debug)]
 pub struct Crnn<B: Backend> {
     conv1: Conv2d<B>,
     conv2: Conv2d<B>,
     lstm: Lstm<B>,
     fc: Linear<B>,
+    #[module(skip)]
     config: CrnnConfig,
 }
 
@@ -70,12 +69,12 @@ impl<B: Backend> Crnn<B> {
                 ),
             ));
         }
-        let pad1 = Conv2dOptions {
+        let conv = |i, o| Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(i, o, [3, 3])
         };
-        let conv1 = Conv2d::with_options(backend, 1, config.c1, [3, 3], pad1, true, rng)?;
-        let conv2 = Conv2d::with_options(backend, config.c1, config.c2, [3, 3], pad1, true, rng)?;
+        let conv1 = Conv2d::new(backend, conv(1, config.c1), rng)?;
+        let conv2 = Conv2d::new(backend, conv(config.c1, config.c2), rng)?;
         let lstm = Lstm::new(
             backend,
             RnnConfig {
@@ -99,11 +98,9 @@ impl<B: Backend> Crnn<B> {
     pub fn config(&self) -> CrnnConfig {
         self.config
     }
-}
 
-impl<B: Backend> Module<B> for Crnn<B> {
     /// The log-probabilities `[W/4, N, classes]` of images `[N, 1, height, W]`.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let pool = MaxPool2dOptions::new([2, 2]);
         let x = self.conv1.forward(input)?.relu()?.max_pool2d(pool)?;
         let x = self.conv2.forward(&x)?.relu()?.max_pool2d(pool)?;
@@ -111,24 +108,6 @@ impl<B: Backend> Module<B> for Crnn<B> {
         let seq = x.permute(&[3, 0, 1, 2])?.reshape([w, n, c * h])?;
         let y = self.lstm.forward(&seq)?;
         Ok(self.fc.forward(&y)?.log_softmax(-1)?)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv1", &self.conv1);
-        v.child("conv2", &self.conv2);
-        v.child("lstm", &self.lstm);
-        v.child("fc", &self.fc);
-    }
-}
-
-impl<B: Backend> fmt::Debug for Crnn<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Crnn")
-            .field("conv1", &self.conv1)
-            .field("conv2", &self.conv2)
-            .field("lstm", &self.lstm)
-            .field("fc", &self.fc)
-            .finish()
     }
 }
 
@@ -277,7 +256,7 @@ impl<B: Backend> ReferenceCase<B> for CrnnCase<B> {
         self.input.clear_grad();
         let lp = self.model.forward(&self.input)?;
         let loss = self.loss(&lp)?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, lp)
     }
 }

@@ -3,17 +3,13 @@
 
 use super::{collect, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
-use crate::conv_transpose::ConvTranspose2d;
+use crate::conv::{Conv2d, Conv2dConfig};
+use crate::conv_transpose::{ConvTranspose2d, ConvTranspose2dConfig};
 use crate::error::{Error, Result};
-use crate::module::{Module, ModuleExt, Visitor};
+use crate::module::{Module as _, ModuleExt};
 use crate::optim::{Optimizer, Sgd, SgdConfig};
-use exactgrad_autograd::{
-    hash_tensors, Conv2dOptions, ConvTranspose2dOptions, InterpolateOptions, InterpolateSize,
-    Reduction, Tensor,
-};
+use exactgrad_autograd::{hash_tensors, InterpolateOptions, InterpolateSize, Reduction, Tensor};
 use exactgrad_core::{Backend, Philox};
-use std::fmt;
 
 /// Input channels of [`Decoder`].
 pub const DECODER_IN_CHANNELS: usize = 3;
@@ -35,6 +31,7 @@ pub const DECODER_OUT_CHANNELS: usize = 4;
 ///
 /// Parameters `conv.*`, `deconv1.*`, `deconv2.weight` (PyTorch's names). The resizes
 /// fix the output size, so any input height and width give `[N, 4, 9, 16]`.
+#[derive(crate::Module, Debug)]
 pub struct Decoder<B: Backend> {
     conv: Conv2d<B>,
     deconv1: ConvTranspose2d<B>,
@@ -45,45 +42,34 @@ impl<B: Backend> Decoder<B> {
     /// A model initialised as PyTorch initialises its layers, drawing `conv`, `deconv1`
     /// and `deconv2` in that order from `rng`.
     pub fn new(backend: &B, rng: &mut Philox) -> Result<Self> {
-        let conv = Conv2d::with_options(
+        let conv = Conv2d::new(
             backend,
-            DECODER_IN_CHANNELS,
-            8,
-            [3, 3],
-            Conv2dOptions {
+            Conv2dConfig {
                 padding: [1, 1],
-                ..Conv2dOptions::default()
+                ..Conv2dConfig::new(DECODER_IN_CHANNELS, 8, [3, 3])
             },
-            true,
             rng,
         )?;
-        let deconv1 = ConvTranspose2d::with_options(
+        let deconv1 = ConvTranspose2d::new(
             backend,
-            8,
-            6,
-            [3, 3],
-            ConvTranspose2dOptions {
+            ConvTranspose2dConfig {
                 stride: [2, 2],
                 padding: [1, 1],
                 output_padding: [1, 1],
                 groups: 2,
-                ..ConvTranspose2dOptions::default()
+                ..ConvTranspose2dConfig::new(8, 6, [3, 3])
             },
-            true,
             rng,
         )?;
-        let deconv2 = ConvTranspose2d::with_options(
+        let deconv2 = ConvTranspose2d::new(
             backend,
-            6,
-            DECODER_OUT_CHANNELS,
-            [3, 2],
-            ConvTranspose2dOptions {
+            ConvTranspose2dConfig {
                 stride: [1, 2],
                 padding: [1, 0],
                 dilation: [2, 1],
-                ..ConvTranspose2dOptions::default()
+                bias: false,
+                ..ConvTranspose2dConfig::new(6, DECODER_OUT_CHANNELS, [3, 2])
             },
-            false,
             rng,
         )?;
         Ok(Self {
@@ -92,11 +78,9 @@ impl<B: Backend> Decoder<B> {
             deconv2,
         })
     }
-}
 
-impl<B: Backend> Module<B> for Decoder<B> {
     /// The output `[N, 4, 9, 16]` in (0, 1) of an input `[N, 3, H, W]`.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let x = self.conv.forward(input)?.relu()?;
         let x = self.deconv1.forward(&x)?.tanh()?;
         let x = x.interpolate(
@@ -116,22 +100,6 @@ impl<B: Backend> Module<B> for Decoder<B> {
             },
         )?;
         Ok(x.sigmoid()?)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        v.child("conv", &self.conv);
-        v.child("deconv1", &self.deconv1);
-        v.child("deconv2", &self.deconv2);
-    }
-}
-
-impl<B: Backend> fmt::Debug for Decoder<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decoder")
-            .field("conv", &self.conv)
-            .field("deconv1", &self.deconv1)
-            .field("deconv2", &self.deconv2)
-            .finish()
     }
 }
 
@@ -265,7 +233,7 @@ impl<B: Backend> DecoderCase<B> {
         for _ in 0..t.steps {
             opt.clear_grad();
             let y = self.model.forward(&self.input.detach())?;
-            self.loss(&y)?.backward(None, false)?;
+            self.loss(&y)?.backward()?;
             opt.step()?;
         }
         let params = self.model.parameters();
@@ -289,7 +257,7 @@ impl<B: Backend> ReferenceCase<B> for DecoderCase<B> {
         self.input.clear_grad();
         let y = self.model.forward(&self.input)?;
         let loss = self.loss(&y)?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, y)
     }
 }

@@ -8,11 +8,10 @@ use crate::attention::{
 use crate::checkpoint::{load_state_dict, TensorFile};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
-use crate::module::{Module, ModuleExt, Visitor};
+use crate::module::{Module as _, ModuleExt};
 use crate::norm::LayerNorm;
 use exactgrad_autograd::{AttentionMask, CrossEntropyOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
-use std::fmt;
 
 /// Sizes of [`TransformerEncoder`]; the default is the oracle's model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +40,12 @@ impl Default for EncoderConfig {
 /// The reference transformer encoder (see the module documentation): parameters
 /// `layers.0.*` (post-norm), `layers.1.*` (pre-norm), `norm.*`, `head.*`. Batch first,
 /// GELU, dropout 0.
+#[derive(crate::Module, Debug)]
 pub struct TransformerEncoder<B: Backend> {
     layers: Vec<TransformerEncoderLayer<B>>,
     norm: LayerNorm<B>,
     head: Linear<B>,
+    #[module(skip)]
     config: EncoderConfig,
 }
 
@@ -110,30 +111,10 @@ impl<B: Backend> TransformerEncoder<B> {
         }
         self.head.forward(&self.norm.forward(&x)?)
     }
-}
 
-impl<B: Backend> Module<B> for TransformerEncoder<B> {
     /// [`TransformerEncoder::forward_masked`] without a mask.
-    fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         self.forward_masked(input, None)
-    }
-
-    fn visit(&self, v: &mut Visitor<'_, B>) {
-        for (i, layer) in self.layers.iter().enumerate() {
-            v.child(&format!("layers.{i}"), layer);
-        }
-        v.child("norm", &self.norm);
-        v.child("head", &self.head);
-    }
-}
-
-impl<B: Backend> fmt::Debug for TransformerEncoder<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransformerEncoder")
-            .field("layers", &self.layers)
-            .field("norm", &self.norm)
-            .field("head", &self.head)
-            .finish()
     }
 }
 
@@ -234,7 +215,7 @@ impl<B: Backend> ReferenceCase<B> for EncoderCase<B> {
         let loss = logits
             .reshape_infer(&[-1, classes])?
             .cross_entropy(&self.targets, CrossEntropyOptions::default())?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect(&self.model, &self.input, loss, logits)
     }
 }

@@ -29,7 +29,7 @@
 //! for _ in 0..100 {
 //!     let loss = w.mul(&w)?.sum()?;
 //!     opt.clear_grad();
-//!     loss.backward(None, false)?;
+//!     loss.backward()?;
 //!     opt.step()?;
 //!     sched.step(&mut opt)?;
 //! }
