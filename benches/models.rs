@@ -194,7 +194,8 @@ fn conv_work<B: Backend>(b: &B, x: [usize; 4], w: [usize; 4]) -> impl FnMut() {
             t.clear_grad();
         }
         let y = x.conv2d(&w, Some(&bias), opts).unwrap();
-        y.backward(Some(&g), false).unwrap();
+        y.backward_with(BackwardOptions::default().gradient(&g))
+            .unwrap();
     }
 }
 
@@ -232,7 +233,8 @@ fn attention_work<B: Backend>(b: &B) -> impl FnMut() {
                 AttentionOptions::masked(AttentionMask::Allow(&mask)),
             )
             .unwrap();
-        o.backward(Some(&g), false).unwrap();
+        o.backward_with(BackwardOptions::default().gradient(&g))
+            .unwrap();
     }
 }
 

@@ -47,16 +47,12 @@ fn train(threads: usize) -> Vec<Step> {
     let pool = b.memory().expect("ExactBackend has a pool");
     let mut rng = Philox::new(11);
     let (n, c, hw) = (4usize, 32usize, 16usize);
-    let conv = Conv2d::with_options(
+    let conv = Conv2d::new(
         &b,
-        3,
-        c,
-        [3, 3],
-        Conv2dOptions {
+        Conv2dConfig {
             padding: [1, 1],
-            ..Conv2dOptions::default()
+            ..Conv2dConfig::new(3, c, [3, 3])
         },
-        true,
         &mut rng,
     )
     .unwrap();
@@ -118,7 +114,7 @@ fn train(threads: usize) -> Vec<Step> {
                 .unwrap()
                 .cross_entropy(&targets, CrossEntropyOptions::default())
                 .unwrap();
-            loss.backward(None, false).unwrap();
+            loss.backward().unwrap();
             opt.step().unwrap();
             let value = loss.item().unwrap();
             scope.close();

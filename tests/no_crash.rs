@@ -519,7 +519,7 @@ fn interpolate_to_a_size_whose_index_tables_no_memory_holds_is_an_error() {
             .interpolate(InterpolateSize::Size([huge, 3]), options)
             .unwrap();
         assert_eq!(y.dims(), [0, 1, huge, 3]);
-        y.sum().unwrap().backward(None, false).unwrap();
+        y.sum().unwrap().backward().unwrap();
         assert_eq!(empty.grad().unwrap().dims(), [0, 1, 2, 2]);
     }
 }
@@ -611,7 +611,7 @@ fn operators_on_an_empty_batch_whose_items_overflow_return_empty_results() {
                 .requires_grad()
                 .unwrap()
         };
-        let backward = |y: &Tensor<Bk>| y.sum().unwrap().backward(None, false).unwrap();
+        let backward = |y: &Tensor<Bk>| y.sum().unwrap().backward().unwrap();
         for (qd, kd, vd) in [
             ([0, h, h], [0, 1, h], [0, 1, 1]),
             ([0, 1, h], [0, h, h], [0, h, h]),

@@ -304,7 +304,7 @@ fn argmax_and_accuracy() {
 #[test]
 fn sizes_whose_products_overflow_are_errors() {
     use exactgrad_nn::data::Digits;
-    use exactgrad_nn::{Conv1d, Gru, Lstm, RnnConfig};
+    use exactgrad_nn::{Conv1d, Conv1dConfig, Gru, Lstm, RnnConfig};
     let b = ScalarRefBackend;
     let err = Lstm::new(&b, RnnConfig::new(3, 1 << 62), &mut Philox::new(1))
         .unwrap_err()
@@ -315,9 +315,13 @@ fn sizes_whose_products_overflow_are_errors() {
         ..RnnConfig::new(3, usize::MAX / 2 + 1)
     };
     assert!(Gru::new(&b, huge, &mut Philox::new(1)).is_err());
-    let err = Conv1d::new(&b, 1 << 40, 1, 1 << 40, &mut Philox::new(1))
-        .unwrap_err()
-        .to_string();
+    let err = Conv1d::new(
+        &b,
+        Conv1dConfig::new(1 << 40, 1, 1 << 40),
+        &mut Philox::new(1),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("overflows"), "{err}");
     let d = Digits::bundled();
     assert!(d.image(1 << 58).is_none());

@@ -6,7 +6,7 @@ use crate::attention::{
     FeedForwardActivation, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::embedding::Embedding;
+use crate::embedding::{Embedding, EmbeddingConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::module::{Module, ModuleExt, Visitor};
@@ -76,8 +76,16 @@ impl<B: Backend> Gpt<B> {
                 "layers must be positive",
             ));
         }
-        let tok_emb = Embedding::new(backend, config.vocab, config.d_model, None, rng)?;
-        let pos_emb = Embedding::new(backend, config.context, config.d_model, None, rng)?;
+        let tok_emb = Embedding::new(
+            backend,
+            EmbeddingConfig::new(config.vocab, config.d_model),
+            rng,
+        )?;
+        let pos_emb = Embedding::new(
+            backend,
+            EmbeddingConfig::new(config.context, config.d_model),
+            rng,
+        )?;
         let block = TransformerEncoderLayerConfig {
             dim_feedforward: config.dim_feedforward,
             dropout: 0.0,
@@ -291,7 +299,7 @@ impl<B: Backend> ReferenceCase<B> for GptCase<B> {
         let loss = logits
             .reshape_infer(&[-1, vocab])?
             .cross_entropy(&self.targets, CrossEntropyOptions::default())?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect_parameters(&self.model, loss, logits)
     }
 }

@@ -3,12 +3,12 @@
 
 use super::{collect_parameters, Gradients, ReferenceCase};
 use crate::checkpoint::{load_state_dict, TensorFile};
-use crate::conv::Conv2d;
+use crate::conv::{Conv2d, Conv2dConfig};
 use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::module::{Module, ModuleExt, Visitor};
 use crate::norm::BatchNorm2d;
-use exactgrad_autograd::{Conv2dOptions, CrossEntropyOptions, Tensor};
+use exactgrad_autograd::{CrossEntropyOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
 
@@ -45,12 +45,13 @@ fn conv<B: Backend>(
     stride: usize,
     rng: &mut Philox,
 ) -> Result<Conv2d<B>> {
-    let options = Conv2dOptions {
+    let config = Conv2dConfig {
         stride: [stride, stride],
         padding: [k / 2, k / 2],
-        ..Conv2dOptions::default()
+        bias: false,
+        ..Conv2dConfig::new(cin, cout, [k, k])
     };
-    Conv2d::with_options(backend, cin, cout, [k, k], options, false, rng)
+    Conv2d::new(backend, config, rng)
 }
 
 /// The basic block of a ResNet (He et al. 2016): `relu(bn2(conv2(relu(bn1(conv1(x))))) +
@@ -306,7 +307,7 @@ impl<B: Backend> ReferenceCase<B> for ResNetCase<B> {
         self.model.clear_grad();
         let logits = self.model.forward(&self.input)?;
         let loss = logits.cross_entropy(&self.targets, CrossEntropyOptions::default())?;
-        loss.backward(None, false)?;
+        loss.backward()?;
         collect_parameters(&self.model, loss, logits)
     }
 }
