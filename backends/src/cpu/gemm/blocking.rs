@@ -174,11 +174,16 @@ pub(crate) fn for_machine(tile: Tile) -> Blocking {
 /// Reads the caches and the core kind of this machine.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn detect() -> (Caches, Core) {
-    use core::arch::x86_64::{__cpuid, __cpuid_count, CpuidResult};
+    use core::arch::x86_64::{__cpuid_count, CpuidResult};
     // CPUID exists on every x86-64 CPU; leaves above the maximum reported by leaf 0 (or
     // 0x80000000) are not queried.
-    let leaf = |l: u32, s: u32| -> CpuidResult { __cpuid_count(l, s) };
-    let l0 = __cpuid(0);
+    // The intrinsics are `unsafe fn` in older toolchains (the MSRV) and safe in newer
+    // ones, hence the allowed `unused_unsafe`.
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID is available on every x86-64 CPU; it only reads identification
+    // registers.
+    let leaf = |l: u32, s: u32| -> CpuidResult { unsafe { __cpuid_count(l, s) } };
+    let l0 = leaf(0, 0);
     let vendor: [u8; 12] = {
         let mut v = [0u8; 12];
         v[..4].copy_from_slice(&l0.ebx.to_le_bytes());
@@ -191,7 +196,7 @@ pub(crate) fn detect() -> (Caches, Core) {
         b"GenuineIntel" => Core::Intel,
         _ => Core::Other,
     };
-    let max_ext = __cpuid(0x8000_0000).eax;
+    let max_ext = leaf(0x8000_0000, 0).eax;
     let (cache_leaf, max) = match core {
         Core::AmdZen => {
             let topo = max_ext >= 0x8000_0001 && leaf(0x8000_0001, 0).ecx & (1 << 22) != 0;
