@@ -46,6 +46,8 @@ const TARGET_CHUNKS: usize = 8;
 const MAX_CHUNKS: usize = TARGET_CHUNKS;
 /// Capacity of the scratch tile of partial (edge) micro-tiles: at least `MR × NR`.
 const TILE_MAX: usize = 512;
+/// Most rows of a micro-tile (at least `MR`).
+const TILE_ROWS: usize = 8;
 /// Most rows per `B` for which full panels of a unit-column-stride `B` are read in place
 /// rather than packed (each panel then serves at most this many rows: its copy would cost
 /// about as much as its products).
@@ -1048,7 +1050,7 @@ unsafe fn tile<K: Kernel>(
 ) {
     let (mr, nr) = (K::MR, K::NR);
     assert!(
-        mr * nr <= TILE_MAX && K::MH <= mr && nr % K::W == 0,
+        mr * nr <= TILE_MAX && mr <= TILE_ROWS && K::MH <= mr && nr % K::W == 0,
         "gemm: tile shape"
     );
     assert!(
@@ -1098,12 +1100,14 @@ unsafe fn tile<K: Kernel>(
         return;
     }
     let mut t = [0.0f32; TILE_MAX];
+    // Row i of the tile starts at row_at[i]; its column j is j·cs further.
+    let row_at: [usize; TILE_ROWS] = core::array::from_fn(|i| dst.at(r + i.min(rows - 1), j0));
     if load {
-        for i in 0..rows {
+        for (i, &at) in row_at.iter().enumerate().take(rows) {
             for j in 0..cols {
                 // SAFETY: row r + i, column j0 + j is an element of the tile, valid for
                 // reads (the caller's contract).
-                t[i * nr + j] = unsafe { *dst.ptr.0.add(dst.at(r + i, j0 + j)) };
+                t[i * nr + j] = unsafe { *dst.ptr.0.add(at + j * dst.cs) };
             }
         }
     }
@@ -1127,11 +1131,11 @@ unsafe fn tile<K: Kernel>(
             last,
         )
     }
-    for i in 0..rows {
+    for (i, &at) in row_at.iter().enumerate().take(rows) {
         for j in 0..cols {
             // SAFETY: row r + i, column j0 + j is an element of the tile, valid for
             // writes and accessed by this call only (the caller's contract).
-            unsafe { *dst.ptr.0.add(dst.at(r + i, j0 + j)) = t[i * nr + j] };
+            unsafe { *dst.ptr.0.add(at + j * dst.cs) = t[i * nr + j] };
         }
     }
 }
