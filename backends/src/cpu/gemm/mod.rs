@@ -634,8 +634,15 @@ unsafe fn drive<K: Kernel>(
     let bpack = &mut bbuf[..];
     let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
     ctx.for_each_chunk(bpack, panels_per_chunk * panel_len, |ci, chunk| {
+        let first = ci * panels_per_chunk;
+        if sb2 == 1 && !direct {
+            // Row-major B: step by step, the chunk's panels side by side, so that each
+            // step of B is read as one run across the panels.
+            pack_b_rows::<K>(spec, b, first, npanels, chunk);
+            return;
+        }
         for (pi, panel) in chunk.chunks_mut(panel_len).enumerate() {
-            let idx = ci * panels_per_chunk + pi;
+            let idx = first + pi;
             let j0 = (idx % npanels) * nr;
             if !direct || j0 + nr > n {
                 pack_b::<K>(spec, b, idx / npanels, j0, panel);
@@ -717,6 +724,37 @@ fn line_aligned(buf: &mut [f32], len: usize) -> &mut [f32] {
         .align_offset(LINE * core::mem::size_of::<f32>())
         .min(LINE - 1);
     &mut buf[off..off + len]
+}
+
+/// Packs the panels `first ..` (panel `idx` holds the columns `(idx % npanels)·NR ..` of
+/// the `B` of batch `idx / npanels`) of a row-major `B` into `panels` (`k × NR` each,
+/// columns past `n` zero), step by step across the panels. Writes every element of
+/// `panels`.
+fn pack_b_rows<K: Kernel>(
+    spec: &MatmulSpec,
+    b: &[f32],
+    first: usize,
+    npanels: usize,
+    panels: &mut [f32],
+) {
+    let (k, n, nr) = (spec.k, spec.n, K::NR);
+    let [sb0, sb1, _] = spec.b_strides;
+    let count = panels.len() / (k * nr);
+    for p in 0..k {
+        for pi in 0..count {
+            let idx = first + pi;
+            let j0 = (idx % npanels) * nr;
+            let cols = nr.min(n - j0);
+            let s = spec.b_offset + (idx / npanels) * sb0 + p * sb1 + j0;
+            let dst = &mut panels[(pi * k + p) * nr..][..nr];
+            if cols == nr {
+                dst[..K::NR].copy_from_slice(&b[s..s + K::NR]);
+            } else {
+                dst[..cols].copy_from_slice(&b[s..s + cols]);
+                dst[cols..].fill(0.0);
+            }
+        }
+    }
 }
 
 /// Packs the columns `j0 .. j0 + NR` of the `B` of batch `bb` into `panel` (`k × NR`,
