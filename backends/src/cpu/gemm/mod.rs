@@ -52,6 +52,8 @@ const TILE_ROWS: usize = 8;
 /// rather than packed (each panel then serves at most this many rows: its copy would cost
 /// about as much as its products).
 const DIRECT_B_MAX_ROWS: usize = 48;
+/// Fewest steps of a k block for which the output rows of the next tile are prefetched.
+const PREFETCH_MIN_STEPS: usize = 64;
 /// Most column panels for which a block of `A` is read in place rather than packed.
 const DIRECT_A_MAX_PANELS: usize = 2;
 /// f32 elements per cache line (64 bytes): the packing buffers start at a line.
@@ -558,7 +560,12 @@ impl Out {
     /// The offset of row `r` (batch-folded), column `j`.
     #[inline(always)]
     fn at(&self, r: usize, j: usize) -> usize {
-        (r / self.m) * self.bs + (r % self.m) * self.rs + j * self.cs
+        if self.bs == self.m * self.rs {
+            // Batches one after another: the folded rows are equally spaced.
+            r * self.rs + j * self.cs
+        } else {
+            (r / self.m) * self.bs + (r % self.m) * self.rs + j * self.cs
+        }
     }
 }
 
@@ -972,6 +979,8 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
     let Blocking { kc: kcb, mc, nc } = job.blk;
     let npanels = n.div_ceil(nr);
     let panels_per_block = nc / nr;
+    // Output rows equally spaced with unit column stride (batches one after another).
+    let uniform = dst.cs == 1 && dst.bs == dst.m * dst.rs;
     let mut s = 0;
     while s < nrows {
         // A block: at most MC rows, inside one batch when the batches have their own B.
@@ -1013,12 +1022,14 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
                     for i0 in (0..block_rows).step_by(mr) {
                         let rws = mr.min(block_rows - i0);
                         let row = r + i0;
-                        if i0 + 2 * mr <= block_rows && dst.cs == 1 {
+                        if kc >= PREFETCH_MIN_STEPS && i0 + 2 * mr <= block_rows && uniform {
                             // The next tile's rows of the output, which its kernel loads
                             // (after the first k block) or stores, are fetched while this
-                            // tile computes.
-                            for q in row + mr..row + 2 * mr {
-                                prefetch(dst.ptr.0.wrapping_add(dst.at(q, j0)), cols);
+                            // tile computes (worth it when the tile is long enough to
+                            // hide the fetch).
+                            let next = dst.ptr.0.wrapping_add((row + mr) * dst.rs + j0);
+                            for q in 0..mr {
+                                prefetch(next.wrapping_add(q * dst.rs), cols);
                             }
                         }
                         let (apanel, al): (&[f32], APanel) = match a_place {
