@@ -22,8 +22,7 @@ pub(crate) struct Caches {
     pub l3: usize,
 }
 
-/// The kind of core, for the defaults of the caches that cannot be read and for the
-/// part of the level-2 cache the packed blocks may fill.
+/// The kind of core, for the defaults of the caches that cannot be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // Each architecture detects only its own kinds; the others serve the unit tests.
 #[allow(dead_code)]
@@ -127,9 +126,8 @@ const KC_MAX: usize = 1024;
 ///   multiple of 64 with `KC × NR × 4` bytes at most an eighth of level 2 (the `B`
 ///   panel, kept in level 2 while the `A` micro-panels stream past it), and at most a
 ///   quarter of level 1 for the `A` micro-panel, clamped to 128 … 1024.
-/// - **`MC`**: the packed `A` block (`MC × KC`) fills at most half of level 2 (a third
-///   on AMD cores, whose level 2 also holds the lines that level 3 hands back), a
-///   multiple of `MR`, at least `MR`.
+/// - **`MC`**: the packed `A` block (`MC × KC`) fills at most half of level 2, a multiple
+///   of `MR`, at least `MR`.
 /// - **`NC`**: the packed `B` block that one `A` block sweeps (`KC × NC`) fits in half of
 ///   the core's share of the last-level cache or of its level 2, whichever is larger; a
 ///   multiple of `NR`, at least 16 panels (each column block packs the `A` block again,
@@ -149,11 +147,7 @@ pub(crate) fn blocking(caches: Caches, core: Core, tile: Tile) -> Blocking {
     let kc_b = l2 / 8 / (nr * f);
     let kc_a = l1 / 4 / (mr * f);
     let kc = (kc_b.min(kc_a) / 64 * 64).clamp(KC_MIN, KC_MAX);
-    let share = match core {
-        Core::AmdZen => 3,
-        _ => 2,
-    };
-    let mc = (l2 / share / (kc * f) / mr * mr).max(mr);
+    let mc = (l2 / 2 / (kc * f) / mr * mr).max(mr);
     let last = l3.max(l2);
     let nc = (last / 2 / (kc * f) / nr * nr).max(16 * nr);
     Blocking { kc, mc, nc }
@@ -353,13 +347,13 @@ mod tests {
         // L1D, L2 and L3 share in KiB; the core; the tile; KC, MC, NC.
         let cases = [
             // AMD Zen 4: this VM (a 32 MiB L3 shared by 2 vCPUs), a server core (4 MiB)
-            (32, 1024, 16384, Amd, avx512, [320, 270, 6528]),
-            (32, 1024, 16384, Amd, avx2, [320, 270, 6544]),
-            (32, 1024, 4096, Amd, avx512, [320, 270, 1600]),
-            (32, 1024, 4096, Amd, avx2, [320, 270, 1632]),
+            (32, 1024, 16384, Amd, avx512, [320, 408, 6528]),
+            (32, 1024, 16384, Amd, avx2, [320, 408, 6544]),
+            (32, 1024, 4096, Amd, avx512, [320, 408, 1600]),
+            (32, 1024, 4096, Amd, avx2, [320, 408, 1632]),
             // AMD Zen 5
-            (48, 1024, 4096, Amd, avx512, [512, 168, 1024]),
-            (48, 1024, 4096, Amd, avx2, [512, 168, 1024]),
+            (48, 1024, 4096, Amd, avx512, [512, 252, 1024]),
+            (48, 1024, 4096, Amd, avx2, [512, 252, 1024]),
             // Intel Skylake-SP, Ice Lake-SP, Sapphire Rapids
             (32, 1024, 1408, Intel, avx512, [320, 408, 1024]),
             (32, 1024, 1408, Intel, avx2, [320, 408, 560]),
