@@ -36,6 +36,7 @@ struct Step {
     loss: u32,
     live_after: isize,
     heap_allocations: usize,
+    heap_bytes: usize,
     native_allocations: u64,
 }
 
@@ -76,7 +77,7 @@ fn train(threads: usize) -> Vec<Step> {
     let mut steps = Vec::with_capacity(STEPS);
     for _ in 0..STEPS {
         let before = pool.stats();
-        let allocs = GLOBAL.stats().allocations;
+        let (allocs, bytes) = (GLOBAL.stats().allocations, GLOBAL.stats().bytes_allocated);
         let loss = {
             let scope = ActivationScope::new();
             opt.clear_grad();
@@ -124,6 +125,7 @@ fn train(threads: usize) -> Vec<Step> {
             loss: loss.to_bits(),
             live_after: live_heap(),
             heap_allocations: GLOBAL.stats().allocations - allocs,
+            heap_bytes: GLOBAL.stats().bytes_allocated - bytes,
             native_allocations: pool.stats().native_allocations - before.native_allocations,
         });
     }
@@ -157,16 +159,18 @@ fn check(threads: usize, steps: &[Step]) {
 fn scoped_steps_keep_the_heap_flat_at_one_and_two_threads() {
     let one = train(1);
     let two = train(2);
-    println!("step, then per thread count (1, 2): heap bytes live after the step relative to step 3, heap allocations, pool native allocations");
+    println!("step, then per thread count (1, 2): heap bytes live after the step (relative to step 3), heap allocations and bytes of the step, pool native allocations");
     for (i, (a, b)) in one.iter().zip(&two).enumerate() {
         println!(
-            "{:>3}  {:>8} {:>6} {:>3}   {:>8} {:>6} {:>3}",
+            "{:>3}  {:>8} {:>6} {:>9} {:>3}   {:>8} {:>6} {:>9} {:>3}",
             i + 1,
             a.live_after - one[2].live_after,
             a.heap_allocations,
+            a.heap_bytes,
             a.native_allocations,
             b.live_after - two[2].live_after,
             b.heap_allocations,
+            b.heap_bytes,
             b.native_allocations
         );
     }

@@ -12,8 +12,8 @@
 //! the best path, one thread) and the element-wise dispatch; `simd` the lane types and
 //! their target-feature contract; `simd64.rs` the f64 accumulation across outputs;
 //! [`elementwise`] the element-wise loops over slices (the formulas are
-//! [`crate::elementwise`]); `gemm.rs` the blocked GEMM; `rows/` the row kernels (strided
-//! copy, select, sums, softmax).
+//! [`crate::elementwise`]); `gemm/` the blocked GEMM and its block sizes; `rows/` the row
+//! kernels (strided copy, select, sums, softmax).
 //!
 //! Over 800 lines on purpose: this is the one `Backend` implementation of the CPU paths —
 //! every trait method's argument check and dispatch — next to the ISA and compute-context

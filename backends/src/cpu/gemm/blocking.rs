@@ -22,8 +22,7 @@ pub(crate) struct Caches {
     pub l3: usize,
 }
 
-/// The kind of core, for the defaults of the caches that cannot be read and for the
-/// part of the level-2 cache the packed blocks may fill.
+/// The kind of core, for the defaults of the caches that cannot be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // Each architecture detects only its own kinds; the others serve the unit tests.
 #[allow(dead_code)]
@@ -127,9 +126,8 @@ const KC_MAX: usize = 1024;
 ///   multiple of 64 with `KC × NR × 4` bytes at most an eighth of level 2 (the `B`
 ///   panel, kept in level 2 while the `A` micro-panels stream past it), and at most a
 ///   quarter of level 1 for the `A` micro-panel, clamped to 128 … 1024.
-/// - **`MC`**: the packed `A` block (`MC × KC`) fills at most half of level 2 (a third
-///   on AMD cores, whose level 2 also holds the lines that level 3 hands back), a
-///   multiple of `MR`, at least `MR`.
+/// - **`MC`**: the packed `A` block (`MC × KC`) fills at most half of level 2, a multiple
+///   of `MR`, at least `MR`.
 /// - **`NC`**: the packed `B` block that one `A` block sweeps (`KC × NC`) fits in half of
 ///   the core's share of the last-level cache or of its level 2, whichever is larger; a
 ///   multiple of `NR`, at least 16 panels (each column block packs the `A` block again,
@@ -149,11 +147,7 @@ pub(crate) fn blocking(caches: Caches, core: Core, tile: Tile) -> Blocking {
     let kc_b = l2 / 8 / (nr * f);
     let kc_a = l1 / 4 / (mr * f);
     let kc = (kc_b.min(kc_a) / 64 * 64).clamp(KC_MIN, KC_MAX);
-    let share = match core {
-        Core::AmdZen => 3,
-        _ => 2,
-    };
-    let mc = (l2 / share / (kc * f) / mr * mr).max(mr);
+    let mc = (l2 / 2 / (kc * f) / mr * mr).max(mr);
     let last = l3.max(l2);
     let nc = (last / 2 / (kc * f) / nr * nr).max(16 * nr);
     Blocking { kc, mc, nc }
@@ -347,87 +341,40 @@ mod tests {
     }
 
     /// The classes of CPU that `docs/gemm.md` §2 lists, with the blocks the rule gives
-    /// for each path: the table there is this one.
+    /// for each path (worked out by hand from the rule): the table there is this one.
     #[test]
     fn the_documented_blocks_of_each_cpu_class() {
         let avx512 = tile(Isa::Avx512, ComputeMode::Exact);
         let avx2 = tile(Isa::Avx2, ComputeMode::Exact);
-        let neon_exact = tile(Isa::Neon, ComputeMode::Exact);
-        let neon_fast = tile(Isa::Neon, ComputeMode::Fast);
-        let b = |kc, mc, nc| Blocking { kc, mc, nc };
+        let neon_e = tile(Isa::Neon, ComputeMode::Exact);
+        let neon_f = tile(Isa::Neon, ComputeMode::Fast);
+        use Core::{AmdZen as Amd, AppleM as Apple, ArmNeoverse as Arm, Intel};
+        // L1D, L2 and L3 share in KiB; the core; the tile; KC, MC, NC.
         let cases = [
-            // AMD Zen 4 (EPYC 9004, this VM: a 32 MiB L3 shared by 2 vCPUs)
-            (
-                caches(32 * K, M, 16 * M),
-                Core::AmdZen,
-                avx512,
-                b(320, 270, 6528),
-            ),
-            (
-                caches(32 * K, M, 16 * M),
-                Core::AmdZen,
-                avx2,
-                b(320, 270, 6544),
-            ),
-            // AMD Zen 4 / Zen 5 server cores: 32 MiB L3 per 8 cores
-            (
-                caches(32 * K, M, 4 * M),
-                Core::AmdZen,
-                avx512,
-                b(320, 270, 1600),
-            ),
-            (
-                caches(48 * K, M, 4 * M),
-                Core::AmdZen,
-                avx512,
-                b(512, 168, 1024),
-            ),
+            // AMD Zen 4: this VM (a 32 MiB L3 shared by 2 vCPUs), a server core (4 MiB)
+            (32, 1024, 16384, Amd, avx512, [320, 408, 6528]),
+            (32, 1024, 16384, Amd, avx2, [320, 408, 6544]),
+            (32, 1024, 4096, Amd, avx512, [320, 408, 1600]),
+            (32, 1024, 4096, Amd, avx2, [320, 408, 1632]),
+            // AMD Zen 5
+            (48, 1024, 4096, Amd, avx512, [512, 252, 1024]),
+            (48, 1024, 4096, Amd, avx2, [512, 252, 1024]),
             // Intel Skylake-SP, Ice Lake-SP, Sapphire Rapids
-            (
-                caches(32 * K, M, 1408 * K),
-                Core::Intel,
-                avx512,
-                b(320, 408, 1024),
-            ),
-            (
-                caches(48 * K, 1280 * K, 1536 * K),
-                Core::Intel,
-                avx512,
-                b(512, 318, 1024),
-            ),
-            (
-                caches(48 * K, 2 * M, 1920 * K),
-                Core::Intel,
-                avx512,
-                b(512, 510, 1024),
-            ),
-            (
-                caches(48 * K, 2 * M, 1920 * K),
-                Core::Intel,
-                avx2,
-                b(512, 510, 512),
-            ),
-            // Neoverse N1 / V1 (1 MiB L2, 64 KiB L1D), Apple M1 performance core
-            (
-                caches(64 * K, M, 512 * K),
-                Core::ArmNeoverse,
-                neon_exact,
-                b(640, 204, 204),
-            ),
-            (
-                caches(64 * K, M, 512 * K),
-                Core::ArmNeoverse,
-                neon_fast,
-                b(512, 256, 252),
-            ),
-            (
-                caches(128 * K, 3 * M, 0),
-                Core::AppleM,
-                neon_fast,
-                b(1024, 384, 384),
-            ),
+            (32, 1024, 1408, Intel, avx512, [320, 408, 1024]),
+            (32, 1024, 1408, Intel, avx2, [320, 408, 560]),
+            (48, 1280, 1536, Intel, avx512, [512, 318, 1024]),
+            (48, 1280, 1536, Intel, avx2, [512, 318, 384]),
+            (48, 2048, 1920, Intel, avx512, [512, 510, 1024]),
+            (48, 2048, 1920, Intel, avx2, [512, 510, 512]),
+            // Neoverse N1 / V1, Apple M1 performance core (its 3 MiB of a 12 MiB L2)
+            (64, 1024, 512, Arm, neon_e, [640, 204, 204]),
+            (64, 1024, 512, Arm, neon_f, [512, 256, 252]),
+            (128, 3072, 0, Apple, neon_e, [1024, 384, 384]),
+            (128, 3072, 0, Apple, neon_f, [1024, 384, 384]),
         ];
-        for (c, core, t, want) in cases {
+        for (l1, l2, l3, core, t, [kc, mc, nc]) in cases {
+            let c = caches(l1 * K, l2 * K, l3 * K);
+            let want = Blocking { kc, mc, nc };
             assert_eq!(blocking(c, core, t), want, "{c:?} {core:?} {t:?}");
         }
     }

@@ -1,0 +1,426 @@
+//! The micro-kernels of the GEMM (`docs/gemm.md` §3): the generic register-tiled
+//! kernel [`micro`], the ways a product is formed ([`Step`]), and its instantiations per
+//! ISA path and mode ([`Kernel`], declared by `kernel!` inside functions compiled with
+//! the path's target features).
+
+use super::pack::pack_a;
+use super::Job;
+use crate::cpu::simd::SimdLane;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::simd::{F32x16, F32x4, F32x8};
+#[cfg(target_arch = "x86_64")]
+use crate::lane::Lane;
+use crate::lane::{Exact, Fast, Madd};
+use crate::scalar::ModeSpec;
+
+/// The layout of the `A` micro-panels of a packed block: row `i`, step `p` of a
+/// micro-panel at `i · row + p · step`. The packer chooses it so that packing is a copy
+/// of contiguous runs: `row = kc, step = 1` (rows one after another) for a row-major `A`,
+/// `row = 1, step = MR` (the steps one after another) for a transposed one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct APanel {
+    pub(super) row: usize,
+    pub(super) step: usize,
+}
+
+/// How the micro-kernel forms `acc + a·b` from a value of the packed `A` (in memory) and
+/// a lane of `B` (in a register), in the mode's rounding.
+trait Step<L: SimdLane, M: Madd<L>> {
+    /// What is computed once per row and step from `a[0]` (the broadcast, for kernels
+    /// that multiply by a register).
+    ///
+    /// # Safety
+    /// `a` must point to a readable f32; the CPU must have the lane's target features.
+    unsafe fn row(a: *const f32) -> L;
+
+    /// `M::madd(a[0], b, acc)` per lane, `av` being `Self::row(a)`.
+    ///
+    /// # Safety
+    /// As for [`Step::row`].
+    unsafe fn madd(a: *const f32, av: L, b: L, acc: L) -> L;
+}
+
+/// The value of `A` broadcast to a register once per row, then the mode's multiply-add
+/// with each lane of `B`.
+struct Broadcast;
+
+impl<L: SimdLane, M: Madd<L>> Step<L, M> for Broadcast {
+    #[inline(always)]
+    unsafe fn row(a: *const f32) -> L {
+        // SAFETY: the caller guarantees that `a` points to a readable f32.
+        L::splat(unsafe { *a })
+    }
+
+    #[inline(always)]
+    unsafe fn madd(_a: *const f32, av: L, b: L, acc: L) -> L {
+        M::madd(av, b, acc)
+    }
+}
+
+/// AVX-512, exact mode: each product multiplies the lane of `B` by the value of `A`
+/// broadcast from memory inside the multiply (`vmulps zmm, zmm, m32{1to16}`), then adds
+/// it to the accumulator — the same multiply and add as [`Exact`]'s `madd`. On cores that
+/// execute 512-bit operations in two halves (AMD Zen 4), a broadcast into a register
+/// takes a slot of the floating-point pipes that exact mode's adds need, while the
+/// broadcast of a memory operand is done by the load unit (`docs/gemm.md` §3).
+#[cfg(target_arch = "x86_64")]
+struct BroadcastMul;
+
+#[cfg(target_arch = "x86_64")]
+impl Step<F32x16, Exact> for BroadcastMul {
+    #[inline(always)]
+    unsafe fn row(_a: *const f32) -> F32x16 {
+        F32x16::splat(0.0)
+    }
+
+    #[inline(always)]
+    unsafe fn madd(a: *const f32, _av: F32x16, b: F32x16, acc: F32x16) -> F32x16 {
+        // SAFETY: the caller guarantees that `a` points to a readable f32 and that the
+        // CPU has avx512f, the feature `mul_broadcast_avx512` is compiled with.
+        let p = unsafe { mul_broadcast_avx512(b, a) };
+        p.add(acc)
+    }
+}
+
+/// `b · a[0]` per lane, rounded (one `vmulps` with an embedded broadcast).
+///
+/// # Safety
+/// `a` must point to a readable f32; the CPU must have avx512f.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn mul_broadcast_avx512(b: F32x16, a: *const f32) -> F32x16 {
+    let r: core::arch::x86_64::__m512;
+    // SAFETY: the instruction reads the one f32 at `a` (readable, by the caller's
+    // contract) and writes only the output register; it touches no stack and no flags.
+    // The function is compiled with avx512f, which the zmm registers need.
+    unsafe {
+        core::arch::asm!(
+            "vmulps {r}, {b}, dword ptr [{a}]{{1to16}}",
+            r = lateout(zmm_reg) r,
+            b = in(zmm_reg) b.0,
+            a = in(reg) a,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    F32x16(r)
+}
+
+/// One instantiation of the micro-kernels: a lane type, a mode and a micro-tile shape.
+///
+/// The kernels are separate functions compiled with the path's target features (and
+/// never inlined into the driver), so each keeps its accumulators in registers.
+pub(super) trait Kernel {
+    /// Rows of a full micro-tile.
+    const MR: usize;
+    /// Rows of the short kernel used for edge tiles of at most `MH` rows.
+    const MH: usize;
+    /// Elements of one lane.
+    const W: usize;
+    /// Columns of a full micro-tile (a whole number of lanes).
+    const NR: usize;
+
+    /// [`pack_a`] with this kernel's `MR`.
+    fn pack_a(
+        job: &Job<'_>,
+        r0: usize,
+        rows: usize,
+        pc: usize,
+        kc: usize,
+        apack: &mut [f32],
+    ) -> APanel;
+
+    /// One full `MR × NR` tile in place, as [`micro`] with the given `A` micro-panel
+    /// layout and `bstep` (`NR` for a packed panel, the row stride of `B` when read in
+    /// place).
+    ///
+    /// # Safety
+    /// The contract of [`micro`], and the CPU has the kernel's target features.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn full(
+        kc: usize,
+        a: *const f32,
+        al: APanel,
+        b: *const f32,
+        bstep: usize,
+        c: *mut f32,
+        ldc: usize,
+        load: bool,
+        last: bool,
+    );
+
+    /// One edge tile of `rows × cols` (at most `MR × NR`) at `c` (row stride `ldc`), on
+    /// the smallest kernel covering it: `MH` or `MR` rows; [`Kernel::edge_lanes`] lanes;
+    /// `bstep` as for [`Kernel::full`]. The kernel reads and writes all the rows and
+    /// lanes it covers.
+    ///
+    /// # Safety
+    /// The contract of [`micro`] for a tile of `MH` (when `rows <= MH`) or `MR` rows of
+    /// `edge_lanes(cols)` lanes at `c` with row stride `ldc`, and the CPU has the
+    /// kernel's target features.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn edge(
+        kc: usize,
+        a: *const f32,
+        al: APanel,
+        b: *const f32,
+        bstep: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        load: bool,
+        last: bool,
+    );
+
+    /// The lanes the edge kernel runs for `cols` columns: one, two or all `NR / W`.
+    fn edge_lanes(cols: usize) -> usize {
+        let (lanes, all) = (cols.div_ceil(Self::W), Self::NR / Self::W);
+        match lanes {
+            1 => 1,
+            2 if 2 < all => 2,
+            _ => all,
+        }
+    }
+}
+
+/// Declares a [`Kernel`]: the generic micro-kernel instantiated inside functions compiled
+/// with the path's target features, forming its products as `$step` does.
+macro_rules! kernel {
+    ($name:ident, $lane:ty, $mode:ty, $step:ty, $mr:literal, $mh:literal, $nv:literal $(, $feature:literal)?) => {
+        pub(super) struct $name;
+
+        impl Kernel for $name {
+            const MR: usize = $mr;
+            const MH: usize = $mh;
+            const W: usize = <$lane as SimdLane>::WIDTH;
+            const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
+
+            fn pack_a(
+                job: &Job<'_>,
+                r0: usize,
+                rows: usize,
+                pc: usize,
+                kc: usize,
+                apack: &mut [f32],
+            ) -> APanel {
+                pack_a::<$mr>(job, r0, rows, pc, kc, apack)
+            }
+
+            #[inline(always)]
+            unsafe fn full(
+                kc: usize,
+                a: *const f32,
+                al: APanel,
+                b: *const f32,
+                bstep: usize,
+                c: *mut f32,
+                ldc: usize,
+                load: bool,
+                last: bool,
+            ) {
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
+                $(#[target_feature(enable = $feature)])?
+                unsafe fn imp(
+                    kc: usize,
+                    a: *const f32,
+                    al: APanel,
+                    b: *const f32,
+                    bstep: usize,
+                    c: *mut f32,
+                    ldc: usize,
+                    load: bool,
+                    last: bool,
+                ) {
+                    // SAFETY: the caller of `full` guarantees `micro`'s contract for one
+                    // MR × NR tile with this A layout and bstep (the `Kernel::full`
+                    // contract); the target features are those `imp` is compiled with.
+                    unsafe { micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, c, ldc, load, last) }
+                }
+                // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
+                // contract, both guaranteed by the caller of `full`.
+                unsafe { imp(kc, a, al, b, bstep, c, ldc, load, last) }
+            }
+
+            #[inline(always)]
+            unsafe fn edge(
+                kc: usize,
+                a: *const f32,
+                al: APanel,
+                b: *const f32,
+                bstep: usize,
+                c: *mut f32,
+                ldc: usize,
+                rows: usize,
+                cols: usize,
+                load: bool,
+                last: bool,
+            ) {
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments)]
+                $(#[target_feature(enable = $feature)])?
+                unsafe fn imp(
+                    kc: usize,
+                    a: *const f32,
+                    al: APanel,
+                    b: *const f32,
+                    bstep: usize,
+                    c: *mut f32,
+                    ldc: usize,
+                    short: bool,
+                    lanes: usize,
+                    load: bool,
+                    last: bool,
+                ) {
+                    // SAFETY: the caller of `edge` guarantees `micro`'s contract for a
+                    // tile of MH (short) or MR rows of `lanes` lanes at `c` (row stride
+                    // ldc, B steps of bstep) and the target features `imp` is compiled
+                    // with; `lanes` is 1, 2 (when 2 < NV) or NV (`edge_lanes`).
+                    unsafe {
+                        match (short, lanes) {
+                            (true, 1) => micro::<$lane, $mode, $step, $mh, 1>(kc, a, al, b, bstep, c, ldc, load, last),
+                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mh, 2>(kc, a, al, b, bstep, c, ldc, load, last),
+                            (true, _) => micro::<$lane, $mode, $step, $mh, $nv>(kc, a, al, b, bstep, c, ldc, load, last),
+                            (false, 1) => micro::<$lane, $mode, $step, $mr, 1>(kc, a, al, b, bstep, c, ldc, load, last),
+                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mr, 2>(kc, a, al, b, bstep, c, ldc, load, last),
+                            (false, _) => micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, c, ldc, load, last),
+                        }
+                    }
+                }
+                // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
+                // contract for the tile at `c`, both guaranteed by the caller of `edge`.
+                unsafe {
+                    imp(kc, a, al, b, bstep, c, ldc, rows <= $mh, Self::edge_lanes(cols), load, last)
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx512Exact, F32x16, Exact, BroadcastMul, 6, 3, 4, "avx512f");
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx512Fast, F32x16, Fast, Broadcast, 6, 3, 4, "avx512f");
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx2Exact, F32x8, Exact, Broadcast, 6, 3, 2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+kernel!(Avx2Fast, F32x8, Fast, Broadcast, 6, 3, 2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+kernel!(V128Exact, F32x4, Exact, Broadcast, 6, 3, 2, "sse2");
+#[cfg(target_arch = "x86_64")]
+kernel!(V128Fast, F32x4, Fast, Broadcast, 6, 3, 2, "sse2,fma");
+// NEON (`docs/gemm.md` §3): 12 columns (three lanes) in both modes; fast mode keeps
+// 8 × 12 accumulators (24 of the 32 vector registers, plus 3 B lanes and the A values),
+// exact mode 6 × 12, since its separate products need registers of their own and LLVM
+// spills accumulators of an 8 × 12 exact tile inside the loop.
+#[cfg(target_arch = "aarch64")]
+kernel!(
+    NeonExact,
+    crate::cpu::simd::F32x4,
+    Exact,
+    Broadcast,
+    6,
+    3,
+    3,
+    "neon"
+);
+#[cfg(target_arch = "aarch64")]
+kernel!(
+    NeonFast,
+    crate::cpu::simd::F32x4,
+    Fast,
+    Broadcast,
+    8,
+    4,
+    3,
+    "neon"
+);
+kernel!(ScalarExact, f32, Exact, Broadcast, 4, 2, 4);
+kernel!(ScalarFast, f32, Fast, Broadcast, 4, 2, 4);
+// The scalar fast kernel with the FMA instruction instead of a call to the C library's
+// `fmaf` (both are the correctly rounded fused multiply-add: the same bits).
+#[cfg(target_arch = "x86_64")]
+kernel!(ScalarFastFma, f32, Fast, Broadcast, 4, 2, 4, "fma");
+
+/// The register-tiled micro-kernel: `MR × NV` lanes of accumulators, `kc` steps.
+///
+/// Starts from `+0.0` (or, when `load`, from the f32 values in `c`: the same sequence
+/// continued), adds `a[i,p] × b[p,j]` with the mode's multiply-add (formed as `S` does)
+/// for each step in increasing `p`, and stores to `c`, NaN-canonicalised in exact mode
+/// when `last`.
+///
+/// # Safety
+/// `a` must be valid for reads of the elements `i · al.row + p · al.step` for `i < MR`,
+/// `p < kc`; `b` of `(kc − 1) × bstep + NV × WIDTH` elements with `NV × WIDTH <= bstep`
+/// (step `p` reads `b[p·bstep ..][.. NV × WIDTH]`); `c` must have `MR` rows of
+/// `NV × WIDTH` elements at row stride `ldc`, readable and writable; the CPU must have
+/// the target features of `L` (and of `S`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro<
+    L: SimdLane,
+    M: ModeSpec + Madd<L>,
+    S: Step<L, M>,
+    const MR: usize,
+    const NV: usize,
+>(
+    kc: usize,
+    a: *const f32,
+    al: APanel,
+    b: *const f32,
+    bstep: usize,
+    c: *mut f32,
+    ldc: usize,
+    load: bool,
+    last: bool,
+) {
+    let w = L::WIDTH;
+    let mut acc = [[L::splat(0.0); NV]; MR];
+    if load {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (v, x) in row.iter_mut().enumerate() {
+                // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the tile
+                // at `c` (the caller's contract); the lane's target features are the
+                // caller's too.
+                *x = unsafe { L::load(c.add(i * ldc + v * w)) };
+            }
+        }
+    }
+    // The rows of the A micro-panel; each advances by `al.step` per step. Pointers past
+    // the panel are formed with `wrapping_add` and only dereferenced inside it.
+    let mut ar: [*const f32; MR] = core::array::from_fn(|i| a.wrapping_add(i * al.row));
+    let mut b = b;
+    for _ in 0..kc {
+        // SAFETY: step p reads a[i·row + p·step] for i < MR and b[p·bstep ..][..NV·WIDTH],
+        // inside the elements the caller guarantees; the pointers then advance by one
+        // step with `wrapping_add` (they may end past the buffers and are dereferenced
+        // only at steps inside). The lane's and the step's target features are the
+        // caller's guarantee too.
+        unsafe {
+            let bv: [L; NV] = core::array::from_fn(|v| L::load(b.add(v * w)));
+            for (row, &ai) in acc.iter_mut().zip(ar.iter()) {
+                let av = S::row(ai);
+                for (x, &bj) in row.iter_mut().zip(bv.iter()) {
+                    *x = S::madd(ai, av, bj, *x);
+                }
+            }
+        }
+        for p in ar.iter_mut() {
+            *p = p.wrapping_add(al.step);
+        }
+        b = b.wrapping_add(bstep);
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (v, &x) in row.iter().enumerate() {
+            let x = if last {
+                crate::cpu::elementwise::finish::<L, M>(x)
+            } else {
+                x
+            };
+            // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the tile at
+            // `c` (the caller's contract); the lane's target features are the caller's too.
+            unsafe { x.store(c.add(i * ldc + v * w)) };
+        }
+    }
+}

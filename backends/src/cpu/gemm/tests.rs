@@ -1,0 +1,242 @@
+//! The driver with block sizes other than this machine's: every kernel this CPU runs,
+//! tiny and odd `KC`, `MC` and `NC` (many k blocks, row blocks and column blocks),
+//! row-major, transposed and strided operands, against the three-loop definition.
+//! The k blocks continue each accumulator in the same order, so the bits are those of
+//! `scalar::gemm_in` whatever the blocks.
+
+use super::kernel::*;
+use super::pack::line_aligned;
+use super::*;
+use crate::lane::{Exact, Fast};
+use crate::scalar::gemm_in;
+use exactgrad_core::Philox;
+
+/// Fills a strided operand of `batches × rows × cols` with wide-magnitude values (the
+/// order of the additions shows in the bits) and a few NaN, infinities and zeros.
+fn operand(
+    r: &mut Philox,
+    batches: usize,
+    rows: usize,
+    cols: usize,
+    t: bool,
+) -> (Vec<f32>, [usize; 3]) {
+    let per = rows * cols;
+    let data = (0..batches * per + 3)
+        .map(|_| match r.below(64) {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            2 => -0.0,
+            _ => (r.next_f32() - 0.5) * 2f32.powi(r.below(30) as i32 - 15),
+        })
+        .collect();
+    let strides = if t { [per, 1, rows] } else { [per, cols, 1] };
+    (
+        data,
+        [
+            if batches == 1 { 0 } else { strides[0] },
+            strides[1],
+            strides[2],
+        ],
+    )
+}
+
+/// The batched product by the three-loop definition, with the mode's output.
+fn reference<M: ModeSpec>(spec: &MatmulSpec, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let MatmulSpec { batch, m, k, n, .. } = *spec;
+    let mut out = vec![0.0; batch * m * n];
+    for (bi, c) in out.chunks_mut(m * n).enumerate() {
+        let [sa0, sa1, sa2] = spec.a_strides;
+        let [sb0, sb1, sb2] = spec.b_strides;
+        gemm_in::<M>(
+            m,
+            k,
+            n,
+            &a[spec.a_offset + bi * sa0..],
+            sa1,
+            sa2,
+            &b[spec.b_offset + bi * sb0..],
+            sb1,
+            sb2,
+            c,
+            n,
+        );
+        c.iter_mut().for_each(|v| *v = M::out(*v));
+    }
+    out
+}
+
+fn same(x: f32, y: f32, exact: bool) -> bool {
+    x.to_bits() == y.to_bits() || (!exact && x.is_nan() && y.is_nan())
+}
+
+/// `K` on every shape, layout and block size of the test, at one and three threads.
+fn check<K: Kernel, M: ModeSpec>(name: &str) {
+    let contexts = [ComputeContext::new(1), ComputeContext::new(3)];
+    let mut r = Philox::new(5);
+    let blocks = [
+        Blocking {
+            kc: 1,
+            mc: 1,
+            nc: 1,
+        },
+        Blocking {
+            kc: 3,
+            mc: 7,
+            nc: 1,
+        },
+        Blocking {
+            kc: 16,
+            mc: K::MR,
+            nc: 2 * K::NR,
+        },
+        Blocking {
+            kc: 37,
+            mc: 3 * K::MR,
+            nc: 5 * K::NR,
+        },
+        Blocking {
+            kc: 512,
+            mc: 144,
+            nc: 4096,
+        },
+    ];
+    let shapes = [
+        (1, 1, 1, 1),
+        (1, 7, 5, 17),
+        (2, 13, 33, 65),
+        (3, 9, 70, 2 * K::NR + 3),
+        (1, 40, 129, 9),
+        // A transposed, few columns: computed transposed (Cᵀ = Bᵀ·Aᵀ).
+        (2, K::NR + 7, 20, 5),
+        (1, 2 * K::NR, 9, DIRECT_B_MAX_ROWS),
+    ];
+    for blk in blocks {
+        for &(batch, m, k, n) in &shapes {
+            for (ta, tb, share) in [
+                (false, false, 0),
+                (true, false, 1),
+                (false, true, 2),
+                (true, true, 0),
+            ] {
+                let (a, sa) = operand(&mut r, if share == 1 { 1 } else { batch }, m, k, ta);
+                let (b, sb) = operand(&mut r, if share == 2 { 1 } else { batch }, k, n, tb);
+                let spec = MatmulSpec {
+                    batch,
+                    m,
+                    k,
+                    n,
+                    a_offset: 1,
+                    a_strides: sa,
+                    b_offset: 2,
+                    b_strides: sb,
+                };
+                let want = reference::<M>(&spec, &a, &b);
+                for ctx in &contexts {
+                    let mut out = vec![f32::NAN; batch * m * n];
+                    // SAFETY: the caller of `check` runs only kernels this CPU has.
+                    unsafe { run::<K>(ctx, blk, &spec, &a, &b, &mut out) }.unwrap();
+                    for (i, (&x, &y)) in out.iter().zip(&want).enumerate() {
+                        assert!(
+                            same(x, y, M::MODE == ComputeMode::Exact),
+                            "{name} {blk:?} {spec:?} threads {}: element {i} is {x:e} ({:#x}), the definition gives {y:e} ({:#x})",
+                            ctx.threads(),
+                            x.to_bits(),
+                            y.to_bits()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn any_block_sizes_give_the_bits_of_the_definition() {
+    check::<ScalarExact, Exact>("scalar exact");
+    check::<ScalarFast, Fast>("scalar fast");
+    #[cfg(target_arch = "x86_64")]
+    {
+        check::<V128Exact, Exact>("v128 exact");
+        if std::is_x86_feature_detected!("fma") {
+            check::<V128Fast, Fast>("v128 fast");
+            check::<ScalarFastFma, Fast>("scalar fast fma");
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            check::<Avx2Exact, Exact>("avx2 exact");
+            check::<Avx2Fast, Fast>("avx2 fast");
+        }
+        if std::is_x86_feature_detected!("avx512f") {
+            check::<Avx512Exact, Exact>("avx512 exact");
+            check::<Avx512Fast, Fast>("avx512 fast");
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        check::<NeonExact, Exact>("neon exact");
+        check::<NeonFast, Fast>("neon fast");
+    }
+}
+
+#[test]
+fn packing_buffers_start_at_a_cache_line() {
+    let mut v = vec![0.0f32; 200];
+    for start in 0..LINE {
+        let buf = &mut v[start..start + 100 + LINE - 1];
+        let len = buf.len();
+        let s = line_aligned(buf, 100);
+        assert_eq!(s.len(), 100);
+        assert_eq!(s.as_ptr() as usize % 64, 0, "start {start} of {len}");
+    }
+}
+
+#[test]
+fn the_tiles_of_the_block_rule_are_the_kernels() {
+    let t = |isa, mode| blocking::tile(isa, mode);
+    let shape = |mr, nr| blocking::Tile { mr, nr };
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert_eq!(
+            t(Isa::Avx512, ComputeMode::Exact),
+            shape(Avx512Exact::MR, Avx512Exact::NR)
+        );
+        assert_eq!(
+            t(Isa::Avx512, ComputeMode::Fast),
+            shape(Avx512Fast::MR, Avx512Fast::NR)
+        );
+        assert_eq!(
+            t(Isa::Avx2, ComputeMode::Exact),
+            shape(Avx2Exact::MR, Avx2Exact::NR)
+        );
+        assert_eq!(
+            t(Isa::Avx2, ComputeMode::Fast),
+            shape(Avx2Fast::MR, Avx2Fast::NR)
+        );
+        assert_eq!(
+            t(Isa::V128, ComputeMode::Exact),
+            shape(V128Exact::MR, V128Exact::NR)
+        );
+        assert_eq!(
+            t(Isa::V128, ComputeMode::Fast),
+            shape(V128Fast::MR, V128Fast::NR)
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        assert_eq!(
+            t(Isa::Neon, ComputeMode::Exact),
+            shape(NeonExact::MR, NeonExact::NR)
+        );
+        assert_eq!(
+            t(Isa::Neon, ComputeMode::Fast),
+            shape(NeonFast::MR, NeonFast::NR)
+        );
+    }
+    assert_eq!(
+        t(Isa::Scalar, ComputeMode::Exact),
+        shape(ScalarExact::MR, ScalarExact::NR)
+    );
+    assert_eq!(
+        t(Isa::Scalar, ComputeMode::Fast),
+        shape(ScalarFast::MR, ScalarFast::NR)
+    );
+}
