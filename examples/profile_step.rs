@@ -57,7 +57,7 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
             let mut opt = Sgd::new(case.parameters(), config)?;
             Box::new(move || {
                 case.forward_backward()?;
-                Ok(opt.step()?)
+                opt.step()
             })
         }
         _ => {
@@ -65,7 +65,7 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
             let mut opt = AdamW::new(case.parameters(), AdamWConfig::new(3e-4))?;
             Box::new(move || {
                 case.forward_backward()?;
-                Ok(opt.step()?)
+                opt.step()
             })
         }
     };
