@@ -1,7 +1,9 @@
 //! The recurrent layers, the CTC loss and interpolate, forward and backward, on every ISA
-//! path and thread count of ExactBackend give the bits of ScalarRefBackend (and every FMA
-//! path of FastBackend those of FastScalarRefBackend). Each case hashes its outputs and
-//! every input gradient; values include NaN, ±∞, ±0 and subnormals where marked.
+//! path and thread count of ExactBackend give the bits of ScalarRefBackend, and on every
+//! path of FastBackend (the FMA paths and the scalar path) those of FastScalarRefBackend
+//! (`docs/arithmetic.md` §1 and §6), at 1, 2, 3 and 8 threads. Each case hashes its
+//! outputs and every input gradient; values include NaN, ±∞, ±0 and subnormals where
+//! marked.
 
 use exactgrad::autograd::{
     CtcBatch, CtcLossOptions, CtcTargets, GruOptions, InterpolateMode, InterpolateOptions,
@@ -247,7 +249,7 @@ fn exact_backend_matches_scalar_ref_on_every_path_and_thread_count() {
             println!("skipped: exact {isa} is not supported by this CPU");
             continue;
         }
-        for threads in [1, 3, 8] {
+        for threads in [1, 2, 3, 8] {
             let b = ExactBackend::with_isa(isa, threads).unwrap();
             compare(&reference, &run(&b), &format!("exact/{isa}/{threads}t"));
         }
@@ -255,14 +257,14 @@ fn exact_backend_matches_scalar_ref_on_every_path_and_thread_count() {
 }
 
 #[test]
-fn fast_backend_matches_the_fast_reference_on_every_fma_path() {
+fn fast_backend_matches_the_fast_reference_on_every_path_and_thread_count() {
     let reference = run(&FastScalarRefBackend);
     for isa in Isa::ALL {
         if !isa.is_supported(ComputeMode::Fast) {
             println!("skipped: fast {isa} is not supported by this CPU");
             continue;
         }
-        for threads in [1, 3, 8] {
+        for threads in [1, 2, 3, 8] {
             let b = FastBackend::with_isa(isa, threads).unwrap();
             compare(&reference, &run(&b), &format!("fast/{isa}/{threads}t"));
         }

@@ -534,3 +534,35 @@ fn oracle_names_match_the_state_dict() {
     theirs.sort();
     assert_eq!(ours, theirs);
 }
+
+#[test]
+fn oracle_files_that_do_not_fit_are_refused() {
+    let b = ScalarRefBackend;
+    let (rf, gf) = big_files();
+    let check = |e: Option<String>, what: &str| {
+        let e = e.unwrap_or_else(|| panic!("{what}: accepted"));
+        assert!(e.contains(what), "{what}: {e}");
+    };
+    let resnet = |f: &TensorFile| ResNetCase::from_file(&b, f).err().map(|e| e.to_string());
+    let gpt = |f: &TensorFile| GptCase::from_file(&b, f).err().map(|e| e.to_string());
+    let mut f = rf.clone();
+    f.set_metadata("widths", "4,8,8");
+    check(resnet(&f), "widths");
+    f.set_metadata("widths", "4,8,8,x");
+    check(resnet(&f), "widths");
+    let mut f = rf.clone();
+    f.remove("init/layer2.0.downsample.0.weight");
+    check(resnet(&f), "layer2.0.downsample.0.weight");
+    let mut f = gf.clone();
+    let (shape, tokens) = f.ints("input/tokens").unwrap();
+    let (shape, tokens) = (shape.to_vec(), tokens.to_vec());
+    f.insert_ints("input/tokens", &[tokens.len()], tokens.clone())
+        .unwrap();
+    check(gpt(&f), "[N, L]");
+    f.insert_ints("input/tokens", &shape, tokens).unwrap();
+    f.insert_ints("input/targets", &[2], vec![0, 1]).unwrap();
+    check(gpt(&f), "targets");
+    let mut f = gf.clone();
+    f.set_metadata("nhead", "3");
+    assert!(gpt(&f).is_some(), "3 heads do not divide a width of 16");
+}

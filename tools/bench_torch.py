@@ -2,12 +2,15 @@
 """Times torch.matmul on the shapes of `benches/gemm.rs` and prints GFLOP/s.
 
 Usage: .venv/bin/python tools/bench_torch.py [--threads 1,2] [--time 1.0] [--shapes NAMES]
-                                             [--blas numpy]
+                                             [--blas numpy] [--models SUBSTRING] [--no-peaks]
 
 With `--blas numpy` the products are numpy.matmul (numpy's own BLAS, OpenBLAS in the
 wheels) instead of torch.matmul, labelled `gemm/numpy/...`, and the model steps are
 skipped; numpy's thread count cannot change inside a process, so set
 OPENBLAS_NUM_THREADS to the one value given to --threads (tools/compare_speed.py does).
+`--shapes models` times the training steps of `benches/models.rs` instead (see the
+second half of this file); `--models step/` keeps only the benches whose name contains
+the given text and `--no-peaks` skips the peak memory of the steps.
 
 Each line has the same form as the summary that `cargo bench --bench gemm` prints:
 

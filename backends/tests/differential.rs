@@ -1,7 +1,9 @@
 //! The differential suite of the CPU backends, through the conformance kit: every path of
-//! `ExactBackend` against `ScalarRefBackend` bit for bit, and every FMA path of
-//! `FastBackend` against `FastScalarRefBackend` (bits, any NaN equal to any NaN), each at
-//! 1, 3 and 8 threads, for every kernel of the `Backend` trait.
+//! `ExactBackend` against `ScalarRefBackend` bit for bit, and every path of `FastBackend`
+//! (the FMA paths, and the scalar path, which on a CPU without FMA computes each fused
+//! multiply-add in software) against `FastScalarRefBackend` (bits, any NaN equal to any
+//! NaN), each at 1, 2, 3 and 8 threads, for every kernel of the `Backend` trait: the
+//! promises of `docs/arithmetic.md` §1 and §6.
 //!
 //! Two drivers: the kit's own seeded suite (`suite_*`: random cases plus every unary op
 //! and every subset of summed dimensions), and proptest strategies (`prop_*`) that build
@@ -18,7 +20,7 @@ use exactgrad_core::{Backend, ComputeMode};
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
-const THREADS: [usize; 3] = [1, 3, 8];
+const THREADS: [usize; 4] = [1, 2, 3, 8];
 
 /// Every supported path at every thread count; unsupported paths are printed as skipped.
 fn backends<M>(mode: ComputeMode) -> Vec<CpuBackend<M>>

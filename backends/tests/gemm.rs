@@ -1,6 +1,7 @@
 //! Differential tests of the blocked GEMM: every path of `ExactBackend` gives the bits of
-//! `ScalarRefBackend`, and every FMA path of `FastBackend` those of
-//! `FastScalarRefBackend`, at 1, 3 and 8 threads, for random shapes, layouts (transposed
+//! `ScalarRefBackend`, and every path of `FastBackend` (the FMA paths and the scalar
+//! path) those of `FastScalarRefBackend`, at 1, 2, 3 and 8 threads, for random shapes,
+//! layouts (transposed
 //! operands, padded rows, offsets, batch stride 0) and values (NaN, ±inf, ±0,
 //! subnormals, wide magnitudes).
 //!
@@ -17,7 +18,7 @@ use exactgrad_core::{Backend, ComputeMode, Philox};
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
-const THREADS: [usize; 3] = [1, 3, 8];
+const THREADS: [usize; 4] = [1, 2, 3, 8];
 
 /// Every backend under test, built once (each owns a thread pool).
 struct Backends {

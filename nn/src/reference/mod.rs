@@ -212,6 +212,7 @@ fn collect_parameters<B: Backend>(
 mod tests {
     use super::*;
     use exactgrad_backends::ScalarRefBackend;
+    use exactgrad_core::Philox;
 
     #[test]
     fn cases_repeat_their_gradients_and_name_them_in_order() {
@@ -265,5 +266,103 @@ mod tests {
         assert!(enc.targets[..11].iter().all(|&t| (0..5).contains(&t)));
         assert!(g.get("layers.1.norm2.bias").is_some());
         assert!(format!("{g:?}").contains("hash"));
+    }
+
+    #[test]
+    fn resnet_layout_and_bad_input() {
+        let b = ScalarRefBackend;
+        let config = ResNetConfig {
+            widths: [2, 4, 4, 6],
+            blocks: [2, 1, 1, 1],
+            classes: 3,
+            ..ResNetConfig::default()
+        };
+        let case = ResNetCase::random(&b, config, 2, [8, 8], 1).unwrap();
+        let names: Vec<String> = case
+            .model
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        // Stage 1 keeps its width and stride (no shortcut); the first block of every
+        // later stage has stride 2 and a shortcut; 2 stem + 5 blocks' (6 or 9) + 2 fc.
+        assert!(!names.iter().any(|n| n.starts_with("layer1.0.downsample")));
+        assert!(names.contains(&"layer3.0.downsample.0.weight".to_string()));
+        assert!(names.contains(&"layer4.0.downsample.1.bias".to_string()));
+        assert!(!names.iter().any(|n| n.ends_with("conv1.bias")));
+        assert_eq!(names.len(), 3 + 2 * 6 + 3 * 9 + 2);
+        let step = case.forward_backward().unwrap();
+        assert_eq!(step.logits.dims(), [2, 3]);
+        assert_eq!(step.gradients.len(), names.len(), "no input gradient");
+        assert_eq!(
+            step.hash().unwrap(),
+            case.forward_backward().unwrap().hash().unwrap()
+        );
+        let zero = ResNetConfig {
+            blocks: [2, 0, 2, 2],
+            ..ResNetConfig::default()
+        };
+        assert!(ResNet::new(&b, zero, &mut Philox::new(0))
+            .unwrap_err()
+            .to_string()
+            .contains("positive"));
+        // ResNet-18 itself: 11 173 962 parameters, as torchvision's CIFAR variants.
+        let full = ResNet::new(&b, ResNetConfig::default(), &mut Philox::new(0)).unwrap();
+        assert_eq!(full.num_parameters(), 11_173_962);
+    }
+
+    #[test]
+    fn gpt_is_causal_and_refuses_bad_tokens() {
+        let b = ScalarRefBackend;
+        let config = GptConfig {
+            vocab: 7,
+            context: 5,
+            d_model: 8,
+            nhead: 2,
+            layers: 2,
+            dim_feedforward: 12,
+        };
+        let case = GptCase::random(&b, config, 2, 4, 3).unwrap();
+        assert_eq!(
+            case.tokens[1..4],
+            case.targets[..3],
+            "targets are the next tokens"
+        );
+        let step = case.forward_backward().unwrap();
+        assert_eq!(step.logits.dims(), [2, 4, 7]);
+        assert_eq!(step.gradients[0].0, "tok_emb.weight");
+        assert_eq!(step.gradients.last().unwrap().0, "head.weight");
+        // Causal: changing the last token changes no earlier position's logits.
+        let model = &case.model;
+        let a = model.forward_tokens(&[1, 2, 3, 4], [1, 4]).unwrap();
+        let c = model.forward_tokens(&[1, 2, 3, 6], [1, 4]).unwrap();
+        let (a, c) = (a.to_vec().unwrap(), c.to_vec().unwrap());
+        assert_eq!(a[..21], c[..21]);
+        assert_ne!(a[21..], c[21..]);
+        // A token tensor goes through Module::forward.
+        let t = Tensor::from_vec(&b, vec![1.0, 2.0, 3.0, 4.0], [1, 4]).unwrap();
+        assert_eq!(model.forward(&t).unwrap().to_vec().unwrap(), a);
+        let long = model
+            .forward_tokens(&[0; 6], [1, 6])
+            .unwrap_err()
+            .to_string();
+        assert!(long.contains("1 to 5 tokens"), "{long}");
+        assert!(
+            model.forward_tokens(&[0, 7], [1, 2]).is_err(),
+            "token 7 of 7"
+        );
+        let half = Tensor::from_vec(&b, vec![0.5, 1.0], [1, 2]).unwrap();
+        assert!(model
+            .forward(&half)
+            .unwrap_err()
+            .to_string()
+            .contains("whole-number"));
+        let flat = Tensor::from_vec(&b, vec![0.0, 1.0], [2]).unwrap();
+        assert!(model.forward(&flat).is_err());
+        let none = GptConfig {
+            layers: 0,
+            ..config
+        };
+        assert!(Gpt::new(&b, none, &mut Philox::new(0)).is_err());
     }
 }
