@@ -10,6 +10,9 @@
 //!   `copy_strided` kernel;
 //! - **forward**: per item one batched backend `matmul` over the groups, `out[n, g] =
 //!   W_g · cols_{n, g}` (`[O/G, K] · [K, OH·OW]`, `K = C/G·KH·KW`), then `⊕ bias[o]`;
+//!   with one group and fewer than 64 output positions per item, a block of items is
+//!   folded into one product with the items' columns side by side (the same sums; the
+//!   input gradient likewise);
 //! - **grad weight**: per item `g_{n, g} · cols_{n, g}ᵀ` (canonical GEMM, `k = OH·OW`),
 //!   the items' contributions added in item order into an accumulator starting at `+0`;
 //! - **grad input**: per item `W_gᵀ · g_{n, g}` (canonical GEMM, `k = O/G`), then the
@@ -481,6 +484,52 @@ fn items_per_block(g: &ConvGeom) -> usize {
     (COL_BUDGET / per_item).clamp(1, g.n.max(1))
 }
 
+/// Output positions per item below which the items of a block are folded into the
+/// columns of one product (see [`folded_items`]).
+const FOLD_BELOW_P: usize = 64;
+
+/// Columns a folded product aims for: several full micro-tiles on every path.
+const FOLD_COLUMNS: usize = 256;
+
+/// Column elements a folded block may hold at once (8 MiB of f32).
+const FOLD_BUDGET: usize = 1 << 21;
+
+/// Items whose column matrices are laid side by side into one `[C·KH·KW, items·OH·OW]`
+/// matrix, so that a convolution with few output positions per item (the last stages of
+/// a ResNet: `OH·OW` = 16) runs one product with many columns instead of one product
+/// per item whose few columns fill a fraction of the micro-tile. 1 when not folded
+/// (several groups, a single item, or enough positions per item). Each output element is
+/// still the canonical sum of its own item's column, so folding changes no bits.
+fn folded_items(g: &ConvGeom) -> usize {
+    let p = g.p();
+    if g.groups != 1 || p == 0 || p >= FOLD_BELOW_P || g.n < 2 || g.o == 0 || g.c == 0 {
+        return 1;
+    }
+    let per_item = (g.c * g.kh * g.kw * p).max(1);
+    FOLD_COLUMNS
+        .div_ceil(p)
+        .min(FOLD_BUDGET / per_item)
+        .min(g.n)
+        .max(1)
+}
+
+/// Copies the contiguous `[a, b, c]` block `src` into `out` as `[b, a, c]` (the backend's
+/// strided copy: the bits move unchanged).
+fn swap_outer<B: Backend>(
+    be: &B,
+    src: &[f32],
+    (a, b, c): (usize, usize, usize),
+    out: &mut [f32],
+) -> Result<()> {
+    let layout = Layout {
+        shape: Shape::from([b, a, c]),
+        strides: vec![c, b * c, 1],
+        offset: 0,
+    };
+    be.copy_strided(&src[..a * b * c], &layout, &mut out[..a * b * c])?;
+    Ok(())
+}
+
 /// The product spec of a block of `items` items: with one item the per-group spec of
 /// [`group_spec`]; with more (one group) the items are the batch, `a` and `b` advancing
 /// by `a_item` and `b_item` elements per item.
@@ -523,6 +572,11 @@ fn conv_forward_raw<B: Backend>(
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let mut out = be.uninit(g.n * o * p)?;
+    let fold = folded_items(g);
+    if fold > 1 {
+        conv_forward_folded(be, x, w, g, fold, &mut out)?;
+        return Tensor::from_storage(be, out, Shape::from([g.n, o, g.oh, g.ow]));
+    }
     {
         let src = ColSource::new(x, g)?;
         let w_c = dense(w)?;
@@ -555,6 +609,60 @@ fn conv_forward_raw<B: Backend>(
         }
     }
     Tensor::from_storage(be, out, Shape::from([g.n, o, g.oh, g.ow]))
+}
+
+/// [`conv_forward_raw`] with `fold` items per product (one group): the items' columns
+/// side by side, `W · [cols_0 … cols_{fold−1}]`, the product's `[O, items, OH·OW]` then
+/// copied into the items' places.
+fn conv_forward_folded<B: Backend>(
+    be: &B,
+    x: &Tensor<B>,
+    w: &Tensor<B>,
+    g: &ConvGeom,
+    fold: usize,
+    out: &mut B::Storage,
+) -> Result<()> {
+    let (o, p) = (g.o, g.p());
+    let ck = g.c * g.kh * g.kw;
+    let src = ColSource::new(x, g)?;
+    let w_c = dense(w)?;
+    let (sd, wd) = (src.tensor().read()?, w_c.read()?);
+    let mut cols = be.uninit(fold * ck * p)?;
+    let mut side = be.uninit(fold * ck * p)?;
+    let mut prod = be.uninit(fold * o * p)?;
+    let mut n0 = 0;
+    while n0 < g.n {
+        let items = fold.min(g.n - n0);
+        for i in 0..items {
+            let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+            src.gather(be, sd.as_ref(), g, n0 + i, c)?;
+        }
+        swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
+        let spec = MatmulSpec {
+            batch: 1,
+            m: o,
+            k: ck,
+            n: items * p,
+            a_offset: w_c.layout().offset,
+            a_strides: [o * ck, ck, 1],
+            b_offset: 0,
+            b_strides: [ck * items * p, items * p, 1],
+        };
+        be.matmul(
+            &spec,
+            wd.as_ref(),
+            &side.as_ref()[..items * ck * p],
+            &mut prod.as_mut()[..items * o * p],
+        )?;
+        swap_outer(
+            be,
+            prod.as_ref(),
+            (o, items, p),
+            &mut out.as_mut()[n0 * o * p..(n0 + items) * o * p],
+        )?;
+        n0 += items;
+    }
+    Ok(())
 }
 
 /// `y ⊕ bias[channel]` for a contiguous 4-D `y` `[N, C, H, W]` and `bias` `[C]`, by the
@@ -640,6 +748,53 @@ fn conv_grad_input<B: Backend>(
     let mut gx = be.uninit(g.n * chw)?;
     let w_c = dense(w)?;
     let (gd, wd) = (gy.read()?, w_c.read()?);
+    let fold = folded_items(g);
+    if fold > 1 && ck * p > 0 {
+        // The items' gradients side by side, `Wᵀ · [g_0 … g_{fold−1}]`, the product's
+        // `[C·KH·KW, items, OH·OW]` copied back into per-item column matrices (see
+        // [`folded_items`]): the same sums, so the same bits.
+        let mut side = be.uninit(fold * o * p)?;
+        let mut big = be.uninit(fold * ck * p)?;
+        let mut cols = be.uninit(fold * ck * p)?;
+        let mut n0 = 0;
+        while n0 < g.n {
+            let items = fold.min(g.n - n0);
+            let g0 = gy.layout().offset + n0 * o * p;
+            swap_outer(
+                be,
+                &gd.as_ref()[g0..g0 + items * o * p],
+                (items, o, p),
+                side.as_mut(),
+            )?;
+            let spec = MatmulSpec {
+                batch: 1,
+                m: ck,
+                k: o,
+                n: items * p,
+                a_offset: w_c.layout().offset,
+                a_strides: [o * ck, 1, ck],
+                b_offset: 0,
+                b_strides: [o * items * p, items * p, 1],
+            };
+            be.matmul(
+                &spec,
+                wd.as_ref(),
+                &side.as_ref()[..items * o * p],
+                &mut big.as_mut()[..items * ck * p],
+            )?;
+            swap_outer(be, big.as_ref(), (ck, items, p), cols.as_mut())?;
+            for i in 0..items {
+                let n = n0 + i;
+                be.col2im(
+                    &col_spec(g),
+                    &cols.as_ref()[i * ck * p..(i + 1) * ck * p],
+                    &mut gx.as_mut()[n * chw..(n + 1) * chw],
+                )?;
+            }
+            n0 += items;
+        }
+        return Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]));
+    }
     let nb = items_per_block(g);
     let mut cols = be.uninit(nb * ck * p)?;
     let mut n0 = 0;
