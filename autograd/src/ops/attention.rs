@@ -213,7 +213,8 @@ fn bmm<B: Backend>(
     b: &[f32],
     b_strides: [usize; 3],
 ) -> Result<B::Storage> {
-    let mut out = be.zeros(batch * m * n)?;
+    // The product writes every output (each an accumulator from +0).
+    let mut out = be.uninit(batch * m * n)?;
     if batch * m * n > 0 {
         let spec = MatmulSpec {
             batch,
@@ -549,7 +550,8 @@ fn sdpa<B: Backend>(
                         [mat(s, ev), 1, ev],
                     )
                 })??;
-                let mut ds = be.zeros(batch * l * s)?;
+                // softmax_backward writes every element.
+                let mut ds = be.uninit(batch * l * s)?;
                 if batch * l * s > 0 {
                     be.softmax_backward(p.as_ref(), dp.as_ref(), batch * l, s, false, ds.as_mut())?;
                 }

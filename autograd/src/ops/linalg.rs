@@ -76,7 +76,9 @@ fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
         b_offset,
         b_strides,
     };
-    let out = super::new_zeroed(be, "matmul", out_shape, |out| {
+    // Every output is written by the product (an accumulator from +0 each), so the
+    // buffer needs no zeros first.
+    let out = super::new_tensor(be, "matmul", out_shape, |out| {
         if out_numel > 0 {
             let (da, db) = (a_use.read()?, b_use.read()?);
             be.matmul(&spec, da.as_ref(), db.as_ref(), out)?;
