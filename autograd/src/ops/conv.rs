@@ -611,6 +611,36 @@ fn conv_forward_raw<B: Backend>(
     Tensor::from_storage(be, out, Shape::from([g.n, o, g.oh, g.ow]))
 }
 
+/// `W · rhs` (`[O, CK] · [CK, cols]`) or, when `transposed`, `Wᵀ · rhs` (`[CK, O] · [O,
+/// cols]`) of the dense weight `w` (`(data, offset, (O, CK))`) and a contiguous `rhs`,
+/// into the contiguous `out`: the product of a folded block of items.
+fn weight_product<B: Backend>(
+    be: &B,
+    (wd, w_offset, (o, ck)): (&[f32], usize, (usize, usize)),
+    transposed: bool,
+    rhs: &[f32],
+    cols: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let (m, k, a_strides) = if transposed {
+        (ck, o, [o * ck, 1, ck])
+    } else {
+        (o, ck, [o * ck, ck, 1])
+    };
+    let spec = MatmulSpec {
+        batch: 1,
+        m,
+        k,
+        n: cols,
+        a_offset: w_offset,
+        a_strides,
+        b_offset: 0,
+        b_strides: [k * cols, cols, 1],
+    };
+    be.matmul(&spec, wd, &rhs[..k * cols], &mut out[..m * cols])?;
+    Ok(())
+}
+
 /// [`conv_forward_raw`] with `fold` items per product (one group): the items' columns
 /// side by side, `W · [cols_0 … cols_{fold−1}]`, the product's `[O, items, OH·OW]` then
 /// copied into the items' places.
@@ -638,22 +668,8 @@ fn conv_forward_folded<B: Backend>(
             src.gather(be, sd.as_ref(), g, n0 + i, c)?;
         }
         swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
-        let spec = MatmulSpec {
-            batch: 1,
-            m: o,
-            k: ck,
-            n: items * p,
-            a_offset: w_c.layout().offset,
-            a_strides: [o * ck, ck, 1],
-            b_offset: 0,
-            b_strides: [ck * items * p, items * p, 1],
-        };
-        be.matmul(
-            &spec,
-            wd.as_ref(),
-            &side.as_ref()[..items * ck * p],
-            &mut prod.as_mut()[..items * o * p],
-        )?;
+        let w = (wd.as_ref(), w_c.layout().offset, (o, ck));
+        weight_product(be, w, false, side.as_ref(), items * p, prod.as_mut())?;
         swap_outer(
             be,
             prod.as_ref(),
@@ -766,22 +782,8 @@ fn conv_grad_input<B: Backend>(
                 (items, o, p),
                 side.as_mut(),
             )?;
-            let spec = MatmulSpec {
-                batch: 1,
-                m: ck,
-                k: o,
-                n: items * p,
-                a_offset: w_c.layout().offset,
-                a_strides: [o * ck, 1, ck],
-                b_offset: 0,
-                b_strides: [o * items * p, items * p, 1],
-            };
-            be.matmul(
-                &spec,
-                wd.as_ref(),
-                &side.as_ref()[..items * o * p],
-                &mut big.as_mut()[..items * ck * p],
-            )?;
+            let w = (wd.as_ref(), w_c.layout().offset, (o, ck));
+            weight_product(be, w, true, side.as_ref(), items * p, big.as_mut())?;
             swap_outer(be, big.as_ref(), (ck, items, p), cols.as_mut())?;
             for i in 0..items {
                 let n = n0 + i;
