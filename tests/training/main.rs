@@ -3,6 +3,7 @@
 //! `--test training`, a module's tests by filter (`cargo test --release --test training
 //! resume::`).
 
+mod nn_char_gpt;
 mod nn_digits;
 mod no_crash;
 mod resume;
