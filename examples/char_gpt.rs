@@ -37,7 +37,10 @@
 //! `--resume`). `tests/training/char_gpt.rs` checks this on a tiny configuration.
 //!
 //! `tools/bench_torch.py --shapes models --models char_gpt` times the same model's
-//! training step in PyTorch; this example prints its own mean step time at the end.
+//! training step in PyTorch; this example prints its own mean step time at the end
+//! (wall time, and the calling thread's CPU time, which at `--threads 1` is the whole
+//! step's and does not count other processes' time slices: compare it with the
+//! script's "caller cpu mean" at one thread).
 //!
 //! The training loop ([`train`]) is generic over the backend; `main` picks one by name
 //! (default `exact`: `ExactBackend`, one thread per core).
@@ -46,7 +49,7 @@ use exactgrad::nn::checkpoint::TrainingCheckpoint;
 use exactgrad::nn::reference::{Gpt, GptConfig};
 use exactgrad::prelude::*;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The bundled text, relative to the repository's root.
 pub const TEXT: &str = "testdata/text/pride_and_prejudice.txt";
@@ -321,8 +324,13 @@ pub struct Report {
     pub parameter_hash: u64,
     /// Number of parameter elements.
     pub parameters: usize,
-    /// Mean wall time of the steps this process ran, in seconds.
+    /// Mean wall time of the training steps this process ran (batch, forward, backward,
+    /// optimizer; not the reports), in seconds.
     pub step_seconds: f64,
+    /// Mean CPU time of the calling thread over the same steps, in seconds (all of a
+    /// step's work at one thread; unaffected by other processes' time slices), when the
+    /// platform tells it.
+    pub step_cpu_seconds: Option<f64>,
 }
 
 /// Trains on `corpus` with `backend`, reporting through `on_event`.
@@ -410,11 +418,12 @@ pub fn train<B: Backend>(
         .map(|i| i * (corpus.held_out.len() - l - 1) / HELD_OUT_WINDOWS)
         .collect();
     let (held_in, held_next) = windows(&corpus.held_out, &held_out_starts, l);
-    let start = Instant::now();
+    let (mut wall, mut cpu) = (Duration::ZERO, Some(Duration::ZERO));
     let first = step;
     let mut since_report = (0.0f64, 0usize);
     let mut stopped = false;
     while step < config.steps {
+        let (wall_start, cpu_start) = (Instant::now(), cpu_time::ThreadTime::try_now().ok());
         let starts: Vec<usize> = (0..n)
             .map(|_| batches.below((corpus.train.len() - l - 1) as u32) as usize)
             .collect();
@@ -424,8 +433,13 @@ pub fn train<B: Backend>(
         loss.backward()?;
         opt.step()?;
         sched.step(&mut opt)?;
-        step += 1;
         let loss = f64::from(loss.item()?);
+        wall += wall_start.elapsed();
+        cpu = match (cpu, cpu_start) {
+            (Some(total), Some(t)) => Some(total + t.elapsed()),
+            _ => None,
+        };
+        step += 1;
         since_report = (since_report.0 + loss, since_report.1 + 1);
         on_event(&Event::Step { step, loss });
 
@@ -474,7 +488,8 @@ pub fn train<B: Backend>(
         stopped,
         parameter_hash: hash_tensors(&params.iter().collect::<Vec<_>>())?,
         parameters: model.num_parameters(),
-        step_seconds: start.elapsed().as_secs_f64() / ran as f64,
+        step_seconds: wall.as_secs_f64() / ran as f64,
+        step_cpu_seconds: cpu.map(|c| c.as_secs_f64() / ran as f64),
     })
 }
 
@@ -630,7 +645,14 @@ context {}; AdamW lr {}, batch {}, {} steps, seed {}; backend {} ({:?} mode)",
         "parameter hash: {:#018x} ({} parameters, step {})",
         report.parameter_hash, report.parameters, report.steps
     );
-    println!("mean step time: {:.1} ms", report.step_seconds * 1e3);
+    match report.step_cpu_seconds {
+        Some(cpu) => println!(
+            "mean step time: {:.1} ms (calling thread's CPU time {:.1} ms)",
+            report.step_seconds * 1e3,
+            cpu * 1e3
+        ),
+        None => println!("mean step time: {:.1} ms", report.step_seconds * 1e3),
+    }
     Ok(())
 }
 
