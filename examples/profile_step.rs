@@ -5,6 +5,10 @@
 //! cargo run --release --example profile_step -- resnet18|gpt exact|fast THREADS [STEPS]
 //! ```
 //!
+//! For perf, build it with the `profiling` profile (the release profile with debug
+//! info, which plain release builds leave out): `cargo build --profile profiling
+//! --example profile_step`, then run `target/profiling/examples/profile_step`.
+//!
 //! The step is the bench's (`ResNetCase::pinned` with SGD, momentum 0.9, weight decay
 //! 5e-4; `GptCase::pinned` with AdamW) on the best path of this CPU; two untimed steps
 //! come first. To profile the timed steps only, let `perf` start disabled and have this
@@ -15,7 +19,7 @@
 //! mkfifo /tmp/ctl /tmp/ack
 //! PERF_CTL_FIFO=/tmp/ctl PERF_ACK_FIFO=/tmp/ack perf record -e cpu-clock -D -1 \
 //!     --control fifo:/tmp/ctl,/tmp/ack -o step.data -- \
-//!     target/release/examples/profile_step resnet18 exact 1 10
+//!     target/profiling/examples/profile_step resnet18 exact 1 10
 //! perf report -i step.data --no-children --sort symbol
 //! ```
 

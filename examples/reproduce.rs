@@ -16,8 +16,8 @@
 //! `state_dict` order, then the input where it takes one; see `docs/arithmetic.md`), and
 //! trains the decoder for the oracle's few SGD steps and hashes its parameters. It prints
 //! one row per backend with each hash and PASS when it equals the pinned value
-//! (`exactgrad::nn::reference::PINNED_HASHES`; the tests `tests/reference_models.rs`,
-//! `tests/rnn_oracle.rs` and `tests/decoder_oracle.rs` pin the first four too), FAIL
+//! (`exactgrad::nn::reference::PINNED_HASHES`; the tests `tests/oracles/reference_models.rs`,
+//! `tests/oracles/rnn_oracle.rs` and `tests/oracles/decoder_oracle.rs` pin the first four too), FAIL
 //! otherwise; paths this CPU lacks are SKIPPED. The exit status is non-zero when any hash
 //! differs.
 //!

@@ -42,7 +42,7 @@ Tensor names in each file:
 
 and the `__metadata__` holds the model sizes (`model`, `c_in`, `c1`, `c2`, `hidden`, `classes`,
 or `d_model`, `nhead`, `dim_feedforward`, `classes`, `lengths`), the generator and torch's
-version. The Rust side is `exactgrad_nn::reference`; `tests/reference_models.rs` compares.
+version. The Rust side is `exactgrad_nn::reference`; `tests/oracles/reference_models.rs` compares.
 The header's keys are sorted, so running the script again gives identical bytes.
 """
 

@@ -149,6 +149,10 @@ MODEL_CRNN_BATCH, MODEL_CRNN_WIDTH, MODEL_CRNN_TARGETS = 8, 128, (5, 10)
 MODEL_RESNET_BATCH, MODEL_RESNET_HW = 32, 32
 MODEL_GPT = dict(vocab=256, context=128, d_model=256, nhead=4, layers=6, dim_feedforward=1024)
 MODEL_GPT_BATCH = 8
+# examples/char_gpt.rs's default model and batch: 75 characters of Pride and Prejudice,
+# windows of 64, 4 blocks of width 128 (4 heads, feed-forward 512), 16 windows, AdamW.
+MODEL_CHAR_GPT = dict(vocab=75, context=64, d_model=128, nhead=4, layers=4, dim_feedforward=512)
+MODEL_CHAR_GPT_BATCH, MODEL_CHAR_GPT_LR = 16, 3e-3
 
 
 def time_calls_ms(fn, seconds, warmup):
@@ -282,6 +286,12 @@ def model_benches(classes):
     seqs = torch.randint(0, MODEL_GPT["vocab"], (MODEL_GPT_BATCH, MODEL_GPT["context"] + 1), generator=g)
     gpt_in, gpt_next = seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
     vocab = MODEL_GPT["vocab"]
+    char_gpt = Gpt(**MODEL_CHAR_GPT)
+    text = torch.randint(
+        0, MODEL_CHAR_GPT["vocab"], (MODEL_CHAR_GPT_BATCH, MODEL_CHAR_GPT["context"] + 1), generator=g
+    )
+    char_in, char_next = text[:, :-1].contiguous(), text[:, 1:].contiguous()
+    char_vocab = MODEL_CHAR_GPT["vocab"]
 
     return [
         ("conv1", conv((MODEL_CONV_BATCH, 3, 32, 32), (16, 3, 3, 3))),
@@ -305,6 +315,14 @@ def model_benches(classes):
             step(
                 gpt, (gpt_in,), lambda y: F.cross_entropy(y.reshape(-1, vocab), gpt_next.reshape(-1)),
                 lambda p: torch.optim.AdamW(p, lr=3e-4),
+            ),
+        ),
+        (
+            "step/char_gpt",
+            step(
+                char_gpt, (char_in,),
+                lambda y: F.cross_entropy(y.reshape(-1, char_vocab), char_next.reshape(-1)),
+                lambda p: torch.optim.AdamW(p, lr=MODEL_CHAR_GPT_LR),
             ),
         ),
     ]

@@ -29,7 +29,7 @@ running statistics), `input/x` (images) or `input/tokens`, `input/targets` (int6
 `output/logits`, `loss` (shape [1]), `grad/<state_dict name>` for every parameter and
 `after/<state_dict name>` (the running statistics after the step). The `__metadata__`
 holds the model's sizes, the generator and torch's version. The Rust side is
-`exactgrad_nn::reference::{resnet, gpt}`; `tests/reference_models.rs` compares.
+`exactgrad_nn::reference::{resnet, gpt}`; `tests/oracles/reference_models.rs` compares.
 """
 
 import os

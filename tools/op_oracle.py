@@ -829,11 +829,11 @@ LN("layer_norm_weight_only", (3, 7), (7,), bias=False)
 LN("layer_norm_bias_only", (3, 7), (7,), weight=False)
 # One value per group: the exact results are y = b and dx = 0, which exactgrad gives; with
 # eps = 1e-5 PyTorch's own rounding, amplified by 1/sqrt(eps), exceeds the tolerance, so
-# these cases use a larger eps (tests/gradcheck_norm.rs checks the exact values).
+# these cases use a larger eps (tests/gradcheck/gradcheck_norm.rs checks the exact values).
 LN("layer_norm_one_element", (4, 1), (1,), eps=1e-3)
 LN("layer_norm_eps_large", (3, 5), (5,), eps=0.25)
 # A large offset against the spread (at offset 1000 PyTorch's own error exceeds the
-# tolerance; tests/gradcheck_norm.rs compares that case with an f64 reference).
+# tolerance; tests/gradcheck/gradcheck_norm.rs compares that case with an f64 reference).
 LN("layer_norm_offset_data", (3, 16), (16,), x=lambda r: r.uniform(99.0, 101.0, size=(3, 16)))
 LN("layer_norm_1d_input", (6,), (6,))
 LN("layer_norm_transposed_input", (4, 6), (4,), views={0: "transpose(0,1)"}, x=U(4, 6))

@@ -52,7 +52,7 @@ Tensor names:
     grad/<name>               gradient of every parameter and input
 
 and the `__metadata__` holds the sizes, the generator and torch's version. The Rust side
-is `exactgrad_nn::reference::crnn` and `tests/rnn_oracle.rs`. The header's keys are
+is `exactgrad_nn::reference::crnn` and `tests/oracles/rnn_oracle.rs`. The header's keys are
 sorted, so running the script again gives identical bytes.
 """
 

@@ -1,11 +1,11 @@
 //! The shape and view layer: shape programs decoded from the bytes (the decoder of
-//! `tests/fuzz_views.rs`) run on `ScalarRefBackend` and on `ExactBackend` (the best ISA
+//! `tests/fuzz/fuzz_views.rs`) run on `ScalarRefBackend` and on `ExactBackend` (the best ISA
 //! path of this CPU, 1 and 3 threads). Nothing may panic, and every backend must take
 //! the same steps (each succeeds everywhere or fails everywhere) with the same shapes and
 //! bits, and give the leaf the same gradient.
 #![no_main]
 
-#[path = "../../tests/fuzz_support/programs.rs"]
+#[path = "../../tests/fuzz/fuzz_support/programs.rs"]
 mod programs;
 
 use exactgrad::prelude::*;

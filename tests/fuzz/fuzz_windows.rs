@@ -6,11 +6,9 @@
 //! of `ExactBackend` (`fuzz_support::check`): no panic, no overrun of the time limit,
 //! and either an error everywhere or the same bits everywhere.
 
-mod fuzz_support;
-
+use crate::fuzz_support::*;
 use exactgrad::prelude::*;
 use exactgrad::Result;
-use fuzz_support::*;
 use proptest::prelude::*;
 
 /// A window argument (kernel, stride, padding, dilation): mostly 1 to 3, sometimes 0 or

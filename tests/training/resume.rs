@@ -417,7 +417,12 @@ fn resume_in_a_new_process() -> exactgrad::Result<()> {
     let path = temp("new-process");
     first_half(&b, Arch::Stochastic, Opt::AdamW, &path)?;
     let status = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "resume_in_a_new_process", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "resume::resume_in_a_new_process",
+            "--test-threads",
+            "1",
+        ])
         .env(CHILD, &path)
         .status()
         .expect("the test binary starts");

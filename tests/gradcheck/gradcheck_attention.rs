@@ -7,8 +7,7 @@
 use exactgrad::prelude::*;
 use proptest::prelude::*;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]

@@ -3,7 +3,7 @@
 //! multi-head self-attention and layer normalisation, trained with AdamW, each step
 //! inside an `ActivationScope`, on `ExactBackend` at one and at two threads.
 //!
-//! A counting global allocator (this binary only) gives the heap bytes live after each
+//! A counting global allocator (this binary's, `main.rs`) gives the heap bytes live after each
 //! step. From the third step on, the backend's pool makes no native allocation, and no
 //! step leaves more live heap bytes than the third did: the compute threads' scratch
 //! (the GEMM's packing buffers) comes from the pool in the same sizes every step,
@@ -11,16 +11,12 @@
 //! grow the pool's own free lists, whose length follows the most buffers of one size
 //! that were ever idle at once.) Both thread counts give the same losses, bit for bit.
 //!
-//! Run with `cargo test --release --test memory_threads -- --nocapture` to see the heap per
+//! Run with `cargo test --release --test memory memory_threads -- --nocapture` to see the heap per
 //! step.
 
+use crate::GLOBAL;
 use exactgrad::autograd::AttentionMask;
 use exactgrad::prelude::*;
-use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
-use std::alloc::System;
-
-#[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const STEPS: usize = 50;
 
@@ -157,6 +153,7 @@ fn check(threads: usize, steps: &[Step]) {
 /// kernel showed in about half of the runs).
 #[test]
 fn scoped_steps_keep_the_heap_flat_at_one_and_two_threads() {
+    let _alone = crate::alone();
     let one = train(1);
     let two = train(2);
     println!("step, then per thread count (1, 2): heap bytes live after the step (relative to step 3), heap allocations and bytes of the step, pool native allocations");

@@ -6,11 +6,9 @@
 //! same steps (each succeeds everywhere or fails everywhere), give the same bits for
 //! every tensor made and the same gradient of the leaf, without panic or overrun.
 
-mod fuzz_support;
-
+use crate::fuzz_support::programs::{ShapeProgram, Step, COMPUTE_LIMIT};
+use crate::fuzz_support::*;
 use exactgrad::prelude::*;
-use fuzz_support::programs::{ShapeProgram, Step, COMPUTE_LIMIT};
-use fuzz_support::*;
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]

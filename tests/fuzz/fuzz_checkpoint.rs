@@ -12,11 +12,9 @@
 //!   changes nothing;
 //! - every backend (`fuzz_support::check`) gives the same outcome and the same bits.
 
-mod fuzz_support;
-
+use crate::fuzz_support::*;
 use exactgrad::nn::checkpoint::{load_state_dict_with, LoadOptions, TensorFile};
 use exactgrad::prelude::*;
-use fuzz_support::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use std::collections::BTreeMap;

@@ -23,7 +23,7 @@
 //! - The CRNN's gradient hash equals the pinned value on ScalarRef and on every
 //!   ExactBackend path at 1, 3 and 8 threads.
 
-mod oracle_support;
+use crate::oracle_support::{compare_gradients, scaled_error};
 use exactgrad::autograd::{
     CtcBatch, CtcLossOptions, CtcTargets, InterpolateMode, InterpolateOptions, InterpolateSize,
 };
@@ -32,16 +32,15 @@ use exactgrad::nn::reference::{
 };
 use exactgrad::nn::{Gru, Lstm, RnnConfig};
 use exactgrad::prelude::*;
-use oracle_support::{compare_gradients, scaled_error};
 
 /// `hash_tensors` of the CRNN's gradients in exact mode, as ScalarRefBackend (the oracle
 /// of the arithmetic contract) computes it; every exact path and thread count must
 /// reproduce it.
 const CRNN_HASH: u64 = 0x6671_5a90_3e97_922e;
 
-const CRNN: &[u8] = include_bytes!("../testdata/autograd/crnn.safetensors");
-const GRU: &[u8] = include_bytes!("../testdata/autograd/gru.safetensors");
-const RESIZE: &[u8] = include_bytes!("../testdata/autograd/resize.safetensors");
+const CRNN: &[u8] = include_bytes!("../../testdata/autograd/crnn.safetensors");
+const GRU: &[u8] = include_bytes!("../../testdata/autograd/gru.safetensors");
+const RESIZE: &[u8] = include_bytes!("../../testdata/autograd/resize.safetensors");
 
 /// Runs `f` on ScalarRef, the fast scalar reference, every supported exact path and the
 /// best fast path (3 threads each), collecting one report line per backend.

@@ -10,8 +10,7 @@ use exactgrad::autograd::{
 };
 use proptest::prelude::*;
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// Values uniform in [-1, 1).
 fn tensor(shape: &[usize], seed: u64) -> T {

@@ -4,7 +4,7 @@
 //! The loop is the one `examples/digits.rs` runs (included from there), so this test
 //! checks the example itself.
 
-#[path = "../examples/digits.rs"]
+#[path = "../../examples/digits.rs"]
 #[allow(dead_code)]
 mod digits;
 

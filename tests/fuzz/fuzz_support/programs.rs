@@ -3,7 +3,7 @@
 //! flatten, split, chunk, index_select, contiguous and sum calls with arguments taken
 //! from the bytes, sizes and dimension indices at their extremes included.
 //!
-//! Shared by `tests/fuzz_views.rs` (proptest) and the `shape_views` target of the
+//! Shared by `tests/fuzz/fuzz_views.rs` (proptest) and the `shape_views` target of the
 //! cargo-fuzz crate in `fuzz/` (which includes this file by path), so it uses only the
 //! public API and no test framework.
 #![allow(dead_code)]

@@ -7,10 +7,8 @@
 //! overrun of the time limit, and either an error everywhere or the same bits
 //! everywhere.
 
-mod fuzz_support;
-
+use crate::fuzz_support::*;
 use exactgrad::prelude::*;
-use fuzz_support::*;
 use proptest::prelude::*;
 
 /// A scalar argument: ordinary, or special (0, −0, ±∞, NaN, subnormal, ±MAX).

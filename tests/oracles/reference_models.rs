@@ -17,14 +17,13 @@
 //!   FastScalarRefBackend on every path FastBackend supports on this CPU, at 1, 2, 3 and 8
 //!   threads.
 
-mod oracle_support;
+use crate::oracle_support::scaled_error;
 use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
     ConvNetCase, EncoderCase, GptCase, ReferenceCase, ResNetCase, TensorFile, PINNED_HASHES,
 };
 use exactgrad::nn::{AttentionMask, MultiheadAttention, MultiheadAttentionConfig};
 use exactgrad::prelude::*;
-use oracle_support::scaled_error;
 
 /// `hash_tensors` of the conv net's gradients in exact mode. This is the value
 /// ScalarRefBackend (the oracle of the arithmetic contract) computes; every exact path
@@ -56,10 +55,10 @@ const MODELS: [&str; 4] = ["conv_net", "encoder", "resnet", "gpt"];
 /// The thread counts every path is checked at.
 const THREADS: [usize; 4] = [1, 2, 3, 8];
 
-const CONV_NET: &[u8] = include_bytes!("../testdata/autograd/conv_net.safetensors");
-const ENCODER: &[u8] = include_bytes!("../testdata/autograd/encoder.safetensors");
-const RESNET: &[u8] = include_bytes!("../testdata/autograd/resnet.safetensors");
-const GPT: &[u8] = include_bytes!("../testdata/autograd/gpt.safetensors");
+const CONV_NET: &[u8] = include_bytes!("../../testdata/autograd/conv_net.safetensors");
+const ENCODER: &[u8] = include_bytes!("../../testdata/autograd/encoder.safetensors");
+const RESNET: &[u8] = include_bytes!("../../testdata/autograd/resnet.safetensors");
+const GPT: &[u8] = include_bytes!("../../testdata/autograd/gpt.safetensors");
 
 fn files() -> (TensorFile, TensorFile) {
     (
@@ -223,7 +222,7 @@ fn against_torch<B: Backend>(b: &B, label: &str, rows: &mut Vec<String>) {
     }
 }
 
-const MHA: &[u8] = include_bytes!("../testdata/autograd/mha.safetensors");
+const MHA: &[u8] = include_bytes!("../../testdata/autograd/mha.safetensors");
 
 /// `nn.MultiheadAttention` alone (sequence first, cross-attention, a boolean key padding
 /// mask with a float per-head attention mask) against `mha.safetensors`; returns the

@@ -12,17 +12,16 @@
 //! - The hash of the parameters after that run equals the pinned value on ScalarRef and
 //!   on every ExactBackend path at 1, 3 and 8 threads.
 
-mod oracle_support;
+use crate::oracle_support::{compare_gradients, scaled_error};
 use exactgrad::nn::reference::{DecoderCase, ReferenceCase, TensorFile, PINNED_HASHES};
 use exactgrad::prelude::*;
-use oracle_support::{compare_gradients, scaled_error};
 
 /// The hash of the decoder's parameters after the oracle's training run
 /// ([`DecoderCase::train`]) in exact mode, as ScalarRefBackend (the oracle of the
 /// arithmetic contract) computes it; every exact path and thread count must reproduce it.
 const DECODER_HASH: u64 = 0x683e_30cf_8bb1_ca11;
 
-const DECODER: &[u8] = include_bytes!("../testdata/autograd/decoder.safetensors");
+const DECODER: &[u8] = include_bytes!("../../testdata/autograd/decoder.safetensors");
 
 fn against_torch<B: Backend>(b: &B, label: &str) -> String {
     let file = TensorFile::from_bytes(DECODER).unwrap();

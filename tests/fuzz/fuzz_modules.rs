@@ -7,11 +7,9 @@
 //! overrun of the time limit, and either an error everywhere or the same bits (output,
 //! parameter gradients, running statistics) everywhere.
 
-mod fuzz_support;
-
+use crate::fuzz_support::*;
 use exactgrad::nn::Module;
 use exactgrad::prelude::*;
-use fuzz_support::*;
 use proptest::prelude::*;
 
 fn scalar_arg() -> impl Strategy<Value = f32> {

@@ -7,23 +7,20 @@
 //!   bytes outstanding after every step are the same (nothing leaks, nothing grows);
 //! - the step's activations are released when its scope ends (the loss held past it
 //!   reads as `Error::Released`);
-//! - a counting global allocator (this binary only) measures the heap allocations that
+//! - a counting global allocator (this binary's, `main.rs`) measures the heap allocations that
 //!   remain per step (records, tensor handles, shapes and layouts, scratch vectors):
 //!   printed per model beside the figures `docs/memory.md` §4 starts from (17 KB per
 //!   step for the conv net, 58 KB for the encoder), and asserted not to grow from step
 //!   to step and to be given back by the end of each step.
 //!
-//! Run with `cargo test --release --test memory_steps -- --nocapture` to see the table.
+//! Run with `cargo test --release --test memory memory_steps -- --nocapture` to see the table.
 
+use crate::GLOBAL;
 use exactgrad::autograd::{ActivationScope, AttentionMask, CrossEntropyOptions, Error};
 use exactgrad::nn::optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
 use exactgrad::nn::reference::{ConvNetCase, CrnnCase, EncoderCase, ReferenceCase, PINNED_HASHES};
 use exactgrad::prelude::*;
-use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use std::alloc::System;
-
-#[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+use stats_alloc::Region;
 
 const STEPS: usize = 10;
 
@@ -158,6 +155,7 @@ fn check(model: &str, costs: &[StepCost], reference: Option<usize>) {
 /// its allocations in the same counters).
 #[test]
 fn reference_model_steps_allocate_nothing_from_the_system_after_warm_up() {
+    let _alone = crate::alone();
     conv_net();
     encoder();
     crnn();
@@ -165,7 +163,7 @@ fn reference_model_steps_allocate_nothing_from_the_system_after_warm_up() {
 
 fn conv_net() {
     let b = ExactBackend::new();
-    let bytes = include_bytes!("../testdata/autograd/conv_net.safetensors");
+    let bytes = include_bytes!("../../testdata/autograd/conv_net.safetensors");
     let case = ConvNetCase::from_oracle(&b, bytes).unwrap();
     let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
     let params = case.parameters();
@@ -184,7 +182,7 @@ fn conv_net() {
 
 fn encoder() {
     let b = ExactBackend::new();
-    let bytes = include_bytes!("../testdata/autograd/encoder.safetensors");
+    let bytes = include_bytes!("../../testdata/autograd/encoder.safetensors");
     let case = EncoderCase::from_oracle(&b, bytes).unwrap();
     let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3)).unwrap();
     let params = case.parameters();
@@ -212,7 +210,7 @@ fn encoder() {
 
 fn crnn() {
     let b = ExactBackend::new();
-    let bytes = include_bytes!("../testdata/autograd/crnn.safetensors");
+    let bytes = include_bytes!("../../testdata/autograd/crnn.safetensors");
     let case = CrnnCase::from_oracle(&b, bytes).unwrap();
     let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01)).unwrap();
     let params = case.parameters();

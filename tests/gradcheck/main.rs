@@ -1,0 +1,14 @@
+//! Gradient checks by central differences, one module per family of operations
+//! (`gradcheck_norm`, `gradcheck_attention`, `gradcheck_misc`, `gradcheck_conv`,
+//! `gradcheck_rnn`; `gradcheck` for the elementwise, reduction and view operations),
+//! with their shared helpers in `common`. One test binary: `--test gradcheck`, a module's
+//! tests by filter (`cargo test --release --test gradcheck gradcheck_conv::`).
+
+mod common;
+
+mod gradcheck;
+mod gradcheck_attention;
+mod gradcheck_conv;
+mod gradcheck_misc;
+mod gradcheck_norm;
+mod gradcheck_rnn;

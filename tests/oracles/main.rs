@@ -1,0 +1,15 @@
+//! Results against the PyTorch oracles and the scalar reference: the conformance kit,
+//! the reference models and their pinned hashes, the recurrent and decoder oracles,
+//! checkpoints written by PyTorch, and the differential checks of the operators and the
+//! recurrent layers across backends. One test binary: `--test oracles`, a module's tests
+//! by filter (`cargo test --release --test oracles reference_models::`).
+
+mod oracle_support;
+
+mod checkpoint_torch;
+mod conformance_kit;
+mod decoder_oracle;
+mod differential_ops;
+mod differential_rnn;
+mod reference_models;
+mod rnn_oracle;
