@@ -5,9 +5,9 @@
 //! gathers in [`prelude`] every type a program needs: tensors, backends, the operators'
 //! option structs, losses, layers and optimizers. The contracts are in `docs/`
 //! (`arithmetic.md`, `conv.md`, …; `api.md` explains the API decisions); the integration
-//! tests in `tests/` check them (`torch_ops/` against PyTorch, `gradcheck_*.rs` by
-//! central differences, `differential_ops.rs` across backends, `reference_models.rs`
-//! the pinned hashes).
+//! tests in `tests/` check them (`torch_ops/` against PyTorch, `gradcheck/` by central
+//! differences, `oracles/differential_ops.rs` across backends,
+//! `oracles/reference_models.rs` the pinned hashes).
 //!
 //! ```
 //! use exactgrad::prelude::*;

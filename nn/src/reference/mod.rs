@@ -88,15 +88,15 @@ use std::fmt;
 ///   [`ConvNetCase::from_oracle`], [`EncoderCase::from_oracle`] and
 ///   [`CrnnCase::from_oracle`] on the files in `testdata/autograd/`; `decoder`: the
 ///   parameter hash after the training run of [`DecoderCase::from_oracle`]
-///   ([`DecoderCase::train`]). The tests `tests/reference_models.rs` (conv net,
-///   encoder), `tests/rnn_oracle.rs` (crnn) and `tests/decoder_oracle.rs` (decoder) pin
+///   ([`DecoderCase::train`]). The tests `tests/oracles/reference_models.rs` (conv net,
+///   encoder), `tests/oracles/rnn_oracle.rs` (crnn) and `tests/oracles/decoder_oracle.rs` (decoder) pin
 ///   the same numbers.
 /// - `resnet18`, `gpt`: the gradient hash of one pass of [`ResNetCase::pinned`] and
 ///   [`GptCase::pinned`] (ResNet-18 on 32 images of 3×32×32 and the GPT-style decoder
 ///   on 8 sequences of 128 tokens, from seeded initial parameters: the steps of
 ///   `benches/models.rs`). `ScalarRefBackend` needs minutes for them, so only the
 ///   `reproduce` example computes them (the tests pin the same models at a small size,
-///   on PyTorch's weights: `RESNET_HASH` and `GPT_HASH` of `tests/reference_models.rs`).
+///   on PyTorch's weights: `RESNET_HASH` and `GPT_HASH` of `tests/oracles/reference_models.rs`).
 ///
 /// The `reproduce` example checks a machine against all six.
 pub const PINNED_HASHES: [(&str, u64); 6] = [
