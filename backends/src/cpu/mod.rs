@@ -13,7 +13,9 @@
 //! their target-feature contract; `simd64.rs` the f64 accumulation across outputs;
 //! [`elementwise`] the element-wise loops over slices (the formulas are
 //! [`crate::elementwise`]); `gemm/` the blocked GEMM and its block sizes; `rows/` the row
-//! kernels (strided copy, select, sums, softmax).
+//! kernels (strided copy, select, sums, softmax); `train/` the training kernels, one file
+//! per family of `exactgrad_core::kernels`; `recurrent.rs` the fused LSTM and GRU cells;
+//! `threads.rs` the thread pool of a compute context; `buffers.rs` the buffer pool.
 //!
 //! Over 800 lines on purpose: this is the one `Backend` implementation of the CPU paths —
 //! every trait method's argument check and dispatch — next to the ISA and compute-context
@@ -22,11 +24,11 @@
 mod buffers;
 pub mod elementwise;
 mod gemm;
-mod pool;
 mod recurrent;
 mod rows;
 pub(crate) mod simd;
 mod simd64;
+mod threads;
 mod train;
 pub mod vector_forms;
 
@@ -143,7 +145,7 @@ pub struct UnsupportedIsa {
 /// context").
 pub struct ComputeContext {
     threads: usize,
-    pool: Option<pool::Pool>,
+    pool: Option<threads::Pool>,
     buffers: Arc<buffers::BufferPool>,
 }
 
@@ -176,13 +178,13 @@ impl ComputeContext {
     /// never fails or panics, because the thread count changes only the speed, never a
     /// result (`docs/threads.md`, "Threads the system refuses").
     pub fn new(threads: usize) -> Self {
-        Self::start(threads, &mut pool::spawn_os)
+        Self::start(threads, &mut threads::spawn_os)
     }
 
     /// [`ComputeContext::new`] with the helpers started by `spawn`.
-    fn start(threads: usize, spawn: &mut pool::Spawn<'_>) -> Self {
+    fn start(threads: usize, spawn: &mut threads::Spawn<'_>) -> Self {
         let pool = (threads > 1)
-            .then(|| pool::Pool::new(threads - 1, spawn))
+            .then(|| threads::Pool::new(threads - 1, spawn))
             .filter(|p| p.helpers() > 0);
         Self {
             threads: pool.as_ref().map_or(1, |p| p.helpers() + 1),
@@ -1028,7 +1030,7 @@ mod tests {
                         "Resource temporarily unavailable",
                     ))
                 } else {
-                    pool::spawn_os(name, f)
+                    threads::spawn_os(name, f)
                 }
             });
             assert_eq!(ctx.threads(), got, "{asked} threads asked, {ok} started");
