@@ -26,24 +26,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Debug;
 
-/// Checks that buffer `arg` of kernel `op` holds exactly `expected` elements.
-pub fn check_len(op: &'static str, arg: &'static str, len: usize, expected: usize) -> Result<()> {
-    if len == expected {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            op,
-            arg,
-            alloc::format!("has {len} elements, expected {expected}"),
-        ))
-    }
-}
-
-/// `a · b` as a checked product, or an [`Error::Overflow`] naming `op` and `arg`.
-pub fn checked_mul(op: &'static str, arg: &'static str, a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b)
-        .ok_or_else(|| Error::overflow(op, arg, alloc::format!("{a} × {b} overflows usize")))
-}
+/// The length and overflow checks, defined in [`crate::check`] (re-exported here, where
+/// they were first defined).
+pub use crate::check::{check_len, checked_mul};
 
 /// A zero-filled vector of `len` f32, obtained fallibly: a length above [`MAX_ELEMENTS`]
 /// is an [`Error::TooLarge`] and a refused allocation an [`Error::Alloc`].

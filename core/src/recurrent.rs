@@ -23,7 +23,8 @@
 //! The argument checks ([`check_lstm_cell`] and its siblings) run first in every
 //! implementation: lengths must match the [`CellShape`] (computed in checked arithmetic).
 
-use crate::backend::{check_len, checked_mul, try_zeroed_vec, Backend};
+use crate::backend::{try_zeroed_vec, Backend};
+use crate::check::{check_len, checked_mul};
 use crate::error::Result;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::{Layout, Shape};

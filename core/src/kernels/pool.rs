@@ -1,7 +1,7 @@
 //! Pooling and the im2col/col2im of convolution (`docs/conv.md` §1–2).
 
 use super::{canon, checked_product};
-use crate::backend::check_len;
+use crate::check::check_len;
 use crate::error::{Error, Result};
 use crate::mode::ComputeMode;
 
