@@ -174,13 +174,10 @@ pub(crate) fn max_pool2d_backward(
     gx: &mut [f32],
 ) -> Result<()> {
     let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
-    if let Some(&bad) = argmax.iter().find(|&&a| a != usize::MAX && a >= hw) {
-        return Err(exactgrad_core::kernels::bad_max_index(bad, hw));
-    }
     let pg = SendPtr(gx.as_mut_ptr());
     ranges(ctx, s.planes, per_task(hw), |p0, p1| {
-        // SAFETY: the task owns planes p0..p1 of `gx`; every index is below `hw`
-        // (checked above).
+        // SAFETY: the task owns planes p0..p1 of `gx` (every argmax index is below `hw`:
+        // the arguments passed `Pool2dSpec::check_max_backward`).
         let gx = unsafe { part(pg, p0 * hw, (p1 - p0) * hw) };
         gx.fill(0.0);
         for plane in p0..p1 {
