@@ -1,4 +1,5 @@
-//! The [`Backend`] trait: storage and the kernels every operator is built from.
+//! The [`Backend`] trait that callers use, and [`BackendImpl`], what a backend
+//! implements: storage and the kernels every operator is built from.
 //!
 //! A backend is a value (cheap to clone) that tensors carry; it names its storage type and
 //! its compute mode and provides kernels over slices with explicit layouts. Kernels never
@@ -7,10 +8,12 @@
 //! defined by `ScalarRefBackend` (crate `exactgrad-backends`) and written down in
 //! `docs/arithmetic.md`.
 //!
-//! Every kernel is a safe function that first checks its arguments against its buffers
-//! (lengths, and every [`Layout`] with [`Layout::check_within`], in checked arithmetic,
-//! once per call) and returns an error instead of reading or writing out of bounds; the
-//! helpers of this module ([`check_len`], [`MatmulSpec::check`]) do the common checks.
+//! Every kernel of [`Backend`] is a safe function that first checks its arguments against
+//! its buffers (lengths, and every [`Layout`] with [`Layout::check_within`], in checked
+//! arithmetic, once per call) and returns an error instead of reading or writing out of
+//! bounds. [`Backend`] is implemented once, here, for every [`BackendImpl`]: the check
+//! runs there, and only arguments that passed it reach the backend's `*_impl` method, as
+//! [`Checked`] arguments that nothing outside this crate can build (`docs/backends.md`).
 //! Buffers are obtained fallibly: an allocation the allocator refuses, or a size above
 //! [`MAX_ELEMENTS`], is an [`Error::Alloc`] or [`Error::TooLarge`], never an abort.
 
