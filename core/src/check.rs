@@ -1,10 +1,11 @@
 //! Argument checks of the [`Backend`](crate::Backend) kernels.
 //!
-//! Every kernel of every backend validates its buffers and layouts with these functions
-//! before it touches an element: lengths must agree, and every layout must address only
-//! elements of its buffer ([`Layout::check_within`], in checked arithmetic). They run once
-//! per call and cost `O(rank)`. A kernel that passed them may index without further
-//! bounds checks; a downstream backend gets the same guarantees by calling them first.
+//! The kernels of [`Backend`](crate::Backend) run these functions (and the spec types'
+//! checks) on their buffers and layouts before any backend touches an element: lengths
+//! must agree, and every layout must address only elements of its buffer
+//! ([`Layout::check_within`], in checked arithmetic). They run once per call, in core, and
+//! cost `O(rank)`. A backend's kernel receives only arguments that passed them
+//! ([`Checked`](crate::Checked)) and may index without further bounds checks.
 //!
 //! [`check_len`] and [`checked_mul`] are the two primitives every check (here, in
 //! [`crate::kernels`] and in [`crate::recurrent`]) is built from.
