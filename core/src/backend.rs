@@ -590,15 +590,28 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
 
 mod sealed {
     /// Implemented exactly for the [`BackendImpl`](super::BackendImpl) types, so that
-    /// [`Backend`](super::Backend) has no other implementation.
-    pub trait Sealed {}
-    impl<T: super::BackendImpl> Sealed for T {}
+    /// [`Backend`](super::Backend) has no other implementation; gives the kernels of
+    /// [`Backend`](super::Backend) the backend they hand checked arguments to.
+    pub trait Sealed {
+        /// The backend (the type itself).
+        type Impl: super::BackendImpl;
+        /// The backend (`self`).
+        fn backend_impl(&self) -> &Self::Impl;
+    }
+
+    impl<T: super::BackendImpl> Sealed for T {
+        type Impl = T;
+        fn backend_impl(&self) -> &T {
+            self
+        }
+    }
 }
 
 /// A compute backend as its callers see it: storage type, mode and kernels.
 ///
 /// Implemented once, for every [`BackendImpl`] (a backend implements [`BackendImpl`];
-/// this trait is sealed). Each kernel here checks its arguments against its buffers
+/// this trait is sealed, so its kernels, the provided methods below, cannot be
+/// overridden). Each kernel here checks its arguments against its buffers
 /// (lengths, and every [`Layout`] with [`Layout::check_within`], in checked arithmetic,
 /// once per call) and returns an error instead of reading or writing out of bounds; only
 /// arguments that passed reach the backend's `*_impl` method, as [`Checked`] arguments.
@@ -632,10 +645,18 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
 
     /// Gathers the elements of `src` under `layout` into `out` in row-major order.
     /// Copies bits exactly (no canonicalisation).
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()>;
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+        check::copy_strided(src.len(), layout, out.len())?;
+        self.backend_impl()
+            .copy_strided_impl(Checked::new(CopyStridedArgs { src, layout, out }))
+    }
 
     /// `out[i] = op(x[i])` over contiguous slices of equal length.
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()>;
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+        check::unary(x.len(), out.len())?;
+        self.backend_impl()
+            .unary_impl(Checked::new(UnaryArgs { op, x, out }))
+    }
 
     /// The backward rule of `op`: `out[i] = g[i] · op'(…)`, given the forward input `x`
     /// and output `y` (both contiguous, same length as `g`).
@@ -646,7 +667,11 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         y: &[f32],
         g: &[f32],
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
+        self.backend_impl()
+            .unary_backward_impl(Checked::new(UnaryBackwardArgs { op, x, y, g, out }))
+    }
 
     /// `out = op(a, b)` where `la` and `lb` are layouts already broadcast to the output
     /// shape (stride 0 along broadcast dimensions); `out` is contiguous.
@@ -658,7 +683,17 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
+        self.backend_impl().binary_impl(Checked::new(BinaryArgs {
+            op,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        }))
+    }
 
     /// `out = cond != 0 ? a : b` with all three layouts broadcast to the output shape.
     #[allow(clippy::too_many_arguments)]
@@ -671,18 +706,41 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
+        self.backend_impl().select_impl(Checked::new(SelectArgs {
+            cond,
+            lc,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        }))
+    }
 
     /// Sums `x` under `layout` over the dimensions flagged in `reduce`, writing the
     /// remaining dimensions row-major into `out`. Each output accumulates in f64, its
     /// reduced elements in increasing row-major order of their index, from +0, rounded
     /// once to f32.
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()>;
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+        check::sum(x.len(), layout, reduce, out.len())?;
+        self.backend_impl().sum_impl(Checked::new(SumArgs {
+            x,
+            layout,
+            reduce,
+            out,
+        }))
+    }
 
     /// The batched matrix product of [`MatmulSpec`]: each output is one f32 accumulator
     /// starting at +0, `k` increasing; exact mode rounds the product and the sum
     /// separately, fast mode may fuse them.
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()>;
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check(a.len(), b.len(), out.len())?;
+        self.backend_impl()
+            .matmul_impl(Checked::new(MatmulArgs { spec, a, b, out }))
+    }
 
     /// Softmax (or log-softmax when `log`) of each row of a contiguous `rows × cols` `x`.
     fn softmax(
@@ -692,7 +750,16 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::softmax("softmax", x.len(), rows, cols, out.len())?;
+        self.backend_impl().softmax_impl(Checked::new(SoftmaxArgs {
+            x,
+            rows,
+            cols,
+            log,
+            out,
+        }))
+    }
 
     /// The backward rule of [`Backend::softmax`] given its output `y` and the incoming
     /// gradient `g` (both contiguous `rows × cols`).
@@ -705,7 +772,18 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
+        self.backend_impl()
+            .softmax_backward_impl(Checked::new(SoftmaxBackwardArgs {
+                y,
+                g,
+                rows,
+                cols,
+                log,
+                out,
+            }))
+    }
 
     /// One LSTM step (`docs/recurrent.md` §2): gate sums, activations, `c_t` and `h_t`
     /// from the step's two products and biases.
@@ -714,7 +792,15 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         shape: CellShape,
         inputs: LstmCellInputs<'_>,
         outputs: LstmCellOutputs<'_>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        recurrent::check_lstm_cell(shape, &inputs, &outputs)?;
+        self.backend_impl()
+            .lstm_cell_impl(Checked::new(LstmCellArgs {
+                shape,
+                inputs,
+                outputs,
+            }))
+    }
 
     /// The backward rule of [`Backend::lstm_cell`] (`docs/recurrent.md` §2): the gradient
     /// of the gate pre-activations and of `c_{t−1}`.
@@ -723,7 +809,15 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         shape: CellShape,
         inputs: LstmCellGradInputs<'_>,
         outputs: LstmCellGradOutputs<'_>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        recurrent::check_lstm_cell_backward(shape, &inputs, &outputs)?;
+        self.backend_impl()
+            .lstm_cell_backward_impl(Checked::new(LstmCellBackwardArgs {
+                shape,
+                inputs,
+                outputs,
+            }))
+    }
 
     /// One GRU step (`docs/recurrent.md` §3): `r`, `z`, `n` and `h_t` from the step's two
     /// products and biases.
@@ -732,7 +826,14 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         shape: CellShape,
         inputs: GruCellInputs<'_>,
         outputs: GruCellOutputs<'_>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        recurrent::check_gru_cell(shape, &inputs, &outputs)?;
+        self.backend_impl().gru_cell_impl(Checked::new(GruCellArgs {
+            shape,
+            inputs,
+            outputs,
+        }))
+    }
 
     /// The backward rule of [`Backend::gru_cell`] (`docs/recurrent.md` §3): the gradients
     /// of both products' pre-activations and the direct part of the gradient of `h_{t−1}`.
@@ -741,7 +842,15 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         shape: CellShape,
         inputs: GruCellGradInputs<'_>,
         outputs: GruCellGradOutputs<'_>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        recurrent::check_gru_cell_backward(shape, &inputs, &outputs)?;
+        self.backend_impl()
+            .gru_cell_backward_impl(Checked::new(GruCellBackwardArgs {
+                shape,
+                inputs,
+                outputs,
+            }))
+    }
 
     /// Normalisation statistics per group of a contiguous `[P, Q, R]` `x`
     /// (`docs/arithmetic.md` §5, steps 1–3): `mean = μ`, `corr = c` and `sq_sum = s2`,
@@ -753,7 +862,17 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         mean: &mut [f32],
         corr: &mut [f32],
         sq_sum: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
+        self.backend_impl()
+            .norm_stats_impl(Checked::new(NormStatsArgs {
+                spec,
+                x,
+                mean,
+                corr,
+                sq_sum,
+            }))
+    }
 
     /// Normalisation output `y = ((((x ⊖ μ) ⊖ c) ⊗ r) ⊗ w) ⊕ b` (`docs/arithmetic.md` §5,
     /// step 5), `weight` and `bias` optional.
@@ -765,7 +884,24 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         weight: Option<&[f32]>,
         bias: Option<&[f32]>,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check_forward(
+            x.len(),
+            stats,
+            weight.map(<[f32]>::len),
+            bias.map(<[f32]>::len),
+            out.len(),
+        )?;
+        self.backend_impl()
+            .norm_forward_impl(Checked::new(NormForwardArgs {
+                spec,
+                x,
+                stats,
+                weight,
+                bias,
+                out,
+            }))
+    }
 
     /// Normalisation backward (`docs/arithmetic.md` §5): the gradients asked for in
     /// `grads`; `stats_depend` when the statistics were computed from `x`. `x` may be
@@ -780,7 +916,19 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         weight: Option<&[f32]>,
         stats_depend: bool,
         grads: NormGrads<'_>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
+        self.backend_impl()
+            .norm_backward_impl(Checked::new(NormBackwardArgs {
+                spec,
+                x,
+                g,
+                stats,
+                weight,
+                stats_depend,
+                grads,
+            }))
+    }
 
     /// 2-D max pooling of contiguous planes (`docs/conv.md` §2): the maxima and, per
     /// output, the flat index in its plane of the selected input (`usize::MAX` for a
@@ -791,7 +939,16 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         x: &[f32],
         out: &mut [f32],
         argmax: &mut [usize],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check_max(x.len(), out.len(), argmax.len())?;
+        self.backend_impl()
+            .max_pool2d_impl(Checked::new(MaxPool2dArgs {
+                spec,
+                x,
+                out,
+                argmax,
+            }))
+    }
 
     /// The backward rule of [`Backend::max_pool2d`]: `gx` (overwritten) from `+0`, each
     /// output's gradient added at its argmax in increasing output order.
@@ -801,13 +958,30 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         argmax: &[usize],
         g: &[f32],
         gx: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check_max_backward(argmax, g.len(), gx.len())?;
+        self.backend_impl()
+            .max_pool2d_backward_impl(Checked::new(MaxPool2dBackwardArgs {
+                spec,
+                argmax,
+                g,
+                gx,
+            }))
+    }
 
     /// 2-D average pooling of contiguous planes (`docs/conv.md` §2).
-    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()>;
+    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check("avg_pool2d", x.len(), out.len())?;
+        self.backend_impl()
+            .avg_pool2d_impl(Checked::new(AvgPool2dArgs { spec, x, out }))
+    }
 
     /// The backward rule of [`Backend::avg_pool2d`]; `gx` is overwritten.
-    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()>;
+    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
+        spec.check("avg_pool2d_backward", gx.len(), g.len())?;
+        self.backend_impl()
+            .avg_pool2d_backward_impl(Checked::new(AvgPool2dBackwardArgs { spec, g, gx }))
+    }
 
     /// 2-D adaptive average pooling of contiguous planes (`docs/conv.md` §2).
     fn adaptive_avg_pool2d(
@@ -815,7 +989,11 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         spec: &AdaptivePool2dSpec,
         x: &[f32],
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
+        self.backend_impl()
+            .adaptive_avg_pool2d_impl(Checked::new(AdaptiveAvgPool2dArgs { spec, x, out }))
+    }
 
     /// The backward rule of [`Backend::adaptive_avg_pool2d`]; `gx` is overwritten.
     fn adaptive_avg_pool2d_backward(
@@ -823,15 +1001,31 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         spec: &AdaptivePool2dSpec,
         g: &[f32],
         gx: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
+        self.backend_impl()
+            .adaptive_avg_pool2d_backward_impl(Checked::new(AdaptiveAvgPool2dBackwardArgs {
+                spec,
+                g,
+                gx,
+            }))
+    }
 
     /// im2col of one contiguous item `[C, H, W]` into `cols` `[C·KH·KW, OH·OW]`
     /// (`docs/conv.md` §1), `+0` in the padding; copies bits.
-    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()>;
+    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
+        spec.check("im2col", image.len(), cols.len())?;
+        self.backend_impl()
+            .im2col_impl(Checked::new(Im2colArgs { spec, image, cols }))
+    }
 
     /// col2im of one item (`docs/conv.md` §1): `image` (overwritten) from `+0`, each
     /// element adding its column gradients in increasing column order.
-    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()>;
+    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
+        spec.check("col2im", image.len(), cols.len())?;
+        self.backend_impl()
+            .col2im_impl(Checked::new(Col2imArgs { spec, cols, image }))
+    }
 
     /// The attention scores of `docs/arithmetic.md` §5 in place: `scores` holds the
     /// products `T` (`[rows, S]`) and receives `(T ⊗ scale)` with the mask (a layout
@@ -841,12 +1035,32 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         spec: &AttentionScoresSpec,
         scores: &mut [f32],
         mask: Option<(ScoreMask, &[f32], &Layout)>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
+        self.backend_impl()
+            .attention_scores_impl(Checked::new(AttentionScoresArgs { spec, scores, mask }))
+    }
 
     /// The dropout mask of `docs/arithmetic.md` §5 for elements `start …` of the stream of
     /// `key`: `scale` where kept, `+0` elsewhere. `p` must be in `[0, 1]`.
-    fn dropout_mask(&self, key: u64, p: f32, scale: f32, start: u64, out: &mut [f32])
-        -> Result<()>;
+    fn dropout_mask(
+        &self,
+        key: u64,
+        p: f32,
+        scale: f32,
+        start: u64,
+        out: &mut [f32],
+    ) -> Result<()> {
+        kernels::check_dropout(p)?;
+        self.backend_impl()
+            .dropout_mask_impl(Checked::new(DropoutMaskArgs {
+                key,
+                p,
+                scale,
+                start,
+                out,
+            }))
+    }
 
     /// One fused SGD update of `param` in place ([`SgdSpec`]); `momentum_buffer` is
     /// empty without momentum.
@@ -856,7 +1070,15 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         param: &mut [f32],
         grad: &[f32],
         momentum_buffer: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check(param.len(), grad.len(), momentum_buffer.len())?;
+        self.backend_impl().sgd_step_impl(Checked::new(SgdStepArgs {
+            spec,
+            param,
+            grad,
+            momentum_buffer,
+        }))
+    }
 
     /// One fused Adam/AdamW update of `param` and its moments in place ([`AdamSpec`]);
     /// `max_exp_avg_sq` is empty without AMSGrad.
@@ -868,11 +1090,28 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         exp_avg: &mut [f32],
         exp_avg_sq: &mut [f32],
         max_exp_avg_sq: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        spec.check(
+            param.len(),
+            grad.len(),
+            exp_avg.len(),
+            exp_avg_sq.len(),
+            max_exp_avg_sq.len(),
+        )?;
+        self.backend_impl()
+            .adam_step_impl(Checked::new(AdamStepArgs {
+                spec,
+                param,
+                grad,
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq,
+            }))
+    }
 }
 
-/// The one implementation of [`Backend`]: each kernel runs its check, the only one in the
-/// workspace, and hands the checked arguments to the backend.
+/// The one implementation of [`Backend`]: the storage and the backend's identity; the
+/// kernels are the trait's own (checked) bodies.
 impl<B: BackendImpl> Backend for B {
     type Storage = B::Storage;
 
@@ -898,391 +1137,6 @@ impl<B: BackendImpl> Backend for B {
 
     fn memory(&self) -> Option<&dyn crate::memory::MemoryPool> {
         BackendImpl::memory(self)
-    }
-
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
-        check::copy_strided(src.len(), layout, out.len())?;
-        self.copy_strided_impl(Checked::new(CopyStridedArgs { src, layout, out }))
-    }
-
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
-        check::unary(x.len(), out.len())?;
-        self.unary_impl(Checked::new(UnaryArgs { op, x, out }))
-    }
-
-    fn unary_backward(
-        &self,
-        op: UnaryOp,
-        x: &[f32],
-        y: &[f32],
-        g: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
-        self.unary_backward_impl(Checked::new(UnaryBackwardArgs { op, x, y, g, out }))
-    }
-
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
-        self.binary_impl(Checked::new(BinaryArgs {
-            op,
-            a,
-            la,
-            b,
-            lb,
-            out,
-        }))
-    }
-
-    fn select(
-        &self,
-        cond: &[f32],
-        lc: &Layout,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
-        self.select_impl(Checked::new(SelectArgs {
-            cond,
-            lc,
-            a,
-            la,
-            b,
-            lb,
-            out,
-        }))
-    }
-
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
-        check::sum(x.len(), layout, reduce, out.len())?;
-        self.sum_impl(Checked::new(SumArgs {
-            x,
-            layout,
-            reduce,
-            out,
-        }))
-    }
-
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        spec.check(a.len(), b.len(), out.len())?;
-        self.matmul_impl(Checked::new(MatmulArgs { spec, a, b, out }))
-    }
-
-    fn softmax(
-        &self,
-        x: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::softmax("softmax", x.len(), rows, cols, out.len())?;
-        self.softmax_impl(Checked::new(SoftmaxArgs {
-            x,
-            rows,
-            cols,
-            log,
-            out,
-        }))
-    }
-
-    fn softmax_backward(
-        &self,
-        y: &[f32],
-        g: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
-        self.softmax_backward_impl(Checked::new(SoftmaxBackwardArgs {
-            y,
-            g,
-            rows,
-            cols,
-            log,
-            out,
-        }))
-    }
-
-    fn lstm_cell(
-        &self,
-        shape: CellShape,
-        inputs: LstmCellInputs<'_>,
-        outputs: LstmCellOutputs<'_>,
-    ) -> Result<()> {
-        recurrent::check_lstm_cell(shape, &inputs, &outputs)?;
-        self.lstm_cell_impl(Checked::new(LstmCellArgs {
-            shape,
-            inputs,
-            outputs,
-        }))
-    }
-
-    fn lstm_cell_backward(
-        &self,
-        shape: CellShape,
-        inputs: LstmCellGradInputs<'_>,
-        outputs: LstmCellGradOutputs<'_>,
-    ) -> Result<()> {
-        recurrent::check_lstm_cell_backward(shape, &inputs, &outputs)?;
-        self.lstm_cell_backward_impl(Checked::new(LstmCellBackwardArgs {
-            shape,
-            inputs,
-            outputs,
-        }))
-    }
-
-    fn gru_cell(
-        &self,
-        shape: CellShape,
-        inputs: GruCellInputs<'_>,
-        outputs: GruCellOutputs<'_>,
-    ) -> Result<()> {
-        recurrent::check_gru_cell(shape, &inputs, &outputs)?;
-        self.gru_cell_impl(Checked::new(GruCellArgs {
-            shape,
-            inputs,
-            outputs,
-        }))
-    }
-
-    fn gru_cell_backward(
-        &self,
-        shape: CellShape,
-        inputs: GruCellGradInputs<'_>,
-        outputs: GruCellGradOutputs<'_>,
-    ) -> Result<()> {
-        recurrent::check_gru_cell_backward(shape, &inputs, &outputs)?;
-        self.gru_cell_backward_impl(Checked::new(GruCellBackwardArgs {
-            shape,
-            inputs,
-            outputs,
-        }))
-    }
-
-    fn norm_stats(
-        &self,
-        spec: &NormSpec,
-        x: &[f32],
-        mean: &mut [f32],
-        corr: &mut [f32],
-        sq_sum: &mut [f32],
-    ) -> Result<()> {
-        spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
-        self.norm_stats_impl(Checked::new(NormStatsArgs {
-            spec,
-            x,
-            mean,
-            corr,
-            sq_sum,
-        }))
-    }
-
-    fn norm_forward(
-        &self,
-        spec: &NormSpec,
-        x: &[f32],
-        stats: &NormStats<'_>,
-        weight: Option<&[f32]>,
-        bias: Option<&[f32]>,
-        out: &mut [f32],
-    ) -> Result<()> {
-        spec.check_forward(
-            x.len(),
-            stats,
-            weight.map(<[f32]>::len),
-            bias.map(<[f32]>::len),
-            out.len(),
-        )?;
-        self.norm_forward_impl(Checked::new(NormForwardArgs {
-            spec,
-            x,
-            stats,
-            weight,
-            bias,
-            out,
-        }))
-    }
-
-    fn norm_backward(
-        &self,
-        spec: &NormSpec,
-        x: &[f32],
-        g: &[f32],
-        stats: &NormStats<'_>,
-        weight: Option<&[f32]>,
-        stats_depend: bool,
-        grads: NormGrads<'_>,
-    ) -> Result<()> {
-        spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
-        self.norm_backward_impl(Checked::new(NormBackwardArgs {
-            spec,
-            x,
-            g,
-            stats,
-            weight,
-            stats_depend,
-            grads,
-        }))
-    }
-
-    fn max_pool2d(
-        &self,
-        spec: &Pool2dSpec,
-        x: &[f32],
-        out: &mut [f32],
-        argmax: &mut [usize],
-    ) -> Result<()> {
-        spec.check_max(x.len(), out.len(), argmax.len())?;
-        self.max_pool2d_impl(Checked::new(MaxPool2dArgs {
-            spec,
-            x,
-            out,
-            argmax,
-        }))
-    }
-
-    fn max_pool2d_backward(
-        &self,
-        spec: &Pool2dSpec,
-        argmax: &[usize],
-        g: &[f32],
-        gx: &mut [f32],
-    ) -> Result<()> {
-        spec.check_max_backward(argmax, g.len(), gx.len())?;
-        self.max_pool2d_backward_impl(Checked::new(MaxPool2dBackwardArgs {
-            spec,
-            argmax,
-            g,
-            gx,
-        }))
-    }
-
-    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
-        spec.check("avg_pool2d", x.len(), out.len())?;
-        self.avg_pool2d_impl(Checked::new(AvgPool2dArgs { spec, x, out }))
-    }
-
-    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
-        spec.check("avg_pool2d_backward", gx.len(), g.len())?;
-        self.avg_pool2d_backward_impl(Checked::new(AvgPool2dBackwardArgs { spec, g, gx }))
-    }
-
-    fn adaptive_avg_pool2d(
-        &self,
-        spec: &AdaptivePool2dSpec,
-        x: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
-        spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
-        self.adaptive_avg_pool2d_impl(Checked::new(AdaptiveAvgPool2dArgs { spec, x, out }))
-    }
-
-    fn adaptive_avg_pool2d_backward(
-        &self,
-        spec: &AdaptivePool2dSpec,
-        g: &[f32],
-        gx: &mut [f32],
-    ) -> Result<()> {
-        spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
-        self.adaptive_avg_pool2d_backward_impl(Checked::new(AdaptiveAvgPool2dBackwardArgs {
-            spec,
-            g,
-            gx,
-        }))
-    }
-
-    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
-        spec.check("im2col", image.len(), cols.len())?;
-        self.im2col_impl(Checked::new(Im2colArgs { spec, image, cols }))
-    }
-
-    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
-        spec.check("col2im", image.len(), cols.len())?;
-        self.col2im_impl(Checked::new(Col2imArgs { spec, cols, image }))
-    }
-
-    fn attention_scores(
-        &self,
-        spec: &AttentionScoresSpec,
-        scores: &mut [f32],
-        mask: Option<(ScoreMask, &[f32], &Layout)>,
-    ) -> Result<()> {
-        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
-        self.attention_scores_impl(Checked::new(AttentionScoresArgs { spec, scores, mask }))
-    }
-
-    fn dropout_mask(
-        &self,
-        key: u64,
-        p: f32,
-        scale: f32,
-        start: u64,
-        out: &mut [f32],
-    ) -> Result<()> {
-        kernels::check_dropout(p)?;
-        self.dropout_mask_impl(Checked::new(DropoutMaskArgs {
-            key,
-            p,
-            scale,
-            start,
-            out,
-        }))
-    }
-
-    fn sgd_step(
-        &self,
-        spec: &SgdSpec,
-        param: &mut [f32],
-        grad: &[f32],
-        momentum_buffer: &mut [f32],
-    ) -> Result<()> {
-        spec.check(param.len(), grad.len(), momentum_buffer.len())?;
-        self.sgd_step_impl(Checked::new(SgdStepArgs {
-            spec,
-            param,
-            grad,
-            momentum_buffer,
-        }))
-    }
-
-    fn adam_step(
-        &self,
-        spec: &AdamSpec,
-        param: &mut [f32],
-        grad: &[f32],
-        exp_avg: &mut [f32],
-        exp_avg_sq: &mut [f32],
-        max_exp_avg_sq: &mut [f32],
-    ) -> Result<()> {
-        spec.check(
-            param.len(),
-            grad.len(),
-            exp_avg.len(),
-            exp_avg_sq.len(),
-            max_exp_avg_sq.len(),
-        )?;
-        self.adam_step_impl(Checked::new(AdamStepArgs {
-            spec,
-            param,
-            grad,
-            exp_avg,
-            exp_avg_sq,
-            max_exp_avg_sq,
-        }))
     }
 }
 
