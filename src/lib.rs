@@ -23,6 +23,7 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub use exactgrad_autograd as autograd;
 pub use exactgrad_backends as backends;

@@ -23,6 +23,7 @@
 //! crate needs `std` (threads, locks, the thread-local grad mode); the `no_std` face of
 //! exactgrad is the arena tape, `exactgrad-tape`.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod engine;
 pub mod error;

@@ -151,7 +151,7 @@ impl Lane for f32 {
     }
     #[inline(always)]
     fn sqrt(self) -> Self {
-        crate::scalar::sqrt(self)
+        crate::sqrt::sqrt(self)
     }
     #[inline(always)]
     fn lt(self, o: Self) -> bool {

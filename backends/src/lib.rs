@@ -41,6 +41,7 @@ pub mod lane;
 pub mod scalar;
 #[cfg(feature = "alloc")]
 pub mod scalar_ref;
+mod sqrt;
 pub mod transcendental;
 
 #[cfg(feature = "std")]

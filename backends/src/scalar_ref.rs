@@ -11,8 +11,11 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::marker::PhantomData;
-use exactgrad_core::backend::{try_zeroed_vec, MatmulSpec};
-use exactgrad_core::{check, Result};
+use exactgrad_core::backend::{
+    try_zeroed_vec, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, MatmulSpec, SelectArgs,
+    SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
+};
+use exactgrad_core::{BackendImpl, Result};
 use exactgrad_core::{BinaryOp, Layout, UnaryOp};
 
 /// The scalar reference backend (exact mode): the definition of every kernel's bits.
@@ -97,14 +100,15 @@ pub fn split_reduce(layout: &Layout, reduce: &[bool]) -> (Layout, Layout) {
     )
 }
 
-/// The reference kernels of one mode, shared by both scalar backends.
+/// The reference kernels of one mode, shared by both scalar backends (and the fallbacks
+/// of the CPU row kernels). Their arguments have passed the kernel's check in
+/// [`exactgrad_core::Backend`] before they get here.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RefKernels<M: ModeSpec>(PhantomData<M>);
+pub(crate) struct RefKernels<M: ModeSpec>(PhantomData<M>);
 
 impl<M: ModeSpec> RefKernels<M> {
     /// Gathers `src` under `layout` into `out` (bits unchanged).
     pub fn copy_strided(src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
-        check::copy_strided(src.len(), layout, out.len())?;
         let mut i = 0;
         layout.for_each_index(|s| {
             out[i] = src[s];
@@ -115,7 +119,6 @@ impl<M: ModeSpec> RefKernels<M> {
 
     /// Element-wise unary operation.
     pub fn unary(op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
-        check::unary(x.len(), out.len())?;
         for (o, &v) in out.iter_mut().zip(x) {
             *o = M::out(scalar::unary_in::<M>(op, v));
         }
@@ -130,7 +133,6 @@ impl<M: ModeSpec> RefKernels<M> {
         g: &[f32],
         out: &mut [f32],
     ) -> Result<()> {
-        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
         for i in 0..g.len() {
             out[i] = M::out(scalar::unary_backward_in::<M>(op, x[i], y[i], g[i]));
         }
@@ -146,7 +148,6 @@ impl<M: ModeSpec> RefKernels<M> {
         lb: &Layout,
         out: &mut [f32],
     ) -> Result<()> {
-        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
         let mut i = 0;
         walk([la, lb], |[ia, ib]| {
             out[i] = M::out(scalar::binary(op, a[ia], b[ib]));
@@ -166,7 +167,6 @@ impl<M: ModeSpec> RefKernels<M> {
         lb: &Layout,
         out: &mut [f32],
     ) -> Result<()> {
-        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
         let mut i = 0;
         walk([lc, la, lb], |[ic, ia, ib]| {
             out[i] = if cond[ic] != 0.0 { a[ia] } else { b[ib] };
@@ -177,7 +177,6 @@ impl<M: ModeSpec> RefKernels<M> {
 
     /// Sum over flagged dimensions (f64, increasing order, rounded once).
     pub fn sum(x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
-        check::sum(x.len(), layout, reduce, out.len())?;
         let (kept, red) = split_reduce(layout, reduce);
         let mut i = 0;
         kept.for_each_index(|base| {
@@ -195,7 +194,6 @@ impl<M: ModeSpec> RefKernels<M> {
 
     /// Batched matrix product in the canonical order.
     pub fn matmul(spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        spec.check(a.len(), b.len(), out.len())?;
         let MatmulSpec { batch, m, k, n, .. } = *spec;
         if m == 0 || n == 0 {
             return Ok(());
@@ -234,7 +232,6 @@ impl<M: ModeSpec> RefKernels<M> {
 
     /// Softmax or log-softmax of each row.
     pub fn softmax(x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
-        check::softmax("softmax", x.len(), rows, cols, out.len())?;
         for r in 0..rows {
             let (xs, os) = (
                 &x[r * cols..(r + 1) * cols],
@@ -261,7 +258,6 @@ impl<M: ModeSpec> RefKernels<M> {
         log: bool,
         out: &mut [f32],
     ) -> Result<()> {
-        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
         for r in 0..rows {
             let s = r * cols..(r + 1) * cols;
             let os = &mut out[s.clone()];
@@ -278,11 +274,11 @@ impl<M: ModeSpec> RefKernels<M> {
     }
 }
 
-/// Implements [`exactgrad_core::Backend`] for a unit-struct scalar backend by forwarding
-/// to [`RefKernels`] of the given mode.
+/// Implements [`BackendImpl`] for a unit-struct scalar backend by forwarding to
+/// [`RefKernels`] of the given mode.
 macro_rules! scalar_backend {
     ($ty:ty, $mode:ty, $name:expr) => {
-        impl exactgrad_core::Backend for $ty {
+        impl BackendImpl for $ty {
             type Storage = Vec<f32>;
 
             fn name(&self) -> String {
@@ -301,90 +297,81 @@ macro_rules! scalar_backend {
                 Ok(data)
             }
 
-            fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+            fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()> {
+                let CopyStridedArgs { src, layout, out } = args.into_inner();
                 RefKernels::<$mode>::copy_strided(src, layout, out)
             }
 
-            fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+            fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
+                let UnaryArgs { op, x, out } = args.into_inner();
                 RefKernels::<$mode>::unary(op, x, out)
             }
 
-            fn unary_backward(
-                &self,
-                op: UnaryOp,
-                x: &[f32],
-                y: &[f32],
-                g: &[f32],
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
+                let UnaryBackwardArgs { op, x, y, g, out } = args.into_inner();
                 RefKernels::<$mode>::unary_backward(op, x, y, g, out)
             }
 
-            fn binary(
-                &self,
-                op: BinaryOp,
-                a: &[f32],
-                la: &Layout,
-                b: &[f32],
-                lb: &Layout,
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()> {
+                let BinaryArgs {
+                    op,
+                    a,
+                    la,
+                    b,
+                    lb,
+                    out,
+                } = args.into_inner();
                 RefKernels::<$mode>::binary(op, a, la, b, lb, out)
             }
 
-            fn select(
-                &self,
-                cond: &[f32],
-                lc: &Layout,
-                a: &[f32],
-                la: &Layout,
-                b: &[f32],
-                lb: &Layout,
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
+                let SelectArgs {
+                    cond,
+                    lc,
+                    a,
+                    la,
+                    b,
+                    lb,
+                    out,
+                } = args.into_inner();
                 RefKernels::<$mode>::select(cond, lc, a, la, b, lb, out)
             }
 
-            fn sum(
-                &self,
-                x: &[f32],
-                layout: &Layout,
-                reduce: &[bool],
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
+                let SumArgs {
+                    x,
+                    layout,
+                    reduce,
+                    out,
+                } = args.into_inner();
                 RefKernels::<$mode>::sum(x, layout, reduce, out)
             }
 
-            fn matmul(
-                &self,
-                spec: &MatmulSpec,
-                a: &[f32],
-                b: &[f32],
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
+                let MatmulArgs { spec, a, b, out } = args.into_inner();
                 RefKernels::<$mode>::matmul(spec, a, b, out)
             }
 
-            fn softmax(
-                &self,
-                x: &[f32],
-                rows: usize,
-                cols: usize,
-                log: bool,
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
+                let SoftmaxArgs {
+                    x,
+                    rows,
+                    cols,
+                    log,
+                    out,
+                } = args.into_inner();
                 RefKernels::<$mode>::softmax(x, rows, cols, log, out)
             }
 
-            fn softmax_backward(
-                &self,
-                y: &[f32],
-                g: &[f32],
-                rows: usize,
-                cols: usize,
-                log: bool,
-                out: &mut [f32],
-            ) -> Result<()> {
+            fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
+                let SoftmaxBackwardArgs {
+                    y,
+                    g,
+                    rows,
+                    cols,
+                    log,
+                    out,
+                } = args.into_inner();
                 RefKernels::<$mode>::softmax_backward(y, g, rows, cols, log, out)
             }
         }

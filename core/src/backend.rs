@@ -1,4 +1,5 @@
-//! The [`Backend`] trait: storage and the kernels every operator is built from.
+//! The [`Backend`] trait that callers use, and [`BackendImpl`], what a backend
+//! implements: storage and the kernels every operator is built from.
 //!
 //! A backend is a value (cheap to clone) that tensors carry; it names its storage type and
 //! its compute mode and provides kernels over slices with explicit layouts. Kernels never
@@ -7,13 +8,16 @@
 //! defined by `ScalarRefBackend` (crate `exactgrad-backends`) and written down in
 //! `docs/arithmetic.md`.
 //!
-//! Every kernel is a safe function that first checks its arguments against its buffers
-//! (lengths, and every [`Layout`] with [`Layout::check_within`], in checked arithmetic,
-//! once per call) and returns an error instead of reading or writing out of bounds; the
-//! helpers of this module ([`check_len`], [`MatmulSpec::check`]) do the common checks.
+//! Every kernel of [`Backend`] is a safe function that first checks its arguments against
+//! its buffers (lengths, and every [`Layout`] with [`Layout::check_within`], in checked
+//! arithmetic, once per call) and returns an error instead of reading or writing out of
+//! bounds. [`Backend`] is implemented once, here, for every [`BackendImpl`]: the check
+//! runs there, and only arguments that passed it reach the backend's `*_impl` method, as
+//! [`Checked`] arguments that nothing outside this crate can build (`docs/backends.md`).
 //! Buffers are obtained fallibly: an allocation the allocator refuses, or a size above
 //! [`MAX_ELEMENTS`], is an [`Error::Alloc`] or [`Error::TooLarge`], never an abort.
 
+use crate::check;
 use crate::error::{Error, Result};
 use crate::kernels::{
     self, AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
@@ -21,29 +25,18 @@ use crate::kernels::{
 };
 use crate::mode::ComputeMode;
 pub use crate::ops::{BinaryOp, UnaryOp};
+use crate::recurrent::{
+    self, CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
+    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
+};
 use crate::shape::{Layout, MAX_ELEMENTS};
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Debug;
 
-/// Checks that buffer `arg` of kernel `op` holds exactly `expected` elements.
-pub fn check_len(op: &'static str, arg: &'static str, len: usize, expected: usize) -> Result<()> {
-    if len == expected {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            op,
-            arg,
-            alloc::format!("has {len} elements, expected {expected}"),
-        ))
-    }
-}
-
-/// `a · b` as a checked product, or an [`Error::Overflow`] naming `op` and `arg`.
-pub fn checked_mul(op: &'static str, arg: &'static str, a: usize, b: usize) -> Result<usize> {
-    a.checked_mul(b)
-        .ok_or_else(|| Error::overflow(op, arg, alloc::format!("{a} × {b} overflows usize")))
-}
+/// The length and overflow checks, defined in [`crate::check`] (re-exported here, where
+/// they were first defined).
+pub use crate::check::{check_len, checked_mul};
 
 /// A zero-filled vector of `len` f32, obtained fallibly: a length above [`MAX_ELEMENTS`]
 /// is an [`Error::TooLarge`] and a refused allocation an [`Error::Alloc`].
@@ -181,14 +174,167 @@ impl MatmulSpec {
     }
 }
 
-/// A compute backend: storage type, mode and kernels.
+/// Arguments that passed their kernel's check in [`Backend`].
+///
+/// Only core builds one: the kernels of [`Backend`] (implemented once, here, for every
+/// [`BackendImpl`]) run the kernel's check and hand its arguments, wrapped, to the
+/// backend's `*_impl` method. A backend's kernel therefore receives lengths and layouts
+/// that agree with its buffers, without checking them itself, and cannot be reached with
+/// arguments that did not pass the check (`docs/backends.md`, "Checked by construction").
+/// Each kernel has its own argument type, so arguments checked for one kernel cannot be
+/// passed to another. There is no mutable access to the wrapped arguments: a kernel
+/// reads them through [`Deref`](core::ops::Deref) or takes them apart with
+/// [`Checked::into_inner`].
+#[derive(Debug)]
+pub struct Checked<A>(A);
+
+impl<A> Checked<A> {
+    /// Wraps arguments that passed their kernel's check (core's kernels only).
+    pub(crate) fn new(args: A) -> Self {
+        Self(args)
+    }
+
+    /// The checked arguments, taken apart by the kernel that runs on them.
+    pub fn into_inner(self) -> A {
+        self.0
+    }
+}
+
+impl<A> core::ops::Deref for Checked<A> {
+    type Target = A;
+
+    fn deref(&self) -> &A {
+        &self.0
+    }
+}
+
+/// Defines the argument struct of each kernel: the parameters of the [`Backend`] method
+/// of the same name, in the same order, as public fields.
+macro_rules! kernel_args {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident<$a:lifetime> { $($field:ident: $ty:ty),* $(,)? }
+    )*) => {$(
+        $(#[$doc])*
+        #[derive(Debug)]
+        #[allow(missing_docs)]
+        pub struct $name<$a> {
+            $(pub $field: $ty,)*
+        }
+    )*};
+}
+
+kernel_args! {
+    /// The arguments of [`Backend::copy_strided`].
+    CopyStridedArgs<'a> { src: &'a [f32], layout: &'a Layout, out: &'a mut [f32] }
+    /// The arguments of [`Backend::unary`].
+    UnaryArgs<'a> { op: UnaryOp, x: &'a [f32], out: &'a mut [f32] }
+    /// The arguments of [`Backend::unary_backward`].
+    UnaryBackwardArgs<'a> { op: UnaryOp, x: &'a [f32], y: &'a [f32], g: &'a [f32], out: &'a mut [f32] }
+    /// The arguments of [`Backend::binary`].
+    BinaryArgs<'a> {
+        op: BinaryOp, a: &'a [f32], la: &'a Layout, b: &'a [f32], lb: &'a Layout,
+        out: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::select`].
+    SelectArgs<'a> {
+        cond: &'a [f32], lc: &'a Layout, a: &'a [f32], la: &'a Layout, b: &'a [f32],
+        lb: &'a Layout, out: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::sum`].
+    SumArgs<'a> { x: &'a [f32], layout: &'a Layout, reduce: &'a [bool], out: &'a mut [f32] }
+    /// The arguments of [`Backend::matmul`].
+    MatmulArgs<'a> { spec: &'a MatmulSpec, a: &'a [f32], b: &'a [f32], out: &'a mut [f32] }
+    /// The arguments of [`Backend::softmax`].
+    SoftmaxArgs<'a> { x: &'a [f32], rows: usize, cols: usize, log: bool, out: &'a mut [f32] }
+    /// The arguments of [`Backend::softmax_backward`].
+    SoftmaxBackwardArgs<'a> {
+        y: &'a [f32], g: &'a [f32], rows: usize, cols: usize, log: bool, out: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::lstm_cell`].
+    LstmCellArgs<'a> { shape: CellShape, inputs: LstmCellInputs<'a>, outputs: LstmCellOutputs<'a> }
+    /// The arguments of [`Backend::lstm_cell_backward`].
+    LstmCellBackwardArgs<'a> {
+        shape: CellShape, inputs: LstmCellGradInputs<'a>, outputs: LstmCellGradOutputs<'a>,
+    }
+    /// The arguments of [`Backend::gru_cell`].
+    GruCellArgs<'a> { shape: CellShape, inputs: GruCellInputs<'a>, outputs: GruCellOutputs<'a> }
+    /// The arguments of [`Backend::gru_cell_backward`].
+    GruCellBackwardArgs<'a> {
+        shape: CellShape, inputs: GruCellGradInputs<'a>, outputs: GruCellGradOutputs<'a>,
+    }
+    /// The arguments of [`Backend::norm_stats`].
+    NormStatsArgs<'a> {
+        spec: &'a NormSpec, x: &'a [f32], mean: &'a mut [f32], corr: &'a mut [f32],
+        sq_sum: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::norm_forward`].
+    NormForwardArgs<'a> {
+        spec: &'a NormSpec, x: &'a [f32], stats: &'a NormStats<'a>, weight: Option<&'a [f32]>,
+        bias: Option<&'a [f32]>, out: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::norm_backward`].
+    NormBackwardArgs<'a> {
+        spec: &'a NormSpec, x: &'a [f32], g: &'a [f32], stats: &'a NormStats<'a>,
+        weight: Option<&'a [f32]>, stats_depend: bool, grads: NormGrads<'a>,
+    }
+    /// The arguments of [`Backend::max_pool2d`].
+    MaxPool2dArgs<'a> {
+        spec: &'a Pool2dSpec, x: &'a [f32], out: &'a mut [f32], argmax: &'a mut [usize],
+    }
+    /// The arguments of [`Backend::max_pool2d_backward`].
+    MaxPool2dBackwardArgs<'a> {
+        spec: &'a Pool2dSpec, argmax: &'a [usize], g: &'a [f32], gx: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::avg_pool2d`].
+    AvgPool2dArgs<'a> { spec: &'a AvgPool2dSpec, x: &'a [f32], out: &'a mut [f32] }
+    /// The arguments of [`Backend::avg_pool2d_backward`].
+    AvgPool2dBackwardArgs<'a> { spec: &'a AvgPool2dSpec, g: &'a [f32], gx: &'a mut [f32] }
+    /// The arguments of [`Backend::adaptive_avg_pool2d`].
+    AdaptiveAvgPool2dArgs<'a> { spec: &'a AdaptivePool2dSpec, x: &'a [f32], out: &'a mut [f32] }
+    /// The arguments of [`Backend::adaptive_avg_pool2d_backward`].
+    AdaptiveAvgPool2dBackwardArgs<'a> {
+        spec: &'a AdaptivePool2dSpec, g: &'a [f32], gx: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::im2col`].
+    Im2colArgs<'a> { spec: &'a Col2imSpec, image: &'a [f32], cols: &'a mut [f32] }
+    /// The arguments of [`Backend::col2im`].
+    Col2imArgs<'a> { spec: &'a Col2imSpec, cols: &'a [f32], image: &'a mut [f32] }
+    /// The arguments of [`Backend::attention_scores`].
+    AttentionScoresArgs<'a> {
+        spec: &'a AttentionScoresSpec, scores: &'a mut [f32],
+        mask: Option<(ScoreMask, &'a [f32], &'a Layout)>,
+    }
+    /// The arguments of [`Backend::dropout_mask`].
+    DropoutMaskArgs<'a> { key: u64, p: f32, scale: f32, start: u64, out: &'a mut [f32] }
+    /// The arguments of [`Backend::sgd_step`].
+    SgdStepArgs<'a> {
+        spec: &'a SgdSpec, param: &'a mut [f32], grad: &'a [f32],
+        momentum_buffer: &'a mut [f32],
+    }
+    /// The arguments of [`Backend::adam_step`].
+    AdamStepArgs<'a> {
+        spec: &'a AdamSpec, param: &'a mut [f32], grad: &'a [f32], exp_avg: &'a mut [f32],
+        exp_avg_sq: &'a mut [f32], max_exp_avg_sq: &'a mut [f32],
+    }
+}
+
+/// What a compute backend implements: storage, mode and the kernels, each kernel on
+/// arguments that core has already checked ([`Checked`]).
+///
+/// Every type implementing this trait is a [`Backend`] (the one implementation of
+/// [`Backend`] is for all of them): callers use [`Backend`], whose kernels run each
+/// kernel's argument check once and then call the `*_impl` method here. A backend
+/// therefore writes no argument checks of its own, and none of its kernels can be reached
+/// with arguments that failed them (`docs/backends.md`).
 ///
 /// Implementations must produce, in [`ComputeMode::Exact`], exactly the bits of
 /// `ScalarRefBackend` for every kernel (the conformance kit checks this), and in any mode
-/// results that do not depend on the number of threads. Every kernel validates its
-/// arguments (see the module documentation) and returns an error for buffers or layouts
-/// that do not agree; it never reads or writes outside its buffers.
-pub trait Backend: Clone + Send + Sync + Debug + 'static {
+/// results that do not depend on the number of threads. The eight kernels every operator
+/// needs (`copy_strided` … `softmax_backward`) are required; the recurrent cells and the
+/// training kernels have default bodies, the reference definitions of
+/// [`crate::recurrent`] and [`crate::kernels`].
+pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
     /// An owned buffer of f32 elements.
     type Storage: AsRef<[f32]> + AsMut<[f32]> + Send + Sync + Debug + 'static;
 
@@ -203,7 +349,7 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
     fn zeros(&self, len: usize) -> Result<Self::Storage>;
 
     /// A buffer of `len` elements whose values are unspecified (but initialised), for an
-    /// output that a kernel overwrites completely. The default is [`Backend::zeros`].
+    /// output that a kernel overwrites completely. The default is [`BackendImpl::zeros`].
     fn uninit(&self, len: usize) -> Result<Self::Storage> {
         self.zeros(len)
     }
@@ -218,12 +364,299 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         None
     }
 
+    /// [`Backend::copy_strided`] on checked arguments.
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::unary`] on checked arguments.
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::unary_backward`] on checked arguments.
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::binary`] on checked arguments.
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::select`] on checked arguments.
+    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::sum`] on checked arguments.
+    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::matmul`] on checked arguments.
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::softmax`] on checked arguments.
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::softmax_backward`] on checked arguments.
+    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()>;
+
+    // ----- recurrent cells (docs/recurrent.md) -------------------------------------------
+    //
+    // One step of an LSTM or GRU layer between two matrix products. The default bodies
+    // are the reference definitions of `crate::recurrent`, written with this backend's
+    // element-wise kernels; a backend may fuse them but must give the same bits.
+
+    /// [`Backend::lstm_cell`] on checked arguments.
+    fn lstm_cell_impl(&self, args: Checked<LstmCellArgs<'_>>) -> Result<()> {
+        crate::recurrent::lstm_cell(self, args)
+    }
+
+    /// [`Backend::lstm_cell_backward`] on checked arguments.
+    fn lstm_cell_backward_impl(&self, args: Checked<LstmCellBackwardArgs<'_>>) -> Result<()> {
+        crate::recurrent::lstm_cell_backward(self, args)
+    }
+
+    /// [`Backend::gru_cell`] on checked arguments.
+    fn gru_cell_impl(&self, args: Checked<GruCellArgs<'_>>) -> Result<()> {
+        crate::recurrent::gru_cell(self, args)
+    }
+
+    /// [`Backend::gru_cell_backward`] on checked arguments.
+    fn gru_cell_backward_impl(&self, args: Checked<GruCellBackwardArgs<'_>>) -> Result<()> {
+        crate::recurrent::gru_cell_backward(self, args)
+    }
+
+    // ----- training kernels (`crate::kernels`) -----------------------------------------
+    //
+    // Each default body is the reference definition (`crate::kernels`): a backend that
+    // does not override a kernel computes exactly these bits.
+
+    /// [`Backend::norm_stats`] on checked arguments.
+    fn norm_stats_impl(&self, args: Checked<NormStatsArgs<'_>>) -> Result<()> {
+        let NormStatsArgs {
+            spec,
+            x,
+            mean,
+            corr,
+            sq_sum,
+        } = args.into_inner();
+        kernels::norm_stats(self.mode(), spec, x, mean, corr, sq_sum);
+        Ok(())
+    }
+
+    /// [`Backend::norm_forward`] on checked arguments.
+    fn norm_forward_impl(&self, args: Checked<NormForwardArgs<'_>>) -> Result<()> {
+        let NormForwardArgs {
+            spec,
+            x,
+            stats,
+            weight,
+            bias,
+            out,
+        } = args.into_inner();
+        kernels::norm_forward(self.mode(), spec, x, stats, weight, bias, out);
+        Ok(())
+    }
+
+    /// [`Backend::norm_backward`] on checked arguments.
+    fn norm_backward_impl(&self, args: Checked<NormBackwardArgs<'_>>) -> Result<()> {
+        let NormBackwardArgs {
+            spec,
+            x,
+            g,
+            stats,
+            weight,
+            stats_depend,
+            grads,
+        } = args.into_inner();
+        kernels::norm_backward(self.mode(), spec, x, g, stats, weight, stats_depend, grads);
+        Ok(())
+    }
+
+    /// [`Backend::max_pool2d`] on checked arguments.
+    fn max_pool2d_impl(&self, args: Checked<MaxPool2dArgs<'_>>) -> Result<()> {
+        let MaxPool2dArgs {
+            spec,
+            x,
+            out,
+            argmax,
+        } = args.into_inner();
+        kernels::max_pool2d(self.mode(), spec, x, out, argmax);
+        Ok(())
+    }
+
+    /// [`Backend::max_pool2d_backward`] on checked arguments.
+    fn max_pool2d_backward_impl(&self, args: Checked<MaxPool2dBackwardArgs<'_>>) -> Result<()> {
+        let MaxPool2dBackwardArgs {
+            spec,
+            argmax,
+            g,
+            gx,
+        } = args.into_inner();
+        kernels::max_pool2d_backward(self.mode(), spec, argmax, g, gx);
+        Ok(())
+    }
+
+    /// [`Backend::avg_pool2d`] on checked arguments.
+    fn avg_pool2d_impl(&self, args: Checked<AvgPool2dArgs<'_>>) -> Result<()> {
+        let AvgPool2dArgs { spec, x, out } = args.into_inner();
+        kernels::avg_pool2d(self.mode(), spec, x, out);
+        Ok(())
+    }
+
+    /// [`Backend::avg_pool2d_backward`] on checked arguments.
+    fn avg_pool2d_backward_impl(&self, args: Checked<AvgPool2dBackwardArgs<'_>>) -> Result<()> {
+        let AvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
+        kernels::avg_pool2d_backward(self.mode(), spec, g, gx);
+        Ok(())
+    }
+
+    /// [`Backend::adaptive_avg_pool2d`] on checked arguments.
+    fn adaptive_avg_pool2d_impl(&self, args: Checked<AdaptiveAvgPool2dArgs<'_>>) -> Result<()> {
+        let AdaptiveAvgPool2dArgs { spec, x, out } = args.into_inner();
+        kernels::adaptive_avg_pool2d(self.mode(), spec, x, out);
+        Ok(())
+    }
+
+    /// [`Backend::adaptive_avg_pool2d_backward`] on checked arguments.
+    fn adaptive_avg_pool2d_backward_impl(
+        &self,
+        args: Checked<AdaptiveAvgPool2dBackwardArgs<'_>>,
+    ) -> Result<()> {
+        let AdaptiveAvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
+        kernels::adaptive_avg_pool2d_backward(self.mode(), spec, g, gx);
+        Ok(())
+    }
+
+    /// [`Backend::im2col`] on checked arguments.
+    fn im2col_impl(&self, args: Checked<Im2colArgs<'_>>) -> Result<()> {
+        let Im2colArgs { spec, image, cols } = args.into_inner();
+        kernels::im2col(spec, image, cols);
+        Ok(())
+    }
+
+    /// [`Backend::col2im`] on checked arguments.
+    fn col2im_impl(&self, args: Checked<Col2imArgs<'_>>) -> Result<()> {
+        let Col2imArgs { spec, cols, image } = args.into_inner();
+        kernels::col2im(self.mode(), spec, cols, image);
+        Ok(())
+    }
+
+    /// [`Backend::attention_scores`] on checked arguments.
+    fn attention_scores_impl(&self, args: Checked<AttentionScoresArgs<'_>>) -> Result<()> {
+        let AttentionScoresArgs { spec, scores, mask } = args.into_inner();
+        kernels::attention_scores(self.mode(), spec, scores, mask);
+        Ok(())
+    }
+
+    /// [`Backend::dropout_mask`] on checked arguments.
+    fn dropout_mask_impl(&self, args: Checked<DropoutMaskArgs<'_>>) -> Result<()> {
+        let DropoutMaskArgs {
+            key,
+            p,
+            scale,
+            start,
+            out,
+        } = args.into_inner();
+        kernels::dropout_mask(key, p, scale, start, out);
+        Ok(())
+    }
+
+    /// [`Backend::sgd_step`] on checked arguments.
+    fn sgd_step_impl(&self, args: Checked<SgdStepArgs<'_>>) -> Result<()> {
+        let SgdStepArgs {
+            spec,
+            param,
+            grad,
+            momentum_buffer,
+        } = args.into_inner();
+        kernels::sgd_step(self.mode(), spec, param, grad, momentum_buffer);
+        Ok(())
+    }
+
+    /// [`Backend::adam_step`] on checked arguments.
+    fn adam_step_impl(&self, args: Checked<AdamStepArgs<'_>>) -> Result<()> {
+        let AdamStepArgs {
+            spec,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq,
+        } = args.into_inner();
+        kernels::adam_step(
+            self.mode(),
+            spec,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq,
+        );
+        Ok(())
+    }
+}
+
+mod sealed {
+    /// Implemented exactly for the [`BackendImpl`](super::BackendImpl) types, so that
+    /// [`Backend`](super::Backend) has no other implementation; gives the kernels of
+    /// [`Backend`](super::Backend) the backend they hand checked arguments to.
+    pub trait Sealed {
+        /// The backend (the type itself).
+        type Impl: super::BackendImpl;
+        /// The backend (`self`).
+        fn backend_impl(&self) -> &Self::Impl;
+    }
+
+    impl<T: super::BackendImpl> Sealed for T {
+        type Impl = T;
+        fn backend_impl(&self) -> &T {
+            self
+        }
+    }
+}
+
+/// A compute backend as its callers see it: storage type, mode and kernels.
+///
+/// Implemented once, for every [`BackendImpl`] (a backend implements [`BackendImpl`];
+/// this trait is sealed, so its kernels, the provided methods below, cannot be
+/// overridden). Each kernel here checks its arguments against its buffers
+/// (lengths, and every [`Layout`] with [`Layout::check_within`], in checked arithmetic,
+/// once per call) and returns an error instead of reading or writing out of bounds; only
+/// arguments that passed reach the backend's `*_impl` method, as [`Checked`] arguments.
+/// The checks are those of [`crate::check`], the spec types' `check*` methods
+/// ([`MatmulSpec::check`], [`crate::kernels`]) and [`crate::recurrent`]'s.
+pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
+    /// An owned buffer of f32 elements.
+    type Storage: AsRef<[f32]> + AsMut<[f32]> + Send + Sync + Debug + 'static;
+
+    /// A short name for reports, such as `scalar-ref` or `exact/avx2`.
+    fn name(&self) -> String;
+
+    /// The arithmetic contract this backend's kernels follow.
+    fn mode(&self) -> ComputeMode;
+
+    /// A zero-filled buffer of `len` elements; an [`Error::Alloc`] or [`Error::TooLarge`]
+    /// when the memory cannot be obtained.
+    fn zeros(&self, len: usize) -> Result<Self::Storage>;
+
+    /// A buffer of `len` elements whose values are unspecified (but initialised), for an
+    /// output that a kernel overwrites completely.
+    fn uninit(&self, len: usize) -> Result<Self::Storage>;
+
+    /// A buffer holding `data`.
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Self::Storage>;
+
+    /// The pool that keeps this backend's released buffers for reuse (statistics, trim,
+    /// limit: [`crate::memory`]), or `None` for a backend that leaves every buffer to the
+    /// system allocator.
+    fn memory(&self) -> Option<&dyn crate::memory::MemoryPool>;
+
     /// Gathers the elements of `src` under `layout` into `out` in row-major order.
     /// Copies bits exactly (no canonicalisation).
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()>;
+    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+        check::copy_strided(src.len(), layout, out.len())?;
+        self.backend_impl()
+            .copy_strided_impl(Checked::new(CopyStridedArgs { src, layout, out }))
+    }
 
     /// `out[i] = op(x[i])` over contiguous slices of equal length.
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()>;
+    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+        check::unary(x.len(), out.len())?;
+        self.backend_impl()
+            .unary_impl(Checked::new(UnaryArgs { op, x, out }))
+    }
 
     /// The backward rule of `op`: `out[i] = g[i] · op'(…)`, given the forward input `x`
     /// and output `y` (both contiguous, same length as `g`).
@@ -234,7 +667,11 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         y: &[f32],
         g: &[f32],
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
+        self.backend_impl()
+            .unary_backward_impl(Checked::new(UnaryBackwardArgs { op, x, y, g, out }))
+    }
 
     /// `out = op(a, b)` where `la` and `lb` are layouts already broadcast to the output
     /// shape (stride 0 along broadcast dimensions); `out` is contiguous.
@@ -246,7 +683,17 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
+        self.backend_impl().binary_impl(Checked::new(BinaryArgs {
+            op,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        }))
+    }
 
     /// `out = cond != 0 ? a : b` with all three layouts broadcast to the output shape.
     #[allow(clippy::too_many_arguments)]
@@ -259,18 +706,41 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         b: &[f32],
         lb: &Layout,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
+        self.backend_impl().select_impl(Checked::new(SelectArgs {
+            cond,
+            lc,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        }))
+    }
 
     /// Sums `x` under `layout` over the dimensions flagged in `reduce`, writing the
     /// remaining dimensions row-major into `out`. Each output accumulates in f64, its
     /// reduced elements in increasing row-major order of their index, from +0, rounded
     /// once to f32.
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()>;
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+        check::sum(x.len(), layout, reduce, out.len())?;
+        self.backend_impl().sum_impl(Checked::new(SumArgs {
+            x,
+            layout,
+            reduce,
+            out,
+        }))
+    }
 
     /// The batched matrix product of [`MatmulSpec`]: each output is one f32 accumulator
     /// starting at +0, `k` increasing; exact mode rounds the product and the sum
     /// separately, fast mode may fuse them.
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()>;
+    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+        spec.check(a.len(), b.len(), out.len())?;
+        self.backend_impl()
+            .matmul_impl(Checked::new(MatmulArgs { spec, a, b, out }))
+    }
 
     /// Softmax (or log-softmax when `log`) of each row of a contiguous `rows × cols` `x`.
     fn softmax(
@@ -280,7 +750,16 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        check::softmax("softmax", x.len(), rows, cols, out.len())?;
+        self.backend_impl().softmax_impl(Checked::new(SoftmaxArgs {
+            x,
+            rows,
+            cols,
+            log,
+            out,
+        }))
+    }
 
     /// The backward rule of [`Backend::softmax`] given its output `y` and the incoming
     /// gradient `g` (both contiguous `rows × cols`).
@@ -293,62 +772,85 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         cols: usize,
         log: bool,
         out: &mut [f32],
-    ) -> Result<()>;
-
-    // ----- recurrent cells (docs/recurrent.md) -------------------------------------------
-    //
-    // One step of an LSTM or GRU layer between two matrix products. The default bodies
-    // are the reference definitions of `crate::recurrent`, written with this backend's
-    // element-wise kernels; a backend may fuse them but must give the same bits.
+    ) -> Result<()> {
+        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
+        self.backend_impl()
+            .softmax_backward_impl(Checked::new(SoftmaxBackwardArgs {
+                y,
+                g,
+                rows,
+                cols,
+                log,
+                out,
+            }))
+    }
 
     /// One LSTM step (`docs/recurrent.md` §2): gate sums, activations, `c_t` and `h_t`
     /// from the step's two products and biases.
     fn lstm_cell(
         &self,
-        shape: crate::recurrent::CellShape,
-        inputs: crate::recurrent::LstmCellInputs<'_>,
-        outputs: crate::recurrent::LstmCellOutputs<'_>,
+        shape: CellShape,
+        inputs: LstmCellInputs<'_>,
+        outputs: LstmCellOutputs<'_>,
     ) -> Result<()> {
-        crate::recurrent::lstm_cell(self, shape, inputs, outputs)
+        recurrent::check_lstm_cell(shape, &inputs, &outputs)?;
+        self.backend_impl()
+            .lstm_cell_impl(Checked::new(LstmCellArgs {
+                shape,
+                inputs,
+                outputs,
+            }))
     }
 
     /// The backward rule of [`Backend::lstm_cell`] (`docs/recurrent.md` §2): the gradient
     /// of the gate pre-activations and of `c_{t−1}`.
     fn lstm_cell_backward(
         &self,
-        shape: crate::recurrent::CellShape,
-        inputs: crate::recurrent::LstmCellGradInputs<'_>,
-        outputs: crate::recurrent::LstmCellGradOutputs<'_>,
+        shape: CellShape,
+        inputs: LstmCellGradInputs<'_>,
+        outputs: LstmCellGradOutputs<'_>,
     ) -> Result<()> {
-        crate::recurrent::lstm_cell_backward(self, shape, inputs, outputs)
+        recurrent::check_lstm_cell_backward(shape, &inputs, &outputs)?;
+        self.backend_impl()
+            .lstm_cell_backward_impl(Checked::new(LstmCellBackwardArgs {
+                shape,
+                inputs,
+                outputs,
+            }))
     }
 
     /// One GRU step (`docs/recurrent.md` §3): `r`, `z`, `n` and `h_t` from the step's two
     /// products and biases.
     fn gru_cell(
         &self,
-        shape: crate::recurrent::CellShape,
-        inputs: crate::recurrent::GruCellInputs<'_>,
-        outputs: crate::recurrent::GruCellOutputs<'_>,
+        shape: CellShape,
+        inputs: GruCellInputs<'_>,
+        outputs: GruCellOutputs<'_>,
     ) -> Result<()> {
-        crate::recurrent::gru_cell(self, shape, inputs, outputs)
+        recurrent::check_gru_cell(shape, &inputs, &outputs)?;
+        self.backend_impl().gru_cell_impl(Checked::new(GruCellArgs {
+            shape,
+            inputs,
+            outputs,
+        }))
     }
 
     /// The backward rule of [`Backend::gru_cell`] (`docs/recurrent.md` §3): the gradients
     /// of both products' pre-activations and the direct part of the gradient of `h_{t−1}`.
     fn gru_cell_backward(
         &self,
-        shape: crate::recurrent::CellShape,
-        inputs: crate::recurrent::GruCellGradInputs<'_>,
-        outputs: crate::recurrent::GruCellGradOutputs<'_>,
+        shape: CellShape,
+        inputs: GruCellGradInputs<'_>,
+        outputs: GruCellGradOutputs<'_>,
     ) -> Result<()> {
-        crate::recurrent::gru_cell_backward(self, shape, inputs, outputs)
+        recurrent::check_gru_cell_backward(shape, &inputs, &outputs)?;
+        self.backend_impl()
+            .gru_cell_backward_impl(Checked::new(GruCellBackwardArgs {
+                shape,
+                inputs,
+                outputs,
+            }))
     }
-
-    // ----- training kernels (`crate::kernels`) -----------------------------------------
-    //
-    // Each default body is the reference definition (`crate::kernels`): a backend that
-    // does not override a kernel computes exactly these bits.
 
     /// Normalisation statistics per group of a contiguous `[P, Q, R]` `x`
     /// (`docs/arithmetic.md` §5, steps 1–3): `mean = μ`, `corr = c` and `sq_sum = s2`,
@@ -362,8 +864,14 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         sq_sum: &mut [f32],
     ) -> Result<()> {
         spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
-        kernels::norm_stats(self.mode(), spec, x, mean, corr, sq_sum);
-        Ok(())
+        self.backend_impl()
+            .norm_stats_impl(Checked::new(NormStatsArgs {
+                spec,
+                x,
+                mean,
+                corr,
+                sq_sum,
+            }))
     }
 
     /// Normalisation output `y = ((((x ⊖ μ) ⊖ c) ⊗ r) ⊗ w) ⊕ b` (`docs/arithmetic.md` §5,
@@ -384,8 +892,15 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
             bias.map(<[f32]>::len),
             out.len(),
         )?;
-        kernels::norm_forward(self.mode(), spec, x, stats, weight, bias, out);
-        Ok(())
+        self.backend_impl()
+            .norm_forward_impl(Checked::new(NormForwardArgs {
+                spec,
+                x,
+                stats,
+                weight,
+                bias,
+                out,
+            }))
     }
 
     /// Normalisation backward (`docs/arithmetic.md` §5): the gradients asked for in
@@ -403,8 +918,16 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         grads: NormGrads<'_>,
     ) -> Result<()> {
         spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
-        kernels::norm_backward(self.mode(), spec, x, g, stats, weight, stats_depend, grads);
-        Ok(())
+        self.backend_impl()
+            .norm_backward_impl(Checked::new(NormBackwardArgs {
+                spec,
+                x,
+                g,
+                stats,
+                weight,
+                stats_depend,
+                grads,
+            }))
     }
 
     /// 2-D max pooling of contiguous planes (`docs/conv.md` §2): the maxima and, per
@@ -418,8 +941,13 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         argmax: &mut [usize],
     ) -> Result<()> {
         spec.check_max(x.len(), out.len(), argmax.len())?;
-        kernels::max_pool2d(self.mode(), spec, x, out, argmax);
-        Ok(())
+        self.backend_impl()
+            .max_pool2d_impl(Checked::new(MaxPool2dArgs {
+                spec,
+                x,
+                out,
+                argmax,
+            }))
     }
 
     /// The backward rule of [`Backend::max_pool2d`]: `gx` (overwritten) from `+0`, each
@@ -431,22 +959,28 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         g: &[f32],
         gx: &mut [f32],
     ) -> Result<()> {
-        spec.check_max_backward(argmax.len(), g.len(), gx.len())?;
-        kernels::max_pool2d_backward(self.mode(), spec, argmax, g, gx)
+        spec.check_max_backward(argmax, g.len(), gx.len())?;
+        self.backend_impl()
+            .max_pool2d_backward_impl(Checked::new(MaxPool2dBackwardArgs {
+                spec,
+                argmax,
+                g,
+                gx,
+            }))
     }
 
     /// 2-D average pooling of contiguous planes (`docs/conv.md` §2).
     fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
         spec.check("avg_pool2d", x.len(), out.len())?;
-        kernels::avg_pool2d(self.mode(), spec, x, out);
-        Ok(())
+        self.backend_impl()
+            .avg_pool2d_impl(Checked::new(AvgPool2dArgs { spec, x, out }))
     }
 
     /// The backward rule of [`Backend::avg_pool2d`]; `gx` is overwritten.
     fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
         spec.check("avg_pool2d_backward", gx.len(), g.len())?;
-        kernels::avg_pool2d_backward(self.mode(), spec, g, gx);
-        Ok(())
+        self.backend_impl()
+            .avg_pool2d_backward_impl(Checked::new(AvgPool2dBackwardArgs { spec, g, gx }))
     }
 
     /// 2-D adaptive average pooling of contiguous planes (`docs/conv.md` §2).
@@ -457,8 +991,8 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         out: &mut [f32],
     ) -> Result<()> {
         spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
-        kernels::adaptive_avg_pool2d(self.mode(), spec, x, out);
-        Ok(())
+        self.backend_impl()
+            .adaptive_avg_pool2d_impl(Checked::new(AdaptiveAvgPool2dArgs { spec, x, out }))
     }
 
     /// The backward rule of [`Backend::adaptive_avg_pool2d`]; `gx` is overwritten.
@@ -469,24 +1003,28 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         gx: &mut [f32],
     ) -> Result<()> {
         spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
-        kernels::adaptive_avg_pool2d_backward(self.mode(), spec, g, gx);
-        Ok(())
+        self.backend_impl()
+            .adaptive_avg_pool2d_backward_impl(Checked::new(AdaptiveAvgPool2dBackwardArgs {
+                spec,
+                g,
+                gx,
+            }))
     }
 
     /// im2col of one contiguous item `[C, H, W]` into `cols` `[C·KH·KW, OH·OW]`
     /// (`docs/conv.md` §1), `+0` in the padding; copies bits.
     fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
         spec.check("im2col", image.len(), cols.len())?;
-        kernels::im2col(spec, image, cols);
-        Ok(())
+        self.backend_impl()
+            .im2col_impl(Checked::new(Im2colArgs { spec, image, cols }))
     }
 
     /// col2im of one item (`docs/conv.md` §1): `image` (overwritten) from `+0`, each
     /// element adding its column gradients in increasing column order.
     fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
         spec.check("col2im", image.len(), cols.len())?;
-        kernels::col2im(self.mode(), spec, cols, image);
-        Ok(())
+        self.backend_impl()
+            .col2im_impl(Checked::new(Col2imArgs { spec, cols, image }))
     }
 
     /// The attention scores of `docs/arithmetic.md` §5 in place: `scores` holds the
@@ -499,8 +1037,8 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         mask: Option<(ScoreMask, &[f32], &Layout)>,
     ) -> Result<()> {
         spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
-        kernels::attention_scores(self.mode(), spec, scores, mask);
-        Ok(())
+        self.backend_impl()
+            .attention_scores_impl(Checked::new(AttentionScoresArgs { spec, scores, mask }))
     }
 
     /// The dropout mask of `docs/arithmetic.md` §5 for elements `start …` of the stream of
@@ -514,8 +1052,14 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         out: &mut [f32],
     ) -> Result<()> {
         kernels::check_dropout(p)?;
-        kernels::dropout_mask(key, p, scale, start, out);
-        Ok(())
+        self.backend_impl()
+            .dropout_mask_impl(Checked::new(DropoutMaskArgs {
+                key,
+                p,
+                scale,
+                start,
+                out,
+            }))
     }
 
     /// One fused SGD update of `param` in place ([`SgdSpec`]); `momentum_buffer` is
@@ -528,8 +1072,12 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
         momentum_buffer: &mut [f32],
     ) -> Result<()> {
         spec.check(param.len(), grad.len(), momentum_buffer.len())?;
-        kernels::sgd_step(self.mode(), spec, param, grad, momentum_buffer);
-        Ok(())
+        self.backend_impl().sgd_step_impl(Checked::new(SgdStepArgs {
+            spec,
+            param,
+            grad,
+            momentum_buffer,
+        }))
     }
 
     /// One fused Adam/AdamW update of `param` and its moments in place ([`AdamSpec`]);
@@ -550,16 +1098,45 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static {
             exp_avg_sq.len(),
             max_exp_avg_sq.len(),
         )?;
-        kernels::adam_step(
-            self.mode(),
-            spec,
-            param,
-            grad,
-            exp_avg,
-            exp_avg_sq,
-            max_exp_avg_sq,
-        );
-        Ok(())
+        self.backend_impl()
+            .adam_step_impl(Checked::new(AdamStepArgs {
+                spec,
+                param,
+                grad,
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq,
+            }))
+    }
+}
+
+/// The one implementation of [`Backend`]: the storage and the backend's identity; the
+/// kernels are the trait's own (checked) bodies.
+impl<B: BackendImpl> Backend for B {
+    type Storage = B::Storage;
+
+    fn name(&self) -> String {
+        BackendImpl::name(self)
+    }
+
+    fn mode(&self) -> ComputeMode {
+        BackendImpl::mode(self)
+    }
+
+    fn zeros(&self, len: usize) -> Result<Self::Storage> {
+        BackendImpl::zeros(self, len)
+    }
+
+    fn uninit(&self, len: usize) -> Result<Self::Storage> {
+        BackendImpl::uninit(self, len)
+    }
+
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Self::Storage> {
+        BackendImpl::storage_from_vec(self, data)
+    }
+
+    fn memory(&self) -> Option<&dyn crate::memory::MemoryPool> {
+        BackendImpl::memory(self)
     }
 }
 

@@ -1,15 +1,37 @@
 //! Argument checks of the [`Backend`](crate::Backend) kernels.
 //!
-//! Every kernel of every backend validates its buffers and layouts with these functions
-//! before it touches an element: lengths must agree, and every layout must address only
-//! elements of its buffer ([`Layout::check_within`], in checked arithmetic). They run once
-//! per call and cost `O(rank)`. A kernel that passed them may index without further
-//! bounds checks; a downstream backend gets the same guarantees by calling them first.
+//! The kernels of [`Backend`](crate::Backend) run these functions (and the spec types'
+//! checks) on their buffers and layouts before any backend touches an element: lengths
+//! must agree, and every layout must address only elements of its buffer
+//! ([`Layout::check_within`], in checked arithmetic). They run once per call, in core, and
+//! cost `O(rank)`. A backend's kernel receives only arguments that passed them
+//! ([`Checked`](crate::Checked)) and may index without further bounds checks.
+//!
+//! [`check_len`] and [`checked_mul`] are the two primitives every check (here, in
+//! [`crate::kernels`] and in [`crate::recurrent`]) is built from.
 
-use crate::backend::check_len;
 use crate::error::{Error, Result};
 use crate::shape::Layout;
 use alloc::format;
+
+/// Checks that buffer `arg` of kernel `op` holds exactly `expected` elements.
+pub fn check_len(op: &'static str, arg: &'static str, len: usize, expected: usize) -> Result<()> {
+    if len == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            op,
+            arg,
+            alloc::format!("has {len} elements, expected {expected}"),
+        ))
+    }
+}
+
+/// `a · b` as a checked product, or an [`Error::Overflow`] naming `op` and `arg`.
+pub fn checked_mul(op: &'static str, arg: &'static str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| Error::overflow(op, arg, alloc::format!("{a} × {b} overflows usize")))
+}
 
 /// [`Backend::copy_strided`](crate::Backend::copy_strided): `layout` inside `src`, `out`
 /// holding its elements.

@@ -30,7 +30,7 @@ pub mod rng;
 pub mod shape;
 
 #[cfg(feature = "alloc")]
-pub use backend::Backend;
+pub use backend::{Backend, BackendImpl, Checked};
 pub use error::{Error, Result};
 pub use hash::GradHasher;
 pub use memory::{MemoryPool, PoolStats};

@@ -20,10 +20,16 @@
 //! `[batch, 4·hidden]` too: `r, z, n` and `hn = h·W_hnᵀ ⊕ b_hn`, which the gradient of `r`
 //! needs.
 //!
-//! The argument checks ([`check_lstm_cell`] and its siblings) run first in every
-//! implementation: lengths must match the [`CellShape`] (computed in checked arithmetic).
+//! The argument checks ([`check_lstm_cell`] and its siblings) run once, in the kernels
+//! of [`Backend`], before any implementation: lengths must match the [`CellShape`]
+//! (computed in checked arithmetic). The reference definitions here therefore take
+//! [`Checked`] arguments.
 
-use crate::backend::{check_len, checked_mul, try_zeroed_vec, Backend};
+use crate::backend::{
+    try_zeroed_vec, Backend, Checked, GruCellArgs, GruCellBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs,
+};
+use crate::check::{check_len, checked_mul};
 use crate::error::Result;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::{Layout, Shape};
@@ -338,13 +344,12 @@ fn backward_block<B: Backend>(
 
 /// The reference definition of [`Backend::lstm_cell`] (`docs/recurrent.md` §2), written
 /// with the backend's element-wise kernels.
-pub fn lstm_cell<B: Backend>(
-    b: &B,
-    shape: CellShape,
-    i: LstmCellInputs<'_>,
-    o: LstmCellOutputs<'_>,
-) -> Result<()> {
-    check_lstm_cell(shape, &i, &o)?;
+pub fn lstm_cell<B: Backend>(b: &B, args: Checked<LstmCellArgs<'_>>) -> Result<()> {
+    let LstmCellArgs {
+        shape,
+        inputs: i,
+        outputs: o,
+    } = args.into_inner();
     let op = "lstm_cell";
     let (n, h) = (shape.batch, shape.hidden);
     let w = 4 * h;
@@ -398,11 +403,13 @@ pub fn lstm_cell<B: Backend>(
 /// The reference definition of [`Backend::lstm_cell_backward`] (`docs/recurrent.md` §2).
 pub fn lstm_cell_backward<B: Backend>(
     b: &B,
-    shape: CellShape,
-    i: LstmCellGradInputs<'_>,
-    o: LstmCellGradOutputs<'_>,
+    args: Checked<LstmCellBackwardArgs<'_>>,
 ) -> Result<()> {
-    check_lstm_cell_backward(shape, &i, &o)?;
+    let LstmCellBackwardArgs {
+        shape,
+        inputs: i,
+        outputs: o,
+    } = args.into_inner();
     let op = "lstm_cell_backward";
     let (n, h) = (shape.batch, shape.hidden);
     let w = 4 * h;
@@ -466,13 +473,12 @@ pub fn lstm_cell_backward<B: Backend>(
 }
 
 /// The reference definition of [`Backend::gru_cell`] (`docs/recurrent.md` §3).
-pub fn gru_cell<B: Backend>(
-    b: &B,
-    shape: CellShape,
-    i: GruCellInputs<'_>,
-    o: GruCellOutputs<'_>,
-) -> Result<()> {
-    check_gru_cell(shape, &i, &o)?;
+pub fn gru_cell<B: Backend>(b: &B, args: Checked<GruCellArgs<'_>>) -> Result<()> {
+    let GruCellArgs {
+        shape,
+        inputs: i,
+        outputs: o,
+    } = args.into_inner();
     let op = "gru_cell";
     let (n, h) = (shape.batch, shape.hidden);
     let (w3, w4) = (3 * h, 4 * h);
@@ -549,13 +555,12 @@ pub fn gru_cell<B: Backend>(
 }
 
 /// The reference definition of [`Backend::gru_cell_backward`] (`docs/recurrent.md` §3).
-pub fn gru_cell_backward<B: Backend>(
-    b: &B,
-    shape: CellShape,
-    i: GruCellGradInputs<'_>,
-    o: GruCellGradOutputs<'_>,
-) -> Result<()> {
-    check_gru_cell_backward(shape, &i, &o)?;
+pub fn gru_cell_backward<B: Backend>(b: &B, args: Checked<GruCellBackwardArgs<'_>>) -> Result<()> {
+    let GruCellBackwardArgs {
+        shape,
+        inputs: i,
+        outputs: o,
+    } = args.into_inner();
     let op = "gru_cell_backward";
     let (n, h) = (shape.batch, shape.hidden);
     let (w3, w4) = (3 * h, 4 * h);

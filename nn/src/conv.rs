@@ -93,27 +93,14 @@ impl<B: Backend> Conv2d<B> {
         } = config;
         let options = config.options();
         check_options(op, &options)?;
-        if in_channels == 0 || out_channels == 0 || kernel_size.contains(&0) {
-            return Err(Error::invalid(
-                op,
-                "sizes",
-                format!(
-                    "channels and kernel size must be positive, got in_channels = {in_channels}, out_channels = {out_channels}, kernel_size = {kernel_size:?}"
-                ),
-            ));
-        }
-        for (arg, c) in [("in_channels", in_channels), ("out_channels", out_channels)] {
-            if c % options.groups != 0 {
-                return Err(Error::invalid(
-                    op,
-                    arg,
-                    format!(
-                        "{arg} = {c} must be divisible by groups = {}",
-                        options.groups
-                    ),
-                ));
-            }
-        }
+        check_sizes(
+            op,
+            in_channels,
+            out_channels,
+            kernel_size,
+            !kernel_size.contains(&0),
+            options.groups,
+        )?;
         let cpg = in_channels / options.groups;
         // The fan-in saturates only when the weight's element count overflows, which the
         // allocation below then refuses.
@@ -146,27 +133,12 @@ impl<B: Backend> Conv2d<B> {
     ) -> Result<Self> {
         let op = "Conv2d::from_tensors";
         check_options(op, &options)?;
-        if weight.rank() != 4 {
-            return Err(Error::invalid(
-                op,
-                "weight",
-                format!(
-                    "must be 4-D [C_out, C_in / groups, KH, KW], got shape {:?}",
-                    weight.dims()
-                ),
-            ));
-        }
-        let out = weight.dims()[0];
-        if !out.is_multiple_of(options.groups) {
-            return Err(Error::invalid(
-                op,
-                "weight",
-                format!(
-                    "C_out = {out} must be divisible by groups = {}",
-                    options.groups
-                ),
-            ));
-        }
+        let out = check_weight(
+            op,
+            weight.dims(),
+            &["C_out", "C_in / groups", "KH", "KW"],
+            options.groups,
+        )?;
         let (weight, bias) = init::leaf_parameters(op, weight, bias, out)?;
         Ok(Self {
             weight,
@@ -207,17 +179,95 @@ impl<B: Backend> Conv2d<B> {
 }
 
 fn check_options(op: &'static str, o: &Conv2dOptions) -> Result<()> {
-    if o.groups == 0 || o.stride.contains(&0) || o.dilation.contains(&0) {
+    let positive = o.groups > 0 && !o.stride.contains(&0) && !o.dilation.contains(&0);
+    check_positive(op, positive, o.stride, o.dilation, o.groups)
+}
+
+// ----- the validation shared by the convolution layers (Conv1d, Conv2d, ConvTranspose2d) --
+
+/// Stride, dilation and groups positive (`positive`), else the layers' common error.
+pub(crate) fn check_positive(
+    op: &'static str,
+    positive: bool,
+    stride: impl fmt::Debug,
+    dilation: impl fmt::Debug,
+    groups: usize,
+) -> Result<()> {
+    if positive {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        "options",
+        format!(
+            "stride, dilation and groups must be positive, got stride = {stride:?}, dilation = {dilation:?}, groups = {groups}"
+        ),
+    ))
+}
+
+/// A constructor's sizes: both channel counts and every kernel size (`kernel_positive`)
+/// positive, and `groups` dividing both channel counts.
+pub(crate) fn check_sizes(
+    op: &'static str,
+    in_channels: usize,
+    out_channels: usize,
+    kernel_size: impl fmt::Debug,
+    kernel_positive: bool,
+    groups: usize,
+) -> Result<()> {
+    if in_channels == 0 || out_channels == 0 || !kernel_positive {
         return Err(Error::invalid(
             op,
-            "options",
+            "sizes",
             format!(
-                "stride, dilation and groups must be positive, got stride = {:?}, dilation = {:?}, groups = {}",
-                o.stride, o.dilation, o.groups
+                "channels and kernel size must be positive, got in_channels = {in_channels}, out_channels = {out_channels}, kernel_size = {kernel_size:?}"
             ),
         ));
     }
+    for (arg, c) in [("in_channels", in_channels), ("out_channels", out_channels)] {
+        if !c.is_multiple_of(groups) {
+            return Err(Error::invalid(
+                op,
+                arg,
+                format!("{arg} = {c} must be divisible by groups = {groups}"),
+            ));
+        }
+    }
     Ok(())
+}
+
+/// A given weight: of rank `layout.len()` (its dimensions named by `layout`, as
+/// `[C_out, C_in / groups, KH, KW]`), its first dimension (channel count `layout[0]`)
+/// divisible by `groups`. Returns that first dimension.
+pub(crate) fn check_weight(
+    op: &'static str,
+    dims: &[usize],
+    layout: &[&str],
+    groups: usize,
+) -> Result<usize> {
+    if dims.len() != layout.len() {
+        return Err(Error::invalid(
+            op,
+            "weight",
+            format!(
+                "must be {}-D [{}], got shape {dims:?}",
+                layout.len(),
+                layout.join(", ")
+            ),
+        ));
+    }
+    let first = dims[0];
+    if !first.is_multiple_of(groups) {
+        return Err(Error::invalid(
+            op,
+            "weight",
+            format!(
+                "{} = {first} must be divisible by groups = {groups}",
+                layout[0]
+            ),
+        ));
+    }
+    Ok(first)
 }
 
 impl<B: Backend> Module<B> for Conv2d<B> {

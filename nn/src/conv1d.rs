@@ -1,5 +1,6 @@
 //! The 1-D convolution layer.
 
+use crate::conv::{check_positive, check_sizes, check_weight};
 use crate::error::{Error, Result};
 use crate::init;
 use crate::module::{Module, Visitor};
@@ -86,27 +87,14 @@ impl<B: Backend> Conv1d<B> {
         } = config;
         let options = config.options();
         check_options(op, &options)?;
-        if in_channels == 0 || out_channels == 0 || kernel_size == 0 {
-            return Err(Error::invalid(
-                op,
-                "sizes",
-                format!(
-                    "channels and kernel size must be positive, got in_channels = {in_channels}, out_channels = {out_channels}, kernel_size = {kernel_size}"
-                ),
-            ));
-        }
-        for (arg, c) in [("in_channels", in_channels), ("out_channels", out_channels)] {
-            if c % options.groups != 0 {
-                return Err(Error::invalid(
-                    op,
-                    arg,
-                    format!(
-                        "{arg} = {c} must be divisible by groups = {}",
-                        options.groups
-                    ),
-                ));
-            }
-        }
+        check_sizes(
+            op,
+            in_channels,
+            out_channels,
+            kernel_size,
+            kernel_size != 0,
+            options.groups,
+        )?;
         let cpg = in_channels / options.groups;
         let fan_in = cpg.checked_mul(kernel_size).ok_or_else(|| {
             Error::invalid(
@@ -141,27 +129,12 @@ impl<B: Backend> Conv1d<B> {
     ) -> Result<Self> {
         let op = "Conv1d::from_tensors";
         check_options(op, &options)?;
-        if weight.rank() != 3 {
-            return Err(Error::invalid(
-                op,
-                "weight",
-                format!(
-                    "must be 3-D [C_out, C_in / groups, K], got shape {:?}",
-                    weight.dims()
-                ),
-            ));
-        }
-        let out = weight.dims()[0];
-        if !out.is_multiple_of(options.groups) {
-            return Err(Error::invalid(
-                op,
-                "weight",
-                format!(
-                    "C_out = {out} must be divisible by groups = {}",
-                    options.groups
-                ),
-            ));
-        }
+        let out = check_weight(
+            op,
+            weight.dims(),
+            &["C_out", "C_in / groups", "K"],
+            options.groups,
+        )?;
         let (weight, bias) = init::leaf_parameters(op, weight, bias, out)?;
         Ok(Self {
             weight,
@@ -202,17 +175,8 @@ impl<B: Backend> Conv1d<B> {
 }
 
 fn check_options(op: &'static str, o: &Conv1dOptions) -> Result<()> {
-    if o.groups == 0 || o.stride == 0 || o.dilation == 0 {
-        return Err(Error::invalid(
-            op,
-            "options",
-            format!(
-                "stride, dilation and groups must be positive, got stride = {}, dilation = {}, groups = {}",
-                o.stride, o.dilation, o.groups
-            ),
-        ));
-    }
-    Ok(())
+    let positive = o.groups > 0 && o.stride > 0 && o.dilation > 0;
+    check_positive(op, positive, o.stride, o.dilation, o.groups)
 }
 
 impl<B: Backend> Module<B> for Conv1d<B> {

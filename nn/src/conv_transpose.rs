@@ -1,5 +1,6 @@
 //! The transposed 2-D convolution layer.
 
+use crate::conv::{check_positive, check_sizes, check_weight};
 use crate::error::{Error, Result};
 use crate::init;
 use crate::module::{Module, Visitor};
@@ -96,27 +97,14 @@ impl<B: Backend> ConvTranspose2d<B> {
         let options = config.options();
         let op = "ConvTranspose2d::new";
         check_options(op, &options)?;
-        if in_channels == 0 || out_channels == 0 || kernel_size.contains(&0) {
-            return Err(Error::invalid(
-                op,
-                "sizes",
-                format!(
-                    "channels and kernel size must be positive, got in_channels = {in_channels}, out_channels = {out_channels}, kernel_size = {kernel_size:?}"
-                ),
-            ));
-        }
-        for (arg, c) in [("in_channels", in_channels), ("out_channels", out_channels)] {
-            if !c.is_multiple_of(options.groups) {
-                return Err(Error::invalid(
-                    op,
-                    arg,
-                    format!(
-                        "{arg} = {c} must be divisible by groups = {}",
-                        options.groups
-                    ),
-                ));
-            }
-        }
+        check_sizes(
+            op,
+            in_channels,
+            out_channels,
+            kernel_size,
+            !kernel_size.contains(&0),
+            options.groups,
+        )?;
         let opg = out_channels / options.groups;
         let fan_in = opg
             .checked_mul(kernel_size[0])
@@ -154,27 +142,12 @@ impl<B: Backend> ConvTranspose2d<B> {
     ) -> Result<Self> {
         let op = "ConvTranspose2d::from_tensors";
         check_options(op, &options)?;
-        if weight.rank() != 4 {
-            return Err(Error::invalid(
-                op,
-                "weight",
-                format!(
-                    "must be 4-D [C_in, C_out / groups, KH, KW], got shape {:?}",
-                    weight.dims()
-                ),
-            ));
-        }
-        let cin = weight.dims()[0];
-        if !cin.is_multiple_of(options.groups) {
-            return Err(Error::invalid(
-                op,
-                "weight",
-                format!(
-                    "C_in = {cin} must be divisible by groups = {}",
-                    options.groups
-                ),
-            ));
-        }
+        check_weight(
+            op,
+            weight.dims(),
+            &["C_in", "C_out / groups", "KH", "KW"],
+            options.groups,
+        )?;
         let out = weight.dims()[1]
             .checked_mul(options.groups)
             .ok_or_else(|| Error::invalid(op, "groups", "weight dim 1 × groups overflows usize"))?;
@@ -218,16 +191,8 @@ impl<B: Backend> ConvTranspose2d<B> {
 }
 
 fn check_options(op: &'static str, o: &ConvTranspose2dOptions) -> Result<()> {
-    if o.groups == 0 || o.stride.contains(&0) || o.dilation.contains(&0) {
-        return Err(Error::invalid(
-            op,
-            "options",
-            format!(
-                "stride, dilation and groups must be positive, got stride = {:?}, dilation = {:?}, groups = {}",
-                o.stride, o.dilation, o.groups
-            ),
-        ));
-    }
+    let positive = o.groups > 0 && !o.stride.contains(&0) && !o.dilation.contains(&0);
+    check_positive(op, positive, o.stride, o.dilation, o.groups)?;
     if (0..2).any(|d| o.output_padding[d] >= o.stride[d].max(o.dilation[d])) {
         return Err(Error::invalid(
             op,

@@ -47,6 +47,7 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 // The code `#[derive(Module)]` generates names `::exactgrad_nn::…`; this makes that path
 // resolve inside this crate too.

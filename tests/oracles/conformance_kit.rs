@@ -7,12 +7,12 @@
 
 use exactgrad::backends::conformance::{self, Config, Kernel, Mismatch};
 use exactgrad::backends::ScalarRefBackend;
-use exactgrad::core::backend::MatmulSpec;
-use exactgrad::core::recurrent::{
-    CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
-    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
+use exactgrad::core::backend::{
+    BinaryArgs, Checked, CopyStridedArgs, GruCellArgs, GruCellBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MatmulArgs, SelectArgs, SoftmaxArgs, SoftmaxBackwardArgs, SumArgs,
+    UnaryArgs, UnaryBackwardArgs,
 };
-use exactgrad::core::{Backend, BinaryOp, ComputeMode, Layout, Result, UnaryOp};
+use exactgrad::core::{Backend, BackendImpl, ComputeMode, Result, UnaryOp};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,7 +45,7 @@ impl Counting {
     }
 }
 
-impl Backend for Counting {
+impl BackendImpl for Counting {
     type Storage = Vec<f32>;
 
     fn name(&self) -> String {
@@ -55,123 +55,64 @@ impl Backend for Counting {
         ComputeMode::Exact
     }
     fn zeros(&self, len: usize) -> Result<Vec<f32>> {
-        ScalarRefBackend.zeros(len)
+        BackendImpl::zeros(&ScalarRefBackend, len)
     }
     fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
         Ok(data)
     }
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()> {
         self.hit(Kernel::CopyStrided);
-        ScalarRefBackend.copy_strided(src, layout, out)
+        ScalarRefBackend.copy_strided_impl(args)
     }
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
         self.hit(Kernel::Unary);
-        self.saw(Kernel::Unary, op);
-        ScalarRefBackend.unary(op, x, out)
+        self.saw(Kernel::Unary, args.op);
+        ScalarRefBackend.unary_impl(args)
     }
-    fn unary_backward(
-        &self,
-        op: UnaryOp,
-        x: &[f32],
-        y: &[f32],
-        g: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
         self.hit(Kernel::UnaryBackward);
-        self.saw(Kernel::UnaryBackward, op);
-        ScalarRefBackend.unary_backward(op, x, y, g, out)
+        self.saw(Kernel::UnaryBackward, args.op);
+        ScalarRefBackend.unary_backward_impl(args)
     }
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()> {
         self.hit(Kernel::Binary);
-        ScalarRefBackend.binary(op, a, la, b, lb, out)
+        ScalarRefBackend.binary_impl(args)
     }
-    fn select(
-        &self,
-        cond: &[f32],
-        lc: &Layout,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
+    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
         self.hit(Kernel::Select);
-        ScalarRefBackend.select(cond, lc, a, la, b, lb, out)
+        ScalarRefBackend.select_impl(args)
     }
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
         self.hit(Kernel::Sum);
-        ScalarRefBackend.sum(x, layout, reduce, out)
+        ScalarRefBackend.sum_impl(args)
     }
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
         self.hit(Kernel::Matmul);
-        ScalarRefBackend.matmul(spec, a, b, out)
+        ScalarRefBackend.matmul_impl(args)
     }
-    fn softmax(
-        &self,
-        x: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
         self.hit(Kernel::Softmax);
-        ScalarRefBackend.softmax(x, rows, cols, log, out)
+        ScalarRefBackend.softmax_impl(args)
     }
-    fn softmax_backward(
-        &self,
-        y: &[f32],
-        g: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
+    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
         self.hit(Kernel::SoftmaxBackward);
-        ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
+        ScalarRefBackend.softmax_backward_impl(args)
     }
-    fn lstm_cell(
-        &self,
-        shape: CellShape,
-        inputs: LstmCellInputs<'_>,
-        outputs: LstmCellOutputs<'_>,
-    ) -> Result<()> {
+    fn lstm_cell_impl(&self, args: Checked<LstmCellArgs<'_>>) -> Result<()> {
         self.hit(Kernel::LstmCell);
-        ScalarRefBackend.lstm_cell(shape, inputs, outputs)
+        ScalarRefBackend.lstm_cell_impl(args)
     }
-    fn lstm_cell_backward(
-        &self,
-        shape: CellShape,
-        inputs: LstmCellGradInputs<'_>,
-        outputs: LstmCellGradOutputs<'_>,
-    ) -> Result<()> {
+    fn lstm_cell_backward_impl(&self, args: Checked<LstmCellBackwardArgs<'_>>) -> Result<()> {
         self.hit(Kernel::LstmCellBackward);
-        ScalarRefBackend.lstm_cell_backward(shape, inputs, outputs)
+        ScalarRefBackend.lstm_cell_backward_impl(args)
     }
-    fn gru_cell(
-        &self,
-        shape: CellShape,
-        inputs: GruCellInputs<'_>,
-        outputs: GruCellOutputs<'_>,
-    ) -> Result<()> {
+    fn gru_cell_impl(&self, args: Checked<GruCellArgs<'_>>) -> Result<()> {
         self.hit(Kernel::GruCell);
-        ScalarRefBackend.gru_cell(shape, inputs, outputs)
+        ScalarRefBackend.gru_cell_impl(args)
     }
-    fn gru_cell_backward(
-        &self,
-        shape: CellShape,
-        inputs: GruCellGradInputs<'_>,
-        outputs: GruCellGradOutputs<'_>,
-    ) -> Result<()> {
+    fn gru_cell_backward_impl(&self, args: Checked<GruCellBackwardArgs<'_>>) -> Result<()> {
         self.hit(Kernel::GruCellBackward);
-        ScalarRefBackend.gru_cell_backward(shape, inputs, outputs)
+        ScalarRefBackend.gru_cell_backward_impl(args)
     }
 }
 
@@ -179,7 +120,7 @@ impl Backend for Counting {
 #[derive(Clone, Copy, Debug, Default)]
 struct ExpOffByOneUlp;
 
-impl Backend for ExpOffByOneUlp {
+impl BackendImpl for ExpOffByOneUlp {
     type Storage = Vec<f32>;
 
     fn name(&self) -> String {
@@ -189,15 +130,16 @@ impl Backend for ExpOffByOneUlp {
         ComputeMode::Exact
     }
     fn zeros(&self, len: usize) -> Result<Vec<f32>> {
-        ScalarRefBackend.zeros(len)
+        BackendImpl::zeros(&ScalarRefBackend, len)
     }
     fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
         Ok(data)
     }
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
-        ScalarRefBackend.copy_strided(src, layout, out)
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.copy_strided_impl(args)
     }
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
+        let UnaryArgs { op, x, out } = args.into_inner();
         ScalarRefBackend.unary(op, x, out)?;
         if op == UnaryOp::Exp {
             for v in out.iter_mut().filter(|v| v.is_finite() && **v > 0.0) {
@@ -206,65 +148,26 @@ impl Backend for ExpOffByOneUlp {
         }
         Ok(())
     }
-    fn unary_backward(
-        &self,
-        op: UnaryOp,
-        x: &[f32],
-        y: &[f32],
-        g: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
-        ScalarRefBackend.unary_backward(op, x, y, g, out)
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.unary_backward_impl(args)
     }
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
-        ScalarRefBackend.binary(op, a, la, b, lb, out)
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.binary_impl(args)
     }
-    fn select(
-        &self,
-        cond: &[f32],
-        lc: &Layout,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
-        ScalarRefBackend.select(cond, lc, a, la, b, lb, out)
+    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.select_impl(args)
     }
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
-        ScalarRefBackend.sum(x, layout, reduce, out)
+    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.sum_impl(args)
     }
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        ScalarRefBackend.matmul(spec, a, b, out)
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.matmul_impl(args)
     }
-    fn softmax(
-        &self,
-        x: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
-        ScalarRefBackend.softmax(x, rows, cols, log, out)
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.softmax_impl(args)
     }
-    fn softmax_backward(
-        &self,
-        y: &[f32],
-        g: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
-        ScalarRefBackend.softmax_backward(y, g, rows, cols, log, out)
+    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
+        ScalarRefBackend.softmax_backward_impl(args)
     }
 }
 

@@ -18,7 +18,8 @@ use super::{canon, Reduction};
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use exactgrad_core::backend::{checked_mul, try_collect, try_vec_filled, try_vec_with_capacity};
+use exactgrad_core::backend::{try_collect, try_vec_filled, try_vec_with_capacity};
+use exactgrad_core::check::checked_mul;
 use exactgrad_core::rng::ln_f64;
 use exactgrad_core::Backend;
 

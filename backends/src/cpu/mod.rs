@@ -13,20 +13,24 @@
 //! their target-feature contract; `simd64.rs` the f64 accumulation across outputs;
 //! [`elementwise`] the element-wise loops over slices (the formulas are
 //! [`crate::elementwise`]); `gemm/` the blocked GEMM and its block sizes; `rows/` the row
-//! kernels (strided copy, select, sums, softmax).
+//! kernels (strided copy, select, sums, softmax); `train/` the training kernels, one file
+//! per family of `exactgrad_core::kernels`; `recurrent.rs` the fused LSTM and GRU cells;
+//! `threads.rs` the thread pool of a compute context; `buffers.rs` the buffer pool.
 //!
-//! Over 800 lines on purpose: this is the one `Backend` implementation of the CPU paths —
-//! every trait method's argument check and dispatch — next to the ISA and compute-context
-//! types it dispatches on; the kernels themselves live in the submodules.
+//! The kernels receive their arguments checked ([`exactgrad_core::Checked`]): the
+//! implementation of [`exactgrad_core::BackendImpl`] here only dispatches. Over 800 lines
+//! on purpose: this is the one implementation of the CPU paths — every kernel's dispatch —
+//! next to the ISA and compute-context types it dispatches on; the kernels themselves live
+//! in the submodules.
 
 mod buffers;
 pub mod elementwise;
 mod gemm;
-mod pool;
 mod recurrent;
 mod rows;
 pub(crate) mod simd;
 mod simd64;
+mod threads;
 mod train;
 pub mod vector_forms;
 
@@ -40,17 +44,16 @@ use alloc::vec::Vec;
 pub use buffers::CpuStorage;
 use core::fmt;
 use core::marker::PhantomData;
-use exactgrad_core::backend::MatmulSpec;
-use exactgrad_core::kernels::{
-    AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
-    NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
+use exactgrad_core::backend::{
+    AdamStepArgs, AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AttentionScoresArgs,
+    AvgPool2dArgs, AvgPool2dBackwardArgs, BinaryArgs, Checked, Col2imArgs, CopyStridedArgs,
+    DropoutMaskArgs, GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MatmulArgs, MaxPool2dArgs, MaxPool2dBackwardArgs, NormBackwardArgs,
+    NormForwardArgs, NormStatsArgs, SelectArgs, SgdStepArgs, SoftmaxArgs, SoftmaxBackwardArgs,
+    SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
-use exactgrad_core::recurrent::{
-    self as rec, CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
-    LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
-};
-use exactgrad_core::{check, Result};
-use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, UnaryOp};
+use exactgrad_core::Result;
+use exactgrad_core::{BackendImpl, BinaryOp, ComputeMode, Layout, UnaryOp};
 
 /// An instruction-set path of the CPU backends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,7 +146,7 @@ pub struct UnsupportedIsa {
 /// context").
 pub struct ComputeContext {
     threads: usize,
-    pool: Option<pool::Pool>,
+    pool: Option<threads::Pool>,
     buffers: Arc<buffers::BufferPool>,
 }
 
@@ -176,13 +179,13 @@ impl ComputeContext {
     /// never fails or panics, because the thread count changes only the speed, never a
     /// result (`docs/threads.md`, "Threads the system refuses").
     pub fn new(threads: usize) -> Self {
-        Self::start(threads, &mut pool::spawn_os)
+        Self::start(threads, &mut threads::spawn_os)
     }
 
     /// [`ComputeContext::new`] with the helpers started by `spawn`.
-    fn start(threads: usize, spawn: &mut pool::Spawn<'_>) -> Self {
+    fn start(threads: usize, spawn: &mut threads::Spawn<'_>) -> Self {
         let pool = (threads > 1)
-            .then(|| pool::Pool::new(threads - 1, spawn))
+            .then(|| threads::Pool::new(threads - 1, spawn))
             .filter(|p| p.helpers() > 0);
         Self {
             threads: pool.as_ref().map_or(1, |p| p.helpers() + 1),
@@ -564,7 +567,7 @@ fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [Vec<usize>; 
     (dims, strides)
 }
 
-impl<M: CpuMode> Backend for CpuBackend<M> {
+impl<M: CpuMode> BackendImpl for CpuBackend<M> {
     type Storage = CpuStorage;
 
     fn name(&self) -> String {
@@ -591,14 +594,14 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Some(&*self.ctx.buffers)
     }
 
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
-        check::copy_strided(src.len(), layout, out.len())?;
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()> {
+        let CopyStridedArgs { src, layout, out } = args.into_inner();
         rows::copy_strided::<M>(self.isa, &self.ctx, src, layout, out);
         Ok(())
     }
 
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
-        check::unary(x.len(), out.len())?;
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
+        let UnaryArgs { op, x, out } = args.into_inner();
         let isa = self.isa;
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
@@ -609,15 +612,8 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Ok(())
     }
 
-    fn unary_backward(
-        &self,
-        op: UnaryOp,
-        x: &[f32],
-        y: &[f32],
-        g: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
+        let UnaryBackwardArgs { op, x, y, g, out } = args.into_inner();
         let isa = self.isa;
         self.ctx.for_each_chunk(out, ELEMENTWISE_CHUNK, |i, o| {
             let s = i * ELEMENTWISE_CHUNK;
@@ -629,16 +625,15 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Ok(())
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()> {
+        let BinaryArgs {
+            op,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        } = args.into_inner();
         if out.is_empty() {
             return Ok(());
         }
@@ -677,144 +672,139 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Ok(())
     }
 
-    fn select(
-        &self,
-        cond: &[f32],
-        lc: &Layout,
-        a: &[f32],
-        la: &Layout,
-        b: &[f32],
-        lb: &Layout,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
+    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
+        let SelectArgs {
+            cond,
+            lc,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        } = args.into_inner();
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`); the check above keeps every layout inside its buffer.
+        // `CpuBackend::isa`); the arguments are `Checked`: core's check keeps every layout inside
+        // its buffer.
         unsafe { rows::select::<M>(self.isa, &self.ctx, cond, lc, a, la, b, lb, out) };
         Ok(())
     }
 
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
-        check::sum(x.len(), layout, reduce, out.len())?;
+    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
+        let SumArgs {
+            x,
+            layout,
+            reduce,
+            out,
+        } = args.into_inner();
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`); the check above keeps the layout inside `x`.
+        // `CpuBackend::isa`); the arguments are `Checked`: core's check keeps the layout inside
+        // `x`.
         unsafe { rows::sum::<M>(self.isa, &self.ctx, x, layout, reduce, out) };
         Ok(())
     }
 
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-        spec.check(a.len(), b.len(), out.len())?;
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
+        let MatmulArgs { spec, a, b, out } = args.into_inner();
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`); the check above keeps every operand inside its buffer.
+        // `CpuBackend::isa`); the arguments are `Checked`: core's check keeps every operand inside
+        // its buffer.
         unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) }
     }
 
-    fn softmax(
-        &self,
-        x: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::softmax("softmax", x.len(), rows, cols, out.len())?;
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
+        let SoftmaxArgs {
+            x,
+            rows,
+            cols,
+            log,
+            out,
+        } = args.into_inner();
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`); the check above sizes both buffers `rows × cols`.
+        // `CpuBackend::isa`); the arguments are `Checked`: core's check sizes both buffers `rows ×
+        // cols`.
         unsafe { rows::softmax::<M>(self.isa, &self.ctx, x, rows, cols, log, out) };
         Ok(())
     }
 
-    fn softmax_backward(
-        &self,
-        y: &[f32],
-        g: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()> {
-        check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
+    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
+        let SoftmaxBackwardArgs {
+            y,
+            g,
+            rows,
+            cols,
+            log,
+            out,
+        } = args.into_inner();
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
-        // `CpuBackend::isa`); the check above sizes every buffer `rows × cols`.
+        // `CpuBackend::isa`); the arguments are `Checked`: core's check sizes every buffer `rows ×
+        // cols`.
         unsafe { rows::softmax_backward::<M>(self.isa, &self.ctx, y, g, rows, cols, log, out) };
         Ok(())
     }
 
     // ----- recurrent cells (`recurrent.rs`) --------------------------------------------
 
-    fn lstm_cell(
-        &self,
-        shape: CellShape,
-        inputs: LstmCellInputs<'_>,
-        outputs: LstmCellOutputs<'_>,
-    ) -> Result<()> {
-        rec::check_lstm_cell(shape, &inputs, &outputs)?;
+    fn lstm_cell_impl(&self, args: Checked<LstmCellArgs<'_>>) -> Result<()> {
+        let LstmCellArgs {
+            shape,
+            inputs,
+            outputs,
+        } = args.into_inner();
         recurrent::lstm_cell::<M>(self.isa, &self.ctx, shape, inputs, outputs);
         Ok(())
     }
 
-    fn lstm_cell_backward(
-        &self,
-        shape: CellShape,
-        inputs: LstmCellGradInputs<'_>,
-        outputs: LstmCellGradOutputs<'_>,
-    ) -> Result<()> {
-        rec::check_lstm_cell_backward(shape, &inputs, &outputs)?;
+    fn lstm_cell_backward_impl(&self, args: Checked<LstmCellBackwardArgs<'_>>) -> Result<()> {
+        let LstmCellBackwardArgs {
+            shape,
+            inputs,
+            outputs,
+        } = args.into_inner();
         recurrent::lstm_cell_backward::<M>(self.isa, &self.ctx, shape, inputs, outputs);
         Ok(())
     }
 
-    fn gru_cell(
-        &self,
-        shape: CellShape,
-        inputs: GruCellInputs<'_>,
-        outputs: GruCellOutputs<'_>,
-    ) -> Result<()> {
-        rec::check_gru_cell(shape, &inputs, &outputs)?;
+    fn gru_cell_impl(&self, args: Checked<GruCellArgs<'_>>) -> Result<()> {
+        let GruCellArgs {
+            shape,
+            inputs,
+            outputs,
+        } = args.into_inner();
         recurrent::gru_cell::<M>(self.isa, &self.ctx, shape, inputs, outputs);
         Ok(())
     }
 
-    fn gru_cell_backward(
-        &self,
-        shape: CellShape,
-        inputs: GruCellGradInputs<'_>,
-        outputs: GruCellGradOutputs<'_>,
-    ) -> Result<()> {
-        rec::check_gru_cell_backward(shape, &inputs, &outputs)?;
+    fn gru_cell_backward_impl(&self, args: Checked<GruCellBackwardArgs<'_>>) -> Result<()> {
+        let GruCellBackwardArgs {
+            shape,
+            inputs,
+            outputs,
+        } = args.into_inner();
         recurrent::gru_cell_backward::<M>(self.isa, &self.ctx, shape, inputs, outputs);
         Ok(())
     }
 
-    fn norm_stats(
-        &self,
-        spec: &NormSpec,
-        x: &[f32],
-        mean: &mut [f32],
-        corr: &mut [f32],
-        sq_sum: &mut [f32],
-    ) -> Result<()> {
-        spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
+    fn norm_stats_impl(&self, args: Checked<NormStatsArgs<'_>>) -> Result<()> {
+        let NormStatsArgs {
+            spec,
+            x,
+            mean,
+            corr,
+            sq_sum,
+        } = args.into_inner();
         train::norm_stats(self.isa, &self.ctx, M::MODE, spec, x, mean, corr, sq_sum);
         Ok(())
     }
 
-    fn norm_forward(
-        &self,
-        spec: &NormSpec,
-        x: &[f32],
-        stats: &NormStats<'_>,
-        weight: Option<&[f32]>,
-        bias: Option<&[f32]>,
-        out: &mut [f32],
-    ) -> Result<()> {
-        spec.check_forward(
-            x.len(),
+    fn norm_forward_impl(&self, args: Checked<NormForwardArgs<'_>>) -> Result<()> {
+        let NormForwardArgs {
+            spec,
+            x,
             stats,
-            weight.map(<[f32]>::len),
-            bias.map(<[f32]>::len),
-            out.len(),
-        )?;
+            weight,
+            bias,
+            out,
+        } = args.into_inner();
         train::norm_forward(
             self.isa,
             &self.ctx,
@@ -829,17 +819,16 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Ok(())
     }
 
-    fn norm_backward(
-        &self,
-        spec: &NormSpec,
-        x: &[f32],
-        g: &[f32],
-        stats: &NormStats<'_>,
-        weight: Option<&[f32]>,
-        stats_depend: bool,
-        grads: NormGrads<'_>,
-    ) -> Result<()> {
-        spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
+    fn norm_backward_impl(&self, args: Checked<NormBackwardArgs<'_>>) -> Result<()> {
+        let NormBackwardArgs {
+            spec,
+            x,
+            g,
+            stats,
+            weight,
+            stats_depend,
+            grads,
+        } = args.into_inner();
         train::norm_backward(
             self.isa,
             &self.ctx,
@@ -855,102 +844,86 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Ok(())
     }
 
-    fn max_pool2d(
-        &self,
-        spec: &Pool2dSpec,
-        x: &[f32],
-        out: &mut [f32],
-        argmax: &mut [usize],
-    ) -> Result<()> {
-        spec.check_max(x.len(), out.len(), argmax.len())?;
+    fn max_pool2d_impl(&self, args: Checked<MaxPool2dArgs<'_>>) -> Result<()> {
+        let MaxPool2dArgs {
+            spec,
+            x,
+            out,
+            argmax,
+        } = args.into_inner();
         train::max_pool2d(self.isa, &self.ctx, M::MODE, spec, x, out, argmax)
     }
 
-    fn max_pool2d_backward(
-        &self,
-        spec: &Pool2dSpec,
-        argmax: &[usize],
-        g: &[f32],
-        gx: &mut [f32],
-    ) -> Result<()> {
-        spec.check_max_backward(argmax.len(), g.len(), gx.len())?;
+    fn max_pool2d_backward_impl(&self, args: Checked<MaxPool2dBackwardArgs<'_>>) -> Result<()> {
+        let MaxPool2dBackwardArgs {
+            spec,
+            argmax,
+            g,
+            gx,
+        } = args.into_inner();
         train::max_pool2d_backward(&self.ctx, M::MODE, spec, argmax, g, gx)
     }
 
-    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
-        spec.check("avg_pool2d", x.len(), out.len())?;
+    fn avg_pool2d_impl(&self, args: Checked<AvgPool2dArgs<'_>>) -> Result<()> {
+        let AvgPool2dArgs { spec, x, out } = args.into_inner();
         train::avg_pool2d(self.isa, &self.ctx, M::MODE, spec, x, out)
     }
 
-    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
-        spec.check("avg_pool2d_backward", gx.len(), g.len())?;
+    fn avg_pool2d_backward_impl(&self, args: Checked<AvgPool2dBackwardArgs<'_>>) -> Result<()> {
+        let AvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
         train::avg_pool2d_backward(self.isa, &self.ctx, M::MODE, spec, g, gx)
     }
 
-    fn adaptive_avg_pool2d(
-        &self,
-        spec: &AdaptivePool2dSpec,
-        x: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
-        spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
+    fn adaptive_avg_pool2d_impl(&self, args: Checked<AdaptiveAvgPool2dArgs<'_>>) -> Result<()> {
+        let AdaptiveAvgPool2dArgs { spec, x, out } = args.into_inner();
         train::adaptive_avg_pool2d(self.isa, &self.ctx, M::MODE, spec, x, out)
     }
 
-    fn adaptive_avg_pool2d_backward(
+    fn adaptive_avg_pool2d_backward_impl(
         &self,
-        spec: &AdaptivePool2dSpec,
-        g: &[f32],
-        gx: &mut [f32],
+        args: Checked<AdaptiveAvgPool2dBackwardArgs<'_>>,
     ) -> Result<()> {
-        spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
+        let AdaptiveAvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
         train::adaptive_avg_pool2d_backward(self.isa, &self.ctx, M::MODE, spec, g, gx)
     }
 
-    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
-        spec.check("im2col", image.len(), cols.len())?;
+    fn im2col_impl(&self, args: Checked<Im2colArgs<'_>>) -> Result<()> {
+        let Im2colArgs { spec, image, cols } = args.into_inner();
         train::im2col(self.isa, &self.ctx, spec, image, cols);
         Ok(())
     }
 
-    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
-        spec.check("col2im", image.len(), cols.len())?;
+    fn col2im_impl(&self, args: Checked<Col2imArgs<'_>>) -> Result<()> {
+        let Col2imArgs { spec, cols, image } = args.into_inner();
         train::col2im(self.isa, &self.ctx, M::MODE, spec, cols, image);
         Ok(())
     }
 
-    fn attention_scores(
-        &self,
-        spec: &AttentionScoresSpec,
-        scores: &mut [f32],
-        mask: Option<(ScoreMask, &[f32], &Layout)>,
-    ) -> Result<()> {
-        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
+    fn attention_scores_impl(&self, args: Checked<AttentionScoresArgs<'_>>) -> Result<()> {
+        let AttentionScoresArgs { spec, scores, mask } = args.into_inner();
         train::attention_scores(self.isa, &self.ctx, M::MODE, spec, scores, mask);
         Ok(())
     }
 
-    fn dropout_mask(
-        &self,
-        key: u64,
-        p: f32,
-        scale: f32,
-        start: u64,
-        out: &mut [f32],
-    ) -> Result<()> {
-        exactgrad_core::kernels::check_dropout(p)?;
+    fn dropout_mask_impl(&self, args: Checked<DropoutMaskArgs<'_>>) -> Result<()> {
+        let DropoutMaskArgs {
+            key,
+            p,
+            scale,
+            start,
+            out,
+        } = args.into_inner();
         train::dropout_mask(&self.ctx, key, p, scale, start, out);
         Ok(())
     }
 
-    fn sgd_step(
-        &self,
-        spec: &SgdSpec,
-        param: &mut [f32],
-        grad: &[f32],
-        momentum_buffer: &mut [f32],
-    ) -> Result<()> {
-        spec.check(param.len(), grad.len(), momentum_buffer.len())?;
+    fn sgd_step_impl(&self, args: Checked<SgdStepArgs<'_>>) -> Result<()> {
+        let SgdStepArgs {
+            spec,
+            param,
+            grad,
+            momentum_buffer,
+        } = args.into_inner();
         train::sgd_step(
             self.isa,
             &self.ctx,
@@ -963,22 +936,15 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
         Ok(())
     }
 
-    fn adam_step(
-        &self,
-        spec: &AdamSpec,
-        param: &mut [f32],
-        grad: &[f32],
-        exp_avg: &mut [f32],
-        exp_avg_sq: &mut [f32],
-        max_exp_avg_sq: &mut [f32],
-    ) -> Result<()> {
-        spec.check(
-            param.len(),
-            grad.len(),
-            exp_avg.len(),
-            exp_avg_sq.len(),
-            max_exp_avg_sq.len(),
-        )?;
+    fn adam_step_impl(&self, args: Checked<AdamStepArgs<'_>>) -> Result<()> {
+        let AdamStepArgs {
+            spec,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq,
+        } = args.into_inner();
         train::adam_step(
             self.isa,
             &self.ctx,
@@ -997,6 +963,7 @@ impl<M: CpuMode> Backend for CpuBackend<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use exactgrad_core::Backend;
 
     #[test]
     fn new_and_default_run_on_one_thread() {
@@ -1028,7 +995,7 @@ mod tests {
                         "Resource temporarily unavailable",
                     ))
                 } else {
-                    pool::spawn_os(name, f)
+                    threads::spawn_os(name, f)
                 }
             });
             assert_eq!(ctx.threads(), got, "{asked} threads asked, {ok} started");

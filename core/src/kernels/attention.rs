@@ -2,7 +2,7 @@
 //! (`docs/arithmetic.md` §5, "Scaled dot-product attention", step "scores").
 
 use super::{canon, checked_product};
-use crate::backend::check_len;
+use crate::check::check_len;
 use crate::error::{Error, Result};
 use crate::mode::ComputeMode;
 use crate::shape::Layout;

@@ -31,7 +31,7 @@ pub(crate) use pool::{
     im2col, max_pool2d, max_pool2d_backward,
 };
 
-use crate::backend::{check_len, checked_mul};
+use crate::check::{check_len, checked_mul};
 use crate::error::Result;
 use crate::mode::ComputeMode;
 use crate::rng::{philox4x32_10, unit_f32};

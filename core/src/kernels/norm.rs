@@ -2,7 +2,7 @@
 //! (`docs/arithmetic.md` §5, "Normalisation").
 
 use super::{canon, check_opt, checked_product};
-use crate::backend::check_len;
+use crate::check::check_len;
 use crate::error::{Error, Result};
 use crate::mode::ComputeMode;
 

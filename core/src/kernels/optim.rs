@@ -3,7 +3,7 @@
 //! their order.
 
 use super::canon;
-use crate::backend::check_len;
+use crate::check::check_len;
 use crate::error::Result;
 use crate::mode::ComputeMode;
 

@@ -1,7 +1,7 @@
 //! Pooling and the im2col/col2im of convolution (`docs/conv.md` §1–2).
 
 use super::{canon, checked_product};
-use crate::backend::check_len;
+use crate::check::check_len;
 use crate::error::{Error, Result};
 use crate::mode::ComputeMode;
 
@@ -160,12 +160,19 @@ impl Pool2dSpec {
 
     /// Checks [`Backend::max_pool2d_backward`](crate::Backend::max_pool2d_backward)
     /// buffers (the indices themselves are checked as they are read).
-    pub fn check_max_backward(&self, argmax: usize, g: usize, gx: usize) -> Result<()> {
+    pub fn check_max_backward(&self, argmax: &[usize], g: usize, gx: usize) -> Result<()> {
         let op = "max_pool2d_backward";
         let (ni, no) = self.check(op)?;
-        check_len(op, "argmax", argmax, no)?;
+        check_len(op, "argmax", argmax.len(), no)?;
         check_len(op, "g", g, no)?;
-        check_len(op, "gx", gx, ni)
+        check_len(op, "gx", gx, ni)?;
+        // Every index inside its plane (or `usize::MAX`, a window without taps); the first
+        // one outside, in output order, is the error.
+        let hw = self.h * self.w;
+        match argmax.iter().find(|&&a| a != usize::MAX && a >= hw) {
+            Some(&bad) => Err(bad_max_index(bad, hw)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -425,14 +432,15 @@ pub fn bad_max_index(at: usize, hw: usize) -> Error {
     )
 }
 
-/// max_pool2d backward: `∂x` from `+0`, `∂x[argmax] ⊕= g` for outputs in increasing order.
+/// max_pool2d backward: `∂x` from `+0`, `∂x[argmax] ⊕= g` for outputs in increasing order
+/// (every index inside its plane: [`Pool2dSpec::check_max_backward`]).
 pub(crate) fn max_pool2d_backward(
     mode: ComputeMode,
     s: &Pool2dSpec,
     argmax: &[usize],
     g: &[f32],
     gx: &mut [f32],
-) -> Result<()> {
+) {
     let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
     gx.fill(0.0);
     for plane in 0..s.planes {
@@ -442,16 +450,12 @@ pub(crate) fn max_pool2d_backward(
             if at == usize::MAX {
                 continue;
             }
-            if at >= hw {
-                return Err(bad_max_index(at, hw));
-            }
             gxp[at] += g[j];
         }
     }
     for v in gx.iter_mut() {
         *v = canon(mode, *v);
     }
-    Ok(())
 }
 
 /// avg_pool2d forward: `(Σ64 of the window, row-major, rounded) ⊘ divisor`, `+0` for an
