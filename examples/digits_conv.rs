@@ -190,16 +190,16 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
     if a.resume && a.checkpoint.exists() {
         let ckpt = TrainingCheckpoint::load(&a.checkpoint)?;
         if ckpt.value("config") != Some(run_config(a).as_str()) {
-            return Err(exactgrad::Error::InvalidArgument {
-                op: "digits_conv",
-                arg: "--resume",
-                message: format!(
+            return Err(exactgrad::Error::invalid(
+                "digits_conv",
+                "--resume",
+                format!(
                     "{} was written by a run with {:?}, this one has {}",
                     a.checkpoint.display(),
                     ckpt.value("config").unwrap_or("no configuration"),
                     run_config(a)
                 ),
-            });
+            ));
         }
         TrainingState::new(&model, &mut opt)
             .scheduler(&mut sched)
