@@ -130,8 +130,9 @@ pub mod prelude {
     };
     pub use exactgrad_nn::data::{
         Batch, BatchSampler, ClassificationData, Collate, DataLoader, Dataset, Digits, HostTensor,
-        Labeled, LoaderPosition,
+        Labeled, LoaderPosition, TensorDataset,
     };
+    pub use exactgrad_nn::metrics::accuracy;
     pub use exactgrad_nn::optim::{
         clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, AnnealStrategy,
         CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig, LinearLr,
