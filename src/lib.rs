@@ -29,6 +29,8 @@ pub use exactgrad_backends as backends;
 pub use exactgrad_core as core;
 pub use exactgrad_nn as nn;
 
+pub mod train;
+
 /// The one error type of everything reachable from [`prelude`]: tensor operations, the
 /// engine, modules, optimizers, schedulers, checkpoints and data sets all return it (it is
 /// [`autograd::Error`], which [`nn`] re-exports), and the errors of [`core`] and
