@@ -57,6 +57,16 @@ pub use exactgrad_autograd::Error;
 /// `Result<T, exactgrad::Error>`.
 pub use exactgrad_autograd::Result;
 
+// The examples name the crate `exactgrad`; so may the unit tests that include one.
+#[cfg(test)]
+extern crate self as exactgrad;
+
+/// The program of `docs/first-hour.md`, compiled and run by the unit tests.
+#[cfg(test)]
+#[path = "../examples/first_hour.rs"]
+#[allow(dead_code)]
+mod first_hour;
+
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
@@ -180,6 +190,27 @@ mod tests {
             model.forward(x)?.relu()?.sum()
         };
         assert_eq!(step(&x)?.dims(), [] as [usize; 0]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_first_hour_program_learns_and_is_the_one_documented() -> Result<()> {
+        // Trained, saved and loaded into a model of other initial values: the loaded
+        // model classifies the test digits (chance is 0.1).
+        let accuracy = crate::first_hour::run(3)?;
+        assert!(accuracy > 0.9, "{accuracy}");
+        let program = include_str!("../examples/first_hour.rs");
+        assert!(program.lines().count() <= 50);
+        let page = include_str!("../docs/first-hour.md");
+        let shown = page
+            .split("```rust\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next());
+        assert_eq!(
+            shown,
+            Some(program),
+            "docs/first-hour.md shows another program"
+        );
         Ok(())
     }
 
