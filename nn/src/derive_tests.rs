@@ -64,7 +64,7 @@ impl<B: Backend> Block<B> {
         for l in &self.layers {
             y = l.forward(&y)?;
         }
-        Ok(y.mul(&self.scale)?)
+        y.mul(&self.scale)
     }
 }
 

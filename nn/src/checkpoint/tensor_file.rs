@@ -338,7 +338,7 @@ impl TensorFile {
     /// The float tensor `name` on `backend`.
     pub fn tensor<B: Backend>(&self, backend: &B, name: &str) -> Result<Tensor<B>> {
         let (shape, values) = self.floats(name)?;
-        Ok(Tensor::from_slice(backend, values, shape)?)
+        Tensor::from_slice(backend, values, shape)
     }
 
     /// The element type of tensor `name` as stored in the file (`F32`, `BF16`, `I64`, …).

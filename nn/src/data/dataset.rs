@@ -124,7 +124,7 @@ impl<B: Backend> Collate<B> for HostTensor {
         let mut dims = Vec::with_capacity(shape.len() + 1);
         dims.push(items.len());
         dims.extend_from_slice(&shape);
-        Ok(Tensor::from_vec(backend, values, dims)?)
+        Tensor::from_vec(backend, values, dims)
     }
 }
 
