@@ -152,11 +152,11 @@ impl Corpus {
     /// Fails when the text has fewer than 1,000 bytes.
     pub fn new(text: &[u8]) -> exactgrad::Result<Self> {
         if text.len() < 1000 {
-            return Err(exactgrad::Error::InvalidArgument {
-                op: "char_gpt",
-                arg: "--text",
-                message: format!("needs at least 1000 bytes of text, got {}", text.len()),
-            });
+            return Err(exactgrad::Error::invalid(
+                "char_gpt",
+                "--text",
+                format!("needs at least 1000 bytes of text, got {}", text.len()),
+            ));
         }
         let mut seen = [false; 256];
         for &b in text {
@@ -341,11 +341,8 @@ pub fn train<B: Backend>(
     checkpointing: &Checkpointing,
     mut on_event: impl FnMut(&Event),
 ) -> exactgrad::Result<Report> {
-    let invalid = |arg: &'static str, message: String| exactgrad::Error::InvalidArgument {
-        op: "char_gpt",
-        arg,
-        message,
-    };
+    let invalid =
+        |arg: &'static str, message: String| exactgrad::Error::invalid("char_gpt", arg, message);
     if config.steps == 0 || config.batch_size == 0 || config.report_every == 0 {
         return Err(invalid(
             "--steps",

@@ -26,9 +26,7 @@ use exactgrad::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
 
-#[path = "watch/mod.rs"]
-#[allow(dead_code)]
-mod watch;
+use exactgrad::train::{History, Progress};
 
 /// Hyper-parameters of a training run.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,7 +114,7 @@ pub fn model<B: Backend>(
 }
 
 fn hash_of<B: Backend>(tensors: &[Tensor<B>]) -> exactgrad::Result<u64> {
-    Ok(hash_tensors(&tensors.iter().collect::<Vec<_>>())?)
+    hash_tensors(&tensors.iter().collect::<Vec<_>>())
 }
 
 /// Trains on the fixed split with `backend`, reporting progress through `on_event`.
@@ -323,14 +321,15 @@ fn run<B: Backend>(backend: &B, args: &Args) -> exactgrad::nn::Result<()> {
         backend.name(),
         backend.mode(),
     );
-    let mut progress: Option<watch::Progress> = None;
-    let mut curves = Vec::new();
+    let mut progress: Option<Progress> = None;
+    let mut curves = History::new("epoch", &["train_loss", "test_accuracy"]);
+    let mut pushed = Ok(());
     let report = train(backend, config, |event| match event {
         Event::FirstStep { gradient_hash } => {
             println!("first-step gradient hash: {gradient_hash:#018x}")
         }
         Event::Step { total, loss, .. } => progress
-            .get_or_insert_with(|| watch::Progress::new(*total as u64, 0))
+            .get_or_insert_with(|| Progress::new(*total as u64, 0))
             .step(*loss),
         Event::Epoch {
             epoch,
@@ -345,13 +344,12 @@ fn run<B: Backend>(backend: &B, args: &Args) -> exactgrad::nn::Result<()> {
                 Some(p) => p.println(&line),
                 None => println!("{line}"),
             }
-            curves.push(watch::EpochRecord {
-                epoch: *epoch,
-                loss: *loss,
-                test_accuracy: *test_accuracy,
-            });
+            if pushed.is_ok() {
+                pushed = curves.push(*epoch, &[*loss, *test_accuracy]);
+            }
         }
     })?;
+    pushed?;
     if let Some(p) = &progress {
         p.finish();
     }
@@ -367,18 +365,12 @@ fn run<B: Backend>(backend: &B, args: &Args) -> exactgrad::nn::Result<()> {
         report.parameter_hash, report.parameters
     );
     if let Some(path) = &args.csv {
-        watch::write_csv(path, &curves).map_err(|source| exactgrad::nn::Error::Write {
-            path: path.clone(),
-            source,
-        })?;
+        curves.write_csv(path)?;
         println!("curves (CSV): {}", path.display());
     }
     if let Some(path) = &args.plot {
         let title = format!("digits MLP, {} ({:?} mode)", backend.name(), backend.mode());
-        watch::write_svg(path, &title, &curves).map_err(|e| exactgrad::nn::Error::Write {
-            path: path.clone(),
-            source: std::io::Error::other(e),
-        })?;
+        curves.write_svg(path, &title)?;
         println!("plot (SVG): {}", path.display());
     }
     println!("time: {:.2} s", start.elapsed().as_secs_f64());

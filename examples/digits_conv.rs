@@ -24,8 +24,7 @@ use exactgrad::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
 
-#[path = "watch/mod.rs"]
-mod watch;
+use exactgrad::train::{History, Progress};
 
 /// The conv net. `#[derive(Module)]` names its children once, from the fields; its
 /// parameters, buffers, training mode and state dict follow from that.
@@ -186,34 +185,27 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
         b.mode()
     );
 
-    let mut curves: Vec<watch::EpochRecord> = Vec::new();
+    let mut curves = History::new("epoch", &["train_loss", "test_accuracy"]);
     if a.resume && a.checkpoint.exists() {
         let ckpt = TrainingCheckpoint::load(&a.checkpoint)?;
         if ckpt.value("config") != Some(run_config(a).as_str()) {
-            return Err(exactgrad::Error::InvalidArgument {
-                op: "digits_conv",
-                arg: "--resume",
-                message: format!(
+            return Err(exactgrad::Error::invalid(
+                "digits_conv",
+                "--resume",
+                format!(
                     "{} was written by a run with {:?}, this one has {}",
                     a.checkpoint.display(),
                     ckpt.value("config").unwrap_or("no configuration"),
                     run_config(a)
                 ),
-            });
+            ));
         }
         TrainingState::new(&model, &mut opt)
             .scheduler(&mut sched)
             .loader(&loader)
             .restore(&ckpt)?;
-        for line in ckpt.value("curves").unwrap_or("").lines() {
-            let v: Vec<&str> = line.split(',').collect();
-            if let [e, l, t] = v[..] {
-                curves.push(watch::EpochRecord {
-                    epoch: e.parse().unwrap_or(0),
-                    loss: l.parse().unwrap_or(f64::NAN),
-                    test_accuracy: t.parse().unwrap_or(f64::NAN),
-                });
-            }
+        if let Some(text) = ckpt.value("curves") {
+            curves = History::from_csv(text)?;
         }
         let pos = loader.position();
         println!(
@@ -222,10 +214,10 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
             pos.epoch,
             pos.batch
         );
-        for r in &curves {
+        for (epoch, r) in curves.rows() {
             println!(
-                "epoch {:>3}/{}: loss {:.6}, test accuracy {:.4} (before the interruption)",
-                r.epoch, a.epochs, r.loss, r.test_accuracy
+                "epoch {epoch:>3}/{}: loss {:.6}, test accuracy {:.4} (before the interruption)",
+                a.epochs, r[0], r[1]
             );
         }
     } else if a.resume {
@@ -238,7 +230,7 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
     let total = (a.epochs * per_epoch) as u64;
     let pos = loader.position();
     let done = pos.epoch * per_epoch as u64 + pos.batch as u64;
-    let progress = watch::Progress::new(total, done.min(total));
+    let progress = Progress::new(total, done.min(total));
     let mut stopped = false;
     while loader.epoch() < a.epochs as u64 {
         let epoch = loader.epoch();
@@ -258,52 +250,42 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
             seen += batch.targets.len();
             progress.step(l);
         }
-        let record = watch::EpochRecord {
-            epoch: epoch as usize + 1,
-            loss: sum / seen.max(1) as f64,
-            test_accuracy: evaluate(b, &mut model, &split.test)?,
-        };
-        curves.push(record);
+        let epoch = epoch as usize + 1;
+        let (loss, test_accuracy) = (
+            sum / seen.max(1) as f64,
+            evaluate(b, &mut model, &split.test)?,
+        );
+        curves.push(epoch, &[loss, test_accuracy])?;
         // The checkpoint of this epoch: everything the next one needs.
         let mut ckpt = TrainingState::new(&model, &mut opt)
             .scheduler(&mut sched)
             .loader(&loader)
             .capture()?;
         ckpt.set_value("config", run_config(a));
-        let rows: Vec<String> = curves
-            .iter()
-            .map(|r| format!("{},{},{}", r.epoch, r.loss, r.test_accuracy))
-            .collect();
-        ckpt.set_value("curves", rows.join("\n"));
+        ckpt.set_value("curves", curves.to_csv());
         ckpt.save(&a.checkpoint)?;
         progress.println(&format!(
             "epoch {:>3}/{}: loss {:.6}, test accuracy {:.4}, lr {:.2e}; checkpoint {}",
-            record.epoch,
+            epoch,
             a.epochs,
-            record.loss,
-            record.test_accuracy,
+            loss,
+            test_accuracy,
             opt.lr(),
             a.checkpoint.display()
         ));
-        if a.stop_after == Some(record.epoch) && record.epoch < a.epochs {
+        if a.stop_after == Some(epoch) && epoch < a.epochs {
             stopped = true;
             break;
         }
     }
     progress.finish();
     if let Some(path) = &a.csv {
-        watch::write_csv(path, &curves).map_err(|source| exactgrad::Error::Write {
-            path: path.clone(),
-            source,
-        })?;
+        curves.write_csv(path)?;
         println!("curves (CSV): {}", path.display());
     }
     if let Some(path) = &a.plot {
         let title = format!("digits conv net, {} ({:?} mode)", b.name(), b.mode());
-        watch::write_svg(path, &title, &curves).map_err(|e| exactgrad::Error::Write {
-            path: path.clone(),
-            source: std::io::Error::other(e),
-        })?;
+        curves.write_svg(path, &title)?;
         println!("plot (SVG): {}", path.display());
     }
     let mut state = model.parameters();
@@ -317,7 +299,7 @@ fn run<B: Backend>(b: &B, a: &Args) -> exactgrad::Result<()> {
     } else {
         println!(
             "test accuracy: {:.4}",
-            curves.last().map_or(0.0, |r| r.test_accuracy)
+            curves.rows().last().map_or(0.0, |(_, r)| r[1])
         );
     }
     println!("parameter and buffer hash: {hash:#018x}");

@@ -1,14 +1,25 @@
-//! The error type of the autograd crate.
+//! The one error type of exactgrad above the kernels: tensor operations, the engine,
+//! modules, optimizers, schedulers, data sets, loaders and checkpoints all return
+//! [`Result`], and the nn crate and the facade re-export it (`docs/api.md`, "Errors").
+//!
+//! The errors of the layers below arrive through `From`: [`exactgrad_core::Error`]
+//! (shapes, arguments, memory, an instruction-set path this CPU lacks) becomes
+//! [`Error::Core`], so `?` works on every crate's results in a function or closure that
+//! returns this [`Result`], and a bare tensor operation is already of that type.
 
-/// Result type of tensor operations.
+use std::path::PathBuf;
+
+/// Result type of every fallible function of autograd and nn (and so of the facade).
 pub type Result<T, E = Error> = core::result::Result<T, E>;
 
-/// An error from a tensor operation or from the engine. Messages name the operator and
-/// the shapes or argument at fault.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// An error from a tensor operation, the engine, a module, an optimizer, a data set or a
+/// checkpoint. Messages name the operator and the shapes, argument or file at fault.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A shape or argument error (broadcast, dimension, reshape, invalid argument).
+    /// A shape or argument error (broadcast, dimension, reshape, invalid argument,
+    /// hyper-parameters out of range), a failed allocation, or an instruction-set path
+    /// this CPU lacks.
     #[error(transparent)]
     Core(#[from] exactgrad_core::Error),
     /// `backward` on a tensor that does not require gradients.
@@ -79,12 +90,56 @@ pub enum Error {
         /// Shape of the shared leaf.
         shape: Vec<usize>,
     },
+    /// A data file could not be parsed.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// A checkpoint does not fit a module: the missing, unexpected, wrong-shape,
+    /// wrong-type and non-finite entries, by name.
+    #[error("load_state_dict: {0}")]
+    StateDict(Box<StateDictMismatch>),
+    /// Reading a file failed.
+    #[error("reading {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Writing a file failed (the previous file at that path, if any, is intact when
+    /// the file is written atomically, as checkpoints are).
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A module drew from a random stream that has no key: its model was not seeded with
+    /// `ModuleExt::seed_streams` (or restored from a training checkpoint), or the module
+    /// does not report the stream in `Module::visit`.
+    #[error(
+        "{owner}: its random stream has no seed; call `seed_streams(seed)` on the model after \
+         building it (a module must report each RandomStream in `Module::visit`)"
+    )]
+    UnseededStream {
+        /// The module that drew.
+        owner: &'static str,
+    },
 }
 
 impl Error {
-    /// Shorthand for an invalid-argument error.
-    pub(crate) fn invalid(op: &'static str, arg: &'static str, msg: impl Into<String>) -> Self {
+    /// An invalid-argument error ([`exactgrad_core::Error::InvalidArgument`]): `op`
+    /// rejected `arg` because of `msg`.
+    pub fn invalid(op: &'static str, arg: &'static str, msg: impl Into<String>) -> Self {
         Error::Core(exactgrad_core::Error::invalid(op, arg, msg))
+    }
+
+    /// A [`Error::Write`] error for `path`.
+    pub fn write(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Write {
+            path: path.into(),
+            source,
+        }
     }
 
     /// Shorthand for an overflow error.
@@ -100,5 +155,145 @@ impl Error {
         reason: impl Into<String>,
     ) -> Self {
         Error::Core(exactgrad_core::Error::mismatch(op, lhs, rhs, reason))
+    }
+}
+
+/// Why a data file was rejected. Every variant names what was expected and what was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// The file ends before the part that its header announces.
+    #[error("{format} file truncated: {part} needs {needed} bytes in total, the file has {got}")]
+    Truncated {
+        /// The file format.
+        format: &'static str,
+        /// The part that does not fit (header, pixels, labels, checksum).
+        part: &'static str,
+        /// Bytes needed up to the end of that part.
+        needed: usize,
+        /// Bytes the file has.
+        got: usize,
+    },
+    /// Bytes follow the checksum.
+    #[error(
+        "{format} file has {extra} unexpected bytes after its end ({expected} bytes expected)"
+    )]
+    TrailingBytes {
+        /// The file format.
+        format: &'static str,
+        /// The size the header implies.
+        expected: usize,
+        /// Bytes beyond it.
+        extra: usize,
+    },
+    /// The file does not start with the format's magic bytes.
+    #[error("not a {format} file: magic bytes {found:02x?}, expected {expected:02x?}")]
+    BadMagic {
+        /// The file format.
+        format: &'static str,
+        /// The first bytes of the file.
+        found: Vec<u8>,
+        /// The magic of the format.
+        expected: &'static [u8],
+    },
+    /// A format version this build does not read.
+    #[error(
+        "{format} file version {found} is not supported (this build reads version {supported})"
+    )]
+    UnsupportedVersion {
+        /// The file format.
+        format: &'static str,
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// A header field with an impossible value.
+    #[error("{format} file header: {message}")]
+    BadHeader {
+        /// The file format.
+        format: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The stored checksum differs from the one of the contents.
+    #[error("{format} file is corrupt: stored checksum {stored:#018x}, contents hash to {computed:#018x}")]
+    Checksum {
+        /// The file format.
+        format: &'static str,
+        /// The checksum stored in the file.
+        stored: u64,
+        /// The checksum of the bytes read.
+        computed: u64,
+    },
+    /// A value outside the range the header declares.
+    #[error("{format} file: {what} {value} of item {item} is out of range (maximum {max})")]
+    OutOfRange {
+        /// The file format.
+        format: &'static str,
+        /// Which kind of value (pixel, label).
+        what: &'static str,
+        /// The item (image) it belongs to.
+        item: usize,
+        /// The value found.
+        value: u32,
+        /// The largest value allowed.
+        max: u32,
+    },
+}
+
+/// Why a file cannot be loaded into a module: every problem, each named.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateDictMismatch {
+    /// Entries of the module missing from the file (strict loading).
+    pub missing: Vec<String>,
+    /// Entries of the file the module does not have (strict loading).
+    pub unexpected: Vec<String>,
+    /// Entries whose shape differs: name, shape in the file, shape in the module.
+    pub wrong_shape: Vec<(String, Vec<usize>, Vec<usize>)>,
+    /// Entries whose element type does not fit: name, type in the file, kind the module
+    /// needs (`"floating-point"` for parameters and float buffers, `"integer"` for
+    /// integer buffers).
+    pub wrong_dtype: Vec<(String, String, &'static str)>,
+    /// Entries holding NaN or ±∞ (unless allowed): name and index of the first one.
+    pub non_finite: Vec<(String, usize)>,
+}
+
+impl StateDictMismatch {
+    /// Whether there is no problem.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty()
+            && self.unexpected.is_empty()
+            && self.wrong_shape.is_empty()
+            && self.wrong_dtype.is_empty()
+            && self.non_finite.is_empty()
+    }
+}
+
+impl std::fmt::Display for StateDictMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if !self.missing.is_empty() {
+            parts.push(format!("missing entries {:?}", self.missing));
+        }
+        if !self.unexpected.is_empty() {
+            parts.push(format!("unexpected entries {:?}", self.unexpected));
+        }
+        for (n, file, module) in &self.wrong_shape {
+            parts.push(format!(
+                "entry `{n}` has shape {file:?}, the module's has shape {module:?}"
+            ));
+        }
+        for (n, d, want) in &self.wrong_dtype {
+            parts.push(format!(
+                "entry `{n}` has element type {d}, not a {want} type"
+            ));
+        }
+        for (n, i) in &self.non_finite {
+            parts.push(format!(
+                "entry `{n}` holds a non-finite value at element {i}"
+            ));
+        }
+        f.write_str(&parts.join("; "))
     }
 }

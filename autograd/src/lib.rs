@@ -34,7 +34,7 @@ pub mod scope;
 pub mod tensor;
 
 pub use engine::BackwardOptions;
-pub use error::{Error, Result};
+pub use error::{DataError, Error, Result, StateDictMismatch};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
 pub use gradcheck::{GradCheck, GradCheckReport};
 pub use ops::attention::{AttentionMask, AttentionOptions};

@@ -104,6 +104,15 @@ pub enum Error {
         /// Why it failed.
         reason: &'static str,
     },
+    /// A backend was asked for an instruction-set path this CPU lacks (the CPU backends'
+    /// `with_isa`, the vector forms of the transcendentals).
+    #[error("the {isa} path is not supported by this CPU in {mode} mode (choose one that `Isa::is_supported` accepts, or `Isa::best`)")]
+    UnsupportedIsa {
+        /// The path asked for (`avx512`, `avx2`, `v128`, `neon`, `scalar`).
+        isa: &'static str,
+        /// The mode asked for.
+        mode: crate::ComputeMode,
+    },
     /// A buffer would take a backend's pool over the limit set with
     /// [`crate::MemoryPool::set_limit`] (after its idle buffers were freed).
     #[error("{op}: cannot allocate {bytes} bytes: the backend's buffers would exceed their memory limit of {limit} bytes ({in_use} bytes in use); raise the limit with MemoryPool::set_limit or release tensors")]

@@ -3,7 +3,8 @@
 /// What can go wrong in distributed training.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A tensor operation, a module or the backward pass failed on this rank.
+    /// A tensor operation, a module or the backward pass failed on this rank (the one
+    /// error type of exactgrad, `exactgrad::Error`).
     #[error(transparent)]
     Nn(#[from] exactgrad::nn::Error),
     /// An argument outside its valid range.
@@ -37,8 +38,8 @@ pub enum Error {
     Mpi(String),
 }
 
-impl From<exactgrad::autograd::Error> for Error {
-    fn from(e: exactgrad::autograd::Error) -> Self {
+impl From<exactgrad::core::Error> for Error {
+    fn from(e: exactgrad::core::Error) -> Self {
         Error::Nn(e.into())
     }
 }

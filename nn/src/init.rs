@@ -28,7 +28,7 @@ pub fn uniform<B: Backend>(
     bound: f32,
     rng: &mut Philox,
 ) -> crate::Result<Tensor<B>> {
-    Ok(Tensor::rand_uniform(backend, shape, -bound, bound, rng)?)
+    Tensor::rand_uniform(backend, shape, -bound, bound, rng)
 }
 
 /// A leaf parameter (requiring gradients) of samples from U(−bound, bound).
@@ -38,7 +38,7 @@ pub(crate) fn uniform_parameter<B: Backend>(
     bound: f32,
     rng: &mut Philox,
 ) -> crate::Result<Tensor<B>> {
-    Ok(uniform(backend, shape, bound, rng)?.requires_grad()?)
+    uniform(backend, shape, bound, rng)?.requires_grad()
 }
 
 /// PyTorch's default initialisation of a layer: a weight of `shape` and, when `bias`, a

@@ -110,10 +110,10 @@ mod tests {
         assert!(scale.named_parameters().is_empty() && scale.stream_names().is_empty());
         assert_eq!(Module::<Sr>::describe(&scale), "Lambda");
         assert_eq!(format!("{scale:?}"), "Lambda(Lambda)");
-        // An autograd error becomes this crate's.
+        // An operator's shape error passes through unchanged.
         let bad = Lambda::named("reshape", |x: &Tensor<Sr>| x.reshape([5]));
         let err = bad.forward(&x).unwrap_err();
-        assert!(matches!(err, Error::Autograd(_)), "{err}");
+        assert!(matches!(err, Error::Core(_)), "{err}");
         assert_eq!(bad.name(), "reshape");
         // This crate's errors pass through; the closure may capture.
         let limit = 2usize;

@@ -182,7 +182,7 @@ impl<B: Backend> Module<B> for BatchNorm2d<B> {
             momentum,
             eps: self.config.eps,
         };
-        Ok(input.batch_norm(opts)?)
+        input.batch_norm(opts)
     }
 
     fn visit(&self, v: &mut Visitor<'_, B>) {
@@ -322,7 +322,7 @@ impl<B: Backend> Module<B> for LayerNorm<B> {
             bias: self.bias.as_ref(),
             eps: self.eps,
         };
-        Ok(input.layer_norm(&self.normalized_shape, opts)?)
+        input.layer_norm(&self.normalized_shape, opts)
     }
 
     fn visit(&self, v: &mut Visitor<'_, B>) {
@@ -474,7 +474,7 @@ impl<B: Backend> Module<B> for GroupNorm<B> {
             bias: self.bias.as_ref(),
             eps: self.eps,
         };
-        Ok(input.group_norm(self.num_groups, opts)?)
+        input.group_norm(self.num_groups, opts)
     }
 
     fn visit(&self, v: &mut Visitor<'_, B>) {

@@ -83,7 +83,7 @@ impl MaxPool2d {
 impl<B: Backend> Module<B> for MaxPool2d {
     /// Fails when the input is not 3-D or 4-D or is smaller than the window.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        Ok(input.max_pool2d(self.options)?)
+        input.max_pool2d(self.options)
     }
 
     fn visit(&self, _v: &mut Visitor<'_, B>) {}
@@ -153,7 +153,7 @@ impl AvgPool2d {
 impl<B: Backend> Module<B> for AvgPool2d {
     /// Fails when the input is not 3-D or 4-D or is smaller than the window.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
-        Ok(input.avg_pool2d(self.options)?)
+        input.avg_pool2d(self.options)
     }
 
     fn visit(&self, _v: &mut Visitor<'_, B>) {}
@@ -229,7 +229,7 @@ impl<B: Backend> Module<B> for AdaptiveAvgPool2d {
             self.output_size[0].unwrap_or(hw[0]),
             self.output_size[1].unwrap_or(hw[1]),
         ];
-        Ok(input.adaptive_avg_pool2d(size)?)
+        input.adaptive_avg_pool2d(size)
     }
 
     fn visit(&self, _v: &mut Visitor<'_, B>) {}

@@ -251,7 +251,7 @@ impl<B: Backend> Stack<B> {
             x
         };
         let cat = |v: Vec<Tensor<B>>| -> Result<Tensor<B>> {
-            Ok(Tensor::concat(&v.iter().collect::<Vec<_>>(), 0)?)
+            Tensor::concat(&v.iter().collect::<Vec<_>>(), 0)
         };
         let c_n = if cs.is_empty() { None } else { Some(cat(cs)?) };
         Ok((output, cat(hs)?, c_n))

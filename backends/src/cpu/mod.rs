@@ -131,14 +131,12 @@ impl fmt::Display for Isa {
     }
 }
 
-/// The error of choosing a path this CPU lacks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the {isa} path is not supported by this CPU in {mode} mode")]
-pub struct UnsupportedIsa {
-    /// The path asked for.
-    pub isa: Isa,
-    /// The mode asked for.
-    pub mode: ComputeMode,
+/// The error of choosing a path this CPU lacks ([`exactgrad_core::Error::UnsupportedIsa`]).
+pub(crate) fn unsupported_isa(isa: Isa, mode: ComputeMode) -> exactgrad_core::Error {
+    exactgrad_core::Error::UnsupportedIsa {
+        isa: isa.name(),
+        mode,
+    }
 }
 
 /// The threads of a compute context: its own pool (never a global one) of `threads − 1`
@@ -332,10 +330,10 @@ impl<M: ModeSpec> CpuBackend<M> {
     }
 
     /// A given path on `threads` threads (or fewer, as in [`CpuBackend::with_threads`]);
-    /// fails if this CPU lacks the path.
-    pub fn with_isa(isa: Isa, threads: usize) -> Result<Self, UnsupportedIsa> {
+    /// fails with [`exactgrad_core::Error::UnsupportedIsa`] if this CPU lacks the path.
+    pub fn with_isa(isa: Isa, threads: usize) -> exactgrad_core::Result<Self> {
         if !isa.is_supported(M::MODE) {
-            return Err(UnsupportedIsa { isa, mode: M::MODE });
+            return Err(unsupported_isa(isa, M::MODE));
         }
         Ok(Self {
             isa,

@@ -16,7 +16,7 @@
 //! ```
 
 use super::simd::SimdLane;
-use super::{Isa, UnsupportedIsa};
+use super::{unsupported_isa, Isa};
 use crate::lane::Exact;
 use crate::transcendental::generic as g;
 use exactgrad_core::ComputeMode;
@@ -145,12 +145,9 @@ pub fn vector_form(
     f: Transcendental,
     x0: u32,
     out: &mut [f32],
-) -> Result<(), UnsupportedIsa> {
+) -> exactgrad_core::Result<()> {
     if !isa.is_supported(ComputeMode::Exact) {
-        return Err(UnsupportedIsa {
-            isa,
-            mode: ComputeMode::Exact,
-        });
+        return Err(unsupported_isa(isa, ComputeMode::Exact));
     }
     match isa {
         // SAFETY: `is_supported` confirmed the path's target features on this CPU.

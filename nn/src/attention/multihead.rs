@@ -324,7 +324,7 @@ impl<B: Backend> MultiheadAttention<B> {
             // [N, L, E] -> [N, H, L, hd]
             let y = x.linear(&w, b.as_ref())?;
             let len = y.dims()[1];
-            Ok(y.reshape([n, len, h, hd])?.transpose(1, 2)?)
+            y.reshape([n, len, h, hd])?.transpose(1, 2)
         };
         let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
         let mask_t = match &mask {

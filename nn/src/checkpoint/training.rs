@@ -1,7 +1,8 @@
 //! Training checkpoints: [`TrainingState`] captures and restores everything a run needs
 //! to continue with the same bits, in one call each; [`TrainingCheckpoint`] is the file.
 
-use super::{load_state_dict_with, LoadOptions, TensorFile};
+use super::load::{load_entries, LoadOptions};
+use super::tensor_file::TensorFile;
 use crate::data::{Collate, DataLoader, Dataset, LoaderPosition, LoaderState};
 use crate::error::{Error, Result};
 use crate::module::{Entry, Module, ModuleExt};
@@ -398,7 +399,12 @@ impl<'a, B: Backend> TrainingState<'a, B> {
     /// optimizer's and scheduler's values) go first.
     fn apply(&mut self, checkpoint: &TrainingCheckpoint, plan: Plan) -> Result<()> {
         let file = &checkpoint.file;
-        load_state_dict_with(self.model, file, MODEL, LoadOptions::default())?;
+        load_entries(
+            &|f| self.model.visit_entries(f),
+            file,
+            MODEL,
+            LoadOptions::default(),
+        )?;
         self.optimizer
             .load_state_dict(&file.strip_prefix(OPTIMIZER))?;
         if let (Some(s), Some(state)) = (self.scheduler.as_deref_mut(), &plan.scheduler) {

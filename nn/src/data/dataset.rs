@@ -124,7 +124,7 @@ impl<B: Backend> Collate<B> for HostTensor {
         let mut dims = Vec::with_capacity(shape.len() + 1);
         dims.push(items.len());
         dims.extend_from_slice(&shape);
-        Ok(Tensor::from_vec(backend, values, dims)?)
+        Tensor::from_vec(backend, values, dims)
     }
 }
 
@@ -161,6 +161,56 @@ impl<B: Backend, X: Collate<B>, Y: Collate<B>> Collate<B> for (X, Y) {
     fn collate(backend: &B, items: Vec<Self>) -> Result<Self::Batch> {
         let (x, y): (Vec<X>, Vec<Y>) = items.into_iter().unzip();
         Ok((X::collate(backend, x)?, Y::collate(backend, y)?))
+    }
+}
+
+impl<B: Backend, X: Collate<B>, Y: Collate<B>, Z: Collate<B>> Collate<B> for (X, Y, Z) {
+    /// Each part collated.
+    type Batch = (X::Batch, Y::Batch, Z::Batch);
+
+    fn collate(backend: &B, items: Vec<Self>) -> Result<Self::Batch> {
+        let mut x = Vec::with_capacity(items.len());
+        let mut y = Vec::with_capacity(items.len());
+        let mut z = Vec::with_capacity(items.len());
+        for (a, b, c) in items {
+            x.push(a);
+            y.push(b);
+            z.push(c);
+        }
+        Ok((
+            X::collate(backend, x)?,
+            Y::collate(backend, y)?,
+            Z::collate(backend, z)?,
+        ))
+    }
+}
+
+impl<B: Backend> Collate<B> for Vec<HostTensor> {
+    /// The `k`-th tensors of the items stacked into the `k`-th batch tensor; all items
+    /// have as many tensors.
+    type Batch = Vec<Tensor<B>>;
+
+    fn collate(backend: &B, items: Vec<Self>) -> Result<Vec<Tensor<B>>> {
+        let count = items.first().map_or(0, Vec::len);
+        if let Some((i, item)) = items.iter().enumerate().find(|(_, t)| t.len() != count) {
+            return Err(Error::invalid(
+                "collate",
+                "items",
+                format!("item {i} has {} tensors, item 0 has {count}", item.len()),
+            ));
+        }
+        let mut columns: Vec<Vec<HostTensor>> = (0..count)
+            .map(|_| Vec::with_capacity(items.len()))
+            .collect();
+        for item in items {
+            for (column, t) in columns.iter_mut().zip(item) {
+                column.push(t);
+            }
+        }
+        columns
+            .into_iter()
+            .map(|c| HostTensor::collate(backend, c))
+            .collect()
     }
 }
 

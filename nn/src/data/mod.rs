@@ -2,7 +2,8 @@
 //!
 //! A [`Dataset`] has a length and gives one item per index; [`Collate`] stacks items into
 //! a batch of tensors. [`ClassificationData`] (rows of f32 features with one class label
-//! each) is one data set; [`BatchSampler`] cuts an epoch into mini-batches of indices,
+//! each) is one data set, [`TensorDataset`] (arrays sharing their first dimension, such
+//! as images `[N, C, H, W]` and `N` labels) another; [`BatchSampler`] cuts an epoch into mini-batches of indices,
 //! shuffled from a seed; [`DataLoader`] turns those into batches and keeps its position in
 //! the data, which training checkpoints save. [`Digits`] is the shipped 8×8 handwritten
 //! digits data set.
@@ -10,10 +11,12 @@
 mod dataset;
 mod digits;
 mod loader;
+mod tensor_dataset;
 
 pub use dataset::{Collate, Dataset, HostTensor, Labeled};
 pub use digits::{Digits, DigitsSplit};
 pub use loader::{Batch, BatchSampler, Batches, DataLoader, LoaderPosition, LoaderState};
+pub use tensor_dataset::{Columns, TensorDataset};
 
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;

@@ -173,7 +173,7 @@ fn maximum<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
         .map(|(&x, &y)| if x.is_nan() || x >= y { 1.0 } else { 0.0 })
         .collect();
     let mask = Tensor::from_vec(a.backend(), mask, a.shape().clone())?;
-    Ok(Tensor::where_cond(&mask, a, b)?)
+    Tensor::where_cond(&mask, a, b)
 }
 
 impl<B: Backend> Adam<B> {

@@ -97,7 +97,7 @@ fn buffer<B: Backend>(
             ),
         ));
     }
-    Ok(Tensor::from_slice(p.backend(), values, shape)?)
+    Tensor::from_slice(p.backend(), values, shape)
 }
 
 impl<B: Backend> Sgd<B> {

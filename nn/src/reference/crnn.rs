@@ -107,7 +107,7 @@ impl<B: Backend> Crnn<B> {
         let (n, c, h, w) = (x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3]);
         let seq = x.permute(&[3, 0, 1, 2])?.reshape([w, n, c * h])?;
         let y = self.lstm.forward(&seq)?;
-        Ok(self.fc.forward(&y)?.log_softmax(-1)?)
+        self.fc.forward(&y)?.log_softmax(-1)
     }
 }
 
@@ -236,7 +236,7 @@ impl<B: Backend> CrnnCase<B> {
             input_lengths: &self.input_lengths,
             target_lengths: &self.target_lengths,
         };
-        Ok(lp.ctc_loss(batch, CtcLossOptions::default())?)
+        lp.ctc_loss(batch, CtcLossOptions::default())
     }
 }
 

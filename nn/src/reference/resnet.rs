@@ -106,7 +106,7 @@ impl<B: Backend> Module<B> for BasicBlock<B> {
             Some((c, bn)) => bn.forward(&c.forward(x)?)?,
             None => x.clone(),
         };
-        Ok(y.add(&shortcut)?.relu()?)
+        y.add(&shortcut)?.relu()
     }
 
     fn visit(&self, v: &mut Visitor<'_, B>) {

@@ -43,11 +43,11 @@ fn parameter_names_follow_state_dict() {
     );
     let x = Tensor::ones(&BE, [2, 5]).unwrap();
     assert_eq!(model.forward(&x).unwrap().dims(), [2, 2]);
-    // Shapes are checked by the operators and reported as nn errors.
+    // Shapes are checked by the operators; their errors are the one error type.
     let err = model
         .forward(&Tensor::ones(&BE, [2, 4]).unwrap())
         .unwrap_err();
-    assert!(matches!(err, Error::Autograd(_)), "{err}");
+    assert!(matches!(err, Error::Core(_)), "{err}");
     assert!(err.to_string().contains("linear"), "{err}");
 }
 

@@ -7,6 +7,7 @@
 
 use exactgrad_autograd::Tensor;
 use exactgrad_backends::ScalarRefBackend;
+use exactgrad_core::Error as CoreError;
 use exactgrad_nn::optim::{
     AnnealStrategy, CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig,
     LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
@@ -262,10 +263,10 @@ fn every_case_matches_pytorch() {
             assert!(
                 matches!(
                     &err,
-                    Error::InvalidArgument {
+                    Error::Core(CoreError::InvalidArgument {
                         op: "OneCycleLr::step",
                         ..
-                    }
+                    })
                 ),
                 "{case}: {err}"
             );
@@ -395,13 +396,9 @@ fn schedulers_work_through_trait_objects_and_next_lr() {
 
 fn assert_invalid<T: std::fmt::Debug>(r: exactgrad_nn::Result<T>, op: &str, arg: &str) {
     match r {
-        Err(Error::InvalidArgument {
-            op: o,
-            arg: a,
-            message,
-        }) => {
-            assert_eq!((o, a), (op, arg), "{message}");
-            assert!(!message.is_empty());
+        Err(Error::Core(CoreError::InvalidArgument { op: o, arg: a, msg })) => {
+            assert_eq!((o, a), (op, arg), "{msg}");
+            assert!(!msg.is_empty());
         }
         other => panic!("expected InvalidArgument {op} {arg}, got {other:?}"),
     }
