@@ -223,9 +223,9 @@ fn window_loss<B: Backend>(
 ) -> exactgrad::Result<Tensor<B>> {
     let vocab = model.config().vocab;
     let logits = model.forward_tokens(inputs, shape)?;
-    Ok(logits
+    logits
         .reshape([shape[0] * shape[1], vocab])?
-        .cross_entropy(targets, CrossEntropyOptions::default())?)
+        .cross_entropy(targets, CrossEntropyOptions::default())
 }
 
 /// `len` characters that follow `prompt`, each drawn from the model's distribution at
