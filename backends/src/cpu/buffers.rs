@@ -406,7 +406,7 @@ mod tests {
         for len in (1..5000).chain([1 << 20, (1 << 20) + 1, 3 << 29, MAX_ELEMENTS]) {
             let l = class_len(class_of(len));
             assert!(
-                l >= len && (len <= SMALLEST || 8 * l <= 9 * len),
+                l >= len && (len <= SMALLEST || 8 * l as u128 <= 9 * len as u128),
                 "{len} → {l}"
             );
         }
