@@ -785,14 +785,7 @@ fn conv_grad_input<B: Backend>(
             let w = (wd.as_ref(), w_c.layout().offset, (o, ck));
             weight_product(be, w, true, side.as_ref(), items * p, big.as_mut())?;
             swap_outer(be, big.as_ref(), (ck, items, p), cols.as_mut())?;
-            for i in 0..items {
-                let n = n0 + i;
-                be.col2im(
-                    &col_spec(g),
-                    &cols.as_ref()[i * ck * p..(i + 1) * ck * p],
-                    &mut gx.as_mut()[n * chw..(n + 1) * chw],
-                )?;
-            }
+            col2im_items(be, g, cols.as_ref(), n0..n0 + items, gx.as_mut())?;
             n0 += items;
         }
         return Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]));
@@ -818,17 +811,30 @@ fn conv_grad_input<B: Backend>(
                 &mut cols.as_mut()[..items * ck * p],
             )?;
         }
-        for i in 0..items {
-            let n = n0 + i;
-            be.col2im(
-                &col_spec(g),
-                &cols.as_ref()[i * ck * p..(i + 1) * ck * p],
-                &mut gx.as_mut()[n * chw..(n + 1) * chw],
-            )?;
-        }
+        col2im_items(be, g, cols.as_ref(), n0..n0 + items, gx.as_mut())?;
         n0 += items;
     }
     Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]))
+}
+
+/// col2im of the column matrices of items `range` (one after another in `cols`) into
+/// their places in the input gradient `gx`.
+fn col2im_items<B: Backend>(
+    be: &B,
+    g: &ConvGeom,
+    cols: &[f32],
+    range: core::ops::Range<usize>,
+    gx: &mut [f32],
+) -> Result<()> {
+    let (len, chw) = (g.c * g.kh * g.kw * g.p(), g.chw());
+    for (i, n) in range.enumerate() {
+        be.col2im(
+            &col_spec(g),
+            &cols[i * len..(i + 1) * len],
+            &mut gx[n * chw..(n + 1) * chw],
+        )?;
+    }
+    Ok(())
 }
 
 /// `∂L/∂W`: per item `g_{n, g} · cols_{n, g}ᵀ` per group, added in item order from `+0`.
