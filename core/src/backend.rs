@@ -16,6 +16,11 @@
 //! [`Checked`] arguments that nothing outside this crate can build (`docs/backends.md`).
 //! Buffers are obtained fallibly: an allocation the allocator refuses, or a size above
 //! [`MAX_ELEMENTS`], is an [`Error::Alloc`] or [`Error::TooLarge`], never an abort.
+//!
+//! Over 800 lines on purpose: the two traits, the one checked implementation of
+//! [`Backend`] and the 28 argument structs it hands on are one contract, read together;
+//! the argument structs cannot move to a file of their own before [`MatmulSpec`] does,
+//! or the files would import each other.
 
 use crate::check;
 use crate::error::{Error, Result};
