@@ -101,6 +101,10 @@ fn suite_matmul() {
     suite(Kernel::Matmul)
 }
 #[test]
+fn suite_matmul_acc() {
+    suite(Kernel::MatmulAcc)
+}
+#[test]
 fn suite_softmax() {
     suite(Kernel::Softmax)
 }
@@ -344,7 +348,19 @@ proptest! {
             while batch * m * k * n > 1 << 18 {
                 if m >= k && m >= n { m /= 2 } else if k >= n { k /= 2 } else { n /= 2 }
             }
-            Call::Matmul { batch, m, k, n, a_trans: f[0], b_trans: f[1], a_bcast: f[2], b_bcast: f[3], offsets: (oa, ob) }
+            Call::Matmul { batch, m, k, n, a_trans: f[0], b_trans: f[1], a_bcast: f[2], b_bcast: f[3], offsets: (oa, ob), seg: 0 }
+        }))) {
+        check(&c)?;
+    }
+
+    #[test]
+    fn prop_matmul_acc(c in case((1usize..=3, len(), 1usize..=64, len(), any::<[bool; 4]>(), 0usize..4, 0usize..4, 1usize..=8)
+        .prop_map(|(batch, m, seg, n, f, oa, ob, segments)| {
+            let (mut m, mut n) = (m, n);
+            while batch * m * seg * segments * n > 1 << 18 {
+                if m >= n { m /= 2 } else { n /= 2 }
+            }
+            Call::Matmul { batch, m, k: seg * segments, n, a_trans: f[0], b_trans: f[1], a_bcast: f[2], b_bcast: f[3], offsets: (oa, ob), seg }
         }))) {
         check(&c)?;
     }

@@ -250,6 +250,10 @@ kernel_args! {
     SumArgs<'a> { x: &'a [f32], layout: &'a Layout, reduce: &'a [bool], out: &'a mut [f32] }
     /// The arguments of [`Backend::matmul`].
     MatmulArgs<'a> { spec: &'a MatmulSpec, a: &'a [f32], b: &'a [f32], out: &'a mut [f32] }
+    /// The arguments of [`Backend::matmul_acc`].
+    MatmulAccArgs<'a> {
+        spec: &'a MatmulSpec, seg: usize, a: &'a [f32], b: &'a [f32], out: &'a mut [f32],
+    }
     /// The arguments of [`Backend::softmax`].
     SoftmaxArgs<'a> { x: &'a [f32], rows: usize, cols: usize, log: bool, out: &'a mut [f32] }
     /// The arguments of [`Backend::softmax_backward`].
@@ -389,6 +393,45 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
 
     /// [`Backend::matmul`] on checked arguments.
     fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()>;
+
+    /// [`Backend::matmul_acc`] on checked arguments. The default body is the reference
+    /// definition: each segment's product by [`BackendImpl::matmul_impl`] into a scratch
+    /// buffer, added into `out` in segment order.
+    fn matmul_acc_impl(&self, args: Checked<MatmulAccArgs<'_>>) -> Result<()> {
+        let MatmulAccArgs {
+            spec,
+            seg,
+            a,
+            b,
+            out,
+        } = args.into_inner();
+        if !out.is_empty() && spec.k > 0 {
+            let mut part = self.uninit(out.len())?;
+            for s in 0..spec.k / seg {
+                // Steps s·seg .. (s+1)·seg: a sub-product of the checked one (every
+                // element it addresses is one `spec` addresses, and out is non-empty, so
+                // the offsets lie inside the checked extents).
+                let sub = MatmulSpec {
+                    k: seg,
+                    a_offset: spec.a_offset + s * seg * spec.a_strides[2],
+                    b_offset: spec.b_offset + s * seg * spec.b_strides[1],
+                    ..*spec
+                };
+                self.matmul_impl(Checked::new(MatmulArgs {
+                    spec: &sub,
+                    a,
+                    b,
+                    out: part.as_mut(),
+                }))?;
+                for (o, &p) in out.iter_mut().zip(part.as_ref()) {
+                    *o += p;
+                }
+            }
+        }
+        out.iter_mut()
+            .for_each(|o| *o = kernels::canon(self.mode(), *o));
+        Ok(())
+    }
 
     /// [`Backend::softmax`] on checked arguments.
     fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()>;
@@ -745,6 +788,41 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         spec.check(a.len(), b.len(), out.len())?;
         self.backend_impl()
             .matmul_impl(Checked::new(MatmulArgs { spec, a, b, out }))
+    }
+
+    /// Adds to `out` the products of [`MatmulSpec`] over consecutive segments of `seg`
+    /// steps of `k`: `out ← out + P₀ + P₁ + …` in segment order, each `Pₛ` the sum of
+    /// steps `s·seg .. (s+1)·seg` as [`Backend::matmul`] forms it (one accumulator from
+    /// +0, `k` increasing), then NaN canonicalised in exact mode. With the items of a
+    /// batch laid along `k`, this is the item-ordered sum of per-item products (a
+    /// convolution's weight gradient). `seg` must divide `k` and be positive.
+    fn matmul_acc(
+        &self,
+        spec: &MatmulSpec,
+        seg: usize,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        spec.check(a.len(), b.len(), out.len())?;
+        if seg == 0 || spec.k % seg != 0 {
+            return Err(Error::invalid(
+                "matmul_acc",
+                "seg",
+                alloc::format!(
+                    "the segment length {seg} must be positive and divide k = {}",
+                    spec.k
+                ),
+            ));
+        }
+        self.backend_impl()
+            .matmul_acc_impl(Checked::new(MatmulAccArgs {
+                spec,
+                seg,
+                a,
+                b,
+                out,
+            }))
     }
 
     /// Softmax (or log-softmax when `log`) of each row of a contiguous `rows × cols` `x`.

@@ -513,6 +513,26 @@ fn folded_items(g: &ConvGeom) -> usize {
         .max(1)
 }
 
+/// Output positions per item up to which the weight gradient sums a block of items in
+/// one segmented product (see [`segmented_items`]).
+const SEGMENT_MAX_P: usize = 64;
+
+/// Items whose weight-gradient contributions are formed by one segmented product
+/// ([`Backend::matmul_acc`] with the items along `k`, one segment of `OH·OW` steps per
+/// item), so that a convolution with few output positions per item does not write and
+/// re-read a `[O, C·KH·KW]` product per item. 1 when not (several groups, a single item,
+/// or more positions per item than [`SEGMENT_MAX_P`]). Each item's contribution is still
+/// its own canonical sum, added in item order, so the bits are those of the per-item
+/// products.
+fn segmented_items(g: &ConvGeom) -> usize {
+    let p = g.p();
+    if g.groups != 1 || p == 0 || p > SEGMENT_MAX_P || g.n < 2 || g.o == 0 || g.c == 0 {
+        return 1;
+    }
+    let per_item = (g.c * g.kh * g.kw * p).max(1);
+    (FOLD_BUDGET / per_item).min(g.n).max(1)
+}
+
 /// Copies the contiguous `[a, b, c]` block `src` into `out` as `[b, a, c]` (the backend's
 /// strided copy: the bits move unchanged).
 fn swap_outer<B: Backend>(
@@ -849,6 +869,47 @@ fn conv_grad_weight<B: Backend>(
     let mut gw = be.zeros(o * k)?;
     let src = ColSource::new(x, g)?;
     let (gd, sd) = (gy.read()?, src.tensor().read()?);
+    let segmented = segmented_items(g);
+    if segmented > 1 {
+        // The items' gradients `[O, items·P]` and columns `[C·KH·KW, items·P]` side by
+        // side, one product whose k runs over the items, summed per item (a segment of
+        // `P` steps from +0) and added into `gw` in item order: the same sums in the same
+        // order, without a per-item `[O, C·KH·KW]` product in memory.
+        let mut cols = be.uninit(segmented * ck * p)?;
+        let mut side = be.uninit(segmented * ck * p)?;
+        let mut g_side = be.uninit(segmented * o * p)?;
+        let mut n0 = 0;
+        while n0 < g.n {
+            let items = segmented.min(g.n - n0);
+            for i in 0..items {
+                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+                src.gather(be, sd.as_ref(), g, n0 + i, c)?;
+            }
+            swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
+            let g0 = gy.layout().offset + n0 * o * p;
+            let g_items = &gd.as_ref()[g0..g0 + items * o * p];
+            swap_outer(be, g_items, (items, o, p), g_side.as_mut())?;
+            let spec = MatmulSpec {
+                batch: 1,
+                m: o,
+                k: items * p,
+                n: ck,
+                a_offset: 0,
+                a_strides: [0, items * p, 1],
+                b_offset: 0,
+                b_strides: [0, 1, items * p],
+            };
+            be.matmul_acc(
+                &spec,
+                p,
+                &g_side.as_ref()[..items * o * p],
+                &side.as_ref()[..items * ck * p],
+                gw.as_mut(),
+            )?;
+            n0 += items;
+        }
+        return Tensor::from_storage(be, gw, [o, g.c / g.groups, g.kh, g.kw].into());
+    }
     let nb = items_per_block(g);
     let mut cols = be.uninit(nb * ck * p)?;
     let mut part = be.zeros(nb * o * k)?;

@@ -25,6 +25,8 @@ pub enum Kernel {
     Sum,
     /// [`Backend::matmul`](exactgrad_core::Backend::matmul).
     Matmul,
+    /// [`Backend::matmul_acc`](exactgrad_core::Backend::matmul_acc).
+    MatmulAcc,
     /// [`Backend::softmax`](exactgrad_core::Backend::softmax).
     Softmax,
     /// [`Backend::softmax_backward`](exactgrad_core::Backend::softmax_backward).
@@ -71,7 +73,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in the order of the trait.
-    pub const ALL: [Kernel; 28] = [
+    pub const ALL: [Kernel; 29] = [
         Kernel::CopyStrided,
         Kernel::Unary,
         Kernel::UnaryBackward,
@@ -79,6 +81,7 @@ impl Kernel {
         Kernel::Select,
         Kernel::Sum,
         Kernel::Matmul,
+        Kernel::MatmulAcc,
         Kernel::Softmax,
         Kernel::SoftmaxBackward,
         Kernel::LstmCell,
@@ -112,6 +115,7 @@ impl Kernel {
             Kernel::Select => "select",
             Kernel::Sum => "sum",
             Kernel::Matmul => "matmul",
+            Kernel::MatmulAcc => "matmul_acc",
             Kernel::Softmax => "softmax",
             Kernel::SoftmaxBackward => "softmax_backward",
             Kernel::LstmCell => "lstm_cell",
@@ -410,7 +414,8 @@ pub enum Call {
         /// Which dimensions are reduced.
         reduce: Vec<bool>,
     },
-    /// `matmul` of `batch` products `m×k · k×n`.
+    /// `matmul` of `batch` products `m×k · k×n`, or with `seg > 0` `matmul_acc` (segments
+    /// of `seg` steps added to an output of random values).
     Matmul {
         /// Number of products.
         batch: usize,
@@ -430,6 +435,9 @@ pub enum Call {
         b_bcast: bool,
         /// Storage offsets of `a` and `b`.
         offsets: (usize, usize),
+        /// Segment length of `matmul_acc` (a divisor of `k`, or 1 when `k` is 0); 0 for
+        /// `matmul`.
+        seg: usize,
     },
     /// `softmax` (or log-softmax) of `rows × cols`.
     Softmax {
@@ -480,7 +488,8 @@ impl Call {
             Call::Binary { .. } => Kernel::Binary,
             Call::Select { .. } => Kernel::Select,
             Call::Sum { .. } => Kernel::Sum,
-            Call::Matmul { .. } => Kernel::Matmul,
+            Call::Matmul { seg: 0, .. } => Kernel::Matmul,
+            Call::Matmul { .. } => Kernel::MatmulAcc,
             Call::Softmax { .. } => Kernel::Softmax,
             Call::SoftmaxBackward { .. } => Kernel::SoftmaxBackward,
             Call::RecurrentCell { kernel, .. } => *kernel,
@@ -549,6 +558,16 @@ impl Config {
 
 /// Lane widths (in f32) of common SIMD paths; random lengths cluster around them.
 pub const LANE_WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
+
+/// A random divisor of `k` (1, `k` or one between), or 1 when `k` is 0: the segment
+/// length of a `matmul_acc` case.
+pub fn random_divisor(rng: &mut Philox, k: usize) -> usize {
+    let divisors: Vec<usize> = (1..=k).filter(|d| k % d == 0).collect();
+    match divisors.len() {
+        0 => 1,
+        len => divisors[rng.below(len as u32) as usize],
+    }
+}
 
 /// A random dimension length: 0, 1, one off a lane width, or uniform in 1..=150.
 pub fn random_len(rng: &mut Philox) -> usize {
@@ -638,7 +657,7 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
                 x: View::random(&shape, rng),
             }
         }
-        Kernel::Matmul => {
+        Kernel::Matmul | Kernel::MatmulAcc => {
             let batch = 1 + rng.below(3) as usize;
             let mut dims = [random_len(rng), random_len(rng), random_len(rng)];
             // The reference is a plain triple loop: keep the product count moderate.
@@ -656,6 +675,11 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
                 a_bcast: rng.below(4) == 0,
                 b_bcast: rng.below(4) == 0,
                 offsets: (rng.below(4) as usize, rng.below(4) as usize),
+                seg: if kernel == Kernel::Matmul {
+                    0
+                } else {
+                    random_divisor(rng, dims[1])
+                },
             }
         }
         Kernel::Softmax | Kernel::SoftmaxBackward => {

@@ -144,6 +144,7 @@ impl Inputs {
                 a_bcast,
                 b_bcast,
                 offsets,
+                seg,
             } => {
                 let (batch, m, k, n) = (*batch, *m, *k, *n);
                 let a_mats = if *a_bcast { 1 } else { batch };
@@ -171,11 +172,18 @@ impl Inputs {
                 inp.shape = format!(
                     "batch {batch} [{m}×{k}]·[{k}×{n}] a strides {a_strides:?} b strides {b_strides:?}"
                 );
+                if *seg > 0 {
+                    inp.shape += &format!(" segments of {seg}");
+                }
                 inp.out_len = batch * m * n;
                 inp.bufs.extend([
                     vals(0, offsets.0 + a_mats * m * k),
                     vals(1, offsets.1 + b_mats * k * n),
                 ]);
+                if *seg > 0 {
+                    // The output's values before the segments are added.
+                    inp.bufs.push(vals(2, batch * m * n));
+                }
                 inp.spec = Some(spec);
             }
             Call::Softmax { rows, cols, .. } => {
@@ -255,7 +263,11 @@ impl Inputs {
                 backend.select(&bf[0], &l[0], &bf[1], &l[1], &bf[2], &l[2], &mut out)
             }
             Call::Sum { reduce, .. } => backend.sum(&bf[0], &l[0], reduce, &mut out),
-            Call::Matmul { .. } => match self.spec.as_ref() {
+            Call::Matmul { seg, .. } => match self.spec.as_ref() {
+                Some(spec) if *seg > 0 => {
+                    out.copy_from_slice(&bf[2]);
+                    backend.matmul_acc(spec, *seg, &bf[0], &bf[1], &mut out)
+                }
                 Some(spec) => backend.matmul(spec, &bf[0], &bf[1], &mut out),
                 None => Err(exactgrad_core::Error::invalid(
                     "matmul",

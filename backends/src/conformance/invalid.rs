@@ -208,6 +208,29 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
             b1.matmul(&spec, &d1, &d1, &mut out[..3])
         }),
     );
+    for (what, seg, k) in [
+        ("matmul_acc: segment length 0", 0, 4),
+        ("matmul_acc: segment length not dividing k", 3, 4),
+        ("matmul_acc: operand past its buffer", 2, 40),
+    ] {
+        let (b1, d1) = (b.clone(), data.clone());
+        add(
+            what,
+            Box::new(move |out| {
+                let spec = MatmulSpec {
+                    batch: 1,
+                    m: 2,
+                    k,
+                    n: 2,
+                    a_offset: 0,
+                    a_strides: [0, k, 1],
+                    b_offset: 0,
+                    b_strides: [0, 2, 1],
+                };
+                b1.matmul_acc(&spec, seg, &d1, &d1, &mut out[..4])
+            }),
+        );
+    }
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "softmax: rows × cols overflowing usize",

@@ -50,8 +50,9 @@ mod report;
 mod training;
 
 pub use cases::{
-    kernel_cases, random_case, random_len, random_shape, unary_ops, values, Call, Case, Config,
-    Kernel, Operand, Specials, TrainCall, View, BINARY_OPS, LANE_WIDTHS, SPECIAL_BITS,
+    kernel_cases, random_case, random_divisor, random_len, random_shape, unary_ops, values, Call,
+    Case, Config, Kernel, Operand, Specials, TrainCall, View, BINARY_OPS, LANE_WIDTHS,
+    SPECIAL_BITS,
 };
 pub use check::{
     assert_conforms, check_backend, check_backends, check_case, check_case_on, check_kernel,
@@ -124,6 +125,10 @@ macro_rules! conformance_tests {
             #[test]
             fn matmul() {
                 run(Kernel::Matmul)
+            }
+            #[test]
+            fn matmul_acc() {
+                run(Kernel::MatmulAcc)
             }
             #[test]
             fn softmax() {

@@ -48,9 +48,9 @@ use exactgrad_core::backend::{
     AdamStepArgs, AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AttentionScoresArgs,
     AvgPool2dArgs, AvgPool2dBackwardArgs, BinaryArgs, Checked, Col2imArgs, CopyStridedArgs,
     DropoutMaskArgs, GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MatmulArgs, MaxPool2dArgs, MaxPool2dBackwardArgs, NormBackwardArgs,
-    NormForwardArgs, NormStatsArgs, SelectArgs, SgdStepArgs, SoftmaxArgs, SoftmaxBackwardArgs,
-    SumArgs, UnaryArgs, UnaryBackwardArgs,
+    LstmCellBackwardArgs, MatmulAccArgs, MatmulArgs, MaxPool2dArgs, MaxPool2dBackwardArgs,
+    NormBackwardArgs, NormForwardArgs, NormStatsArgs, SelectArgs, SgdStepArgs, SoftmaxArgs,
+    SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
 use exactgrad_core::Result;
 use exactgrad_core::{BackendImpl, BinaryOp, ComputeMode, Layout, UnaryOp};
@@ -706,7 +706,20 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
         // `CpuBackend::isa`); the arguments are `Checked`: core's check keeps every operand inside
         // its buffer.
-        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, a, b, out) }
+        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, 0, a, b, out) }
+    }
+
+    fn matmul_acc_impl(&self, args: Checked<MatmulAccArgs<'_>>) -> Result<()> {
+        let MatmulAccArgs {
+            spec,
+            seg,
+            a,
+            b,
+            out,
+        } = args.into_inner();
+        // SAFETY: as for `matmul_impl`; core's check also keeps `seg` positive and a
+        // divisor of `k`.
+        unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, seg, a, b, out) }
     }
 
     fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {

@@ -143,6 +143,7 @@ pub(super) trait Kernel {
         al: APanel,
         b: *const f32,
         bstep: usize,
+        seg: usize,
         c: *mut f32,
         ldc: usize,
         load: bool,
@@ -165,6 +166,7 @@ pub(super) trait Kernel {
         al: APanel,
         b: *const f32,
         bstep: usize,
+        seg: usize,
         c: *mut f32,
         ldc: usize,
         rows: usize,
@@ -214,6 +216,7 @@ macro_rules! kernel {
                 al: APanel,
                 b: *const f32,
                 bstep: usize,
+        seg: usize,
                 c: *mut f32,
                 ldc: usize,
                 load: bool,
@@ -228,6 +231,7 @@ macro_rules! kernel {
                     al: APanel,
                     b: *const f32,
                     bstep: usize,
+        seg: usize,
                     c: *mut f32,
                     ldc: usize,
                     load: bool,
@@ -236,11 +240,11 @@ macro_rules! kernel {
                     // SAFETY: the caller of `full` guarantees `micro`'s contract for one
                     // MR × NR tile with this A layout and bstep (the `Kernel::full`
                     // contract); the target features are those `imp` is compiled with.
-                    unsafe { micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, c, ldc, load, last) }
+                    unsafe { micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last) }
                 }
                 // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
                 // contract, both guaranteed by the caller of `full`.
-                unsafe { imp(kc, a, al, b, bstep, c, ldc, load, last) }
+                unsafe { imp(kc, a, al, b, bstep, seg, c, ldc, load, last) }
             }
 
             #[inline(always)]
@@ -250,6 +254,7 @@ macro_rules! kernel {
                 al: APanel,
                 b: *const f32,
                 bstep: usize,
+        seg: usize,
                 c: *mut f32,
                 ldc: usize,
                 rows: usize,
@@ -266,6 +271,7 @@ macro_rules! kernel {
                     al: APanel,
                     b: *const f32,
                     bstep: usize,
+        seg: usize,
                     c: *mut f32,
                     ldc: usize,
                     short: bool,
@@ -279,19 +285,19 @@ macro_rules! kernel {
                     // with; `lanes` is 1, 2 (when 2 < NV) or NV (`edge_lanes`).
                     unsafe {
                         match (short, lanes) {
-                            (true, 1) => micro::<$lane, $mode, $step, $mh, 1>(kc, a, al, b, bstep, c, ldc, load, last),
-                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mh, 2>(kc, a, al, b, bstep, c, ldc, load, last),
-                            (true, _) => micro::<$lane, $mode, $step, $mh, $nv>(kc, a, al, b, bstep, c, ldc, load, last),
-                            (false, 1) => micro::<$lane, $mode, $step, $mr, 1>(kc, a, al, b, bstep, c, ldc, load, last),
-                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mr, 2>(kc, a, al, b, bstep, c, ldc, load, last),
-                            (false, _) => micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, c, ldc, load, last),
+                            (true, 1) => micro::<$lane, $mode, $step, $mh, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mh, 2>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (true, _) => micro::<$lane, $mode, $step, $mh, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (false, 1) => micro::<$lane, $mode, $step, $mr, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mr, 2>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (false, _) => micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),
                         }
                     }
                 }
                 // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
                 // contract for the tile at `c`, both guaranteed by the caller of `edge`.
                 unsafe {
-                    imp(kc, a, al, b, bstep, c, ldc, rows <= $mh, Self::edge_lanes(cols), load, last)
+                    imp(kc, a, al, b, bstep, seg, c, ldc, rows <= $mh, Self::edge_lanes(cols), load, last)
                 }
             }
         }
@@ -345,10 +351,15 @@ kernel!(ScalarFastFma, f32, Fast, Broadcast, 4, 2, 4, "fma");
 
 /// The register-tiled micro-kernel: `MR × NV` lanes of accumulators, `kc` steps.
 ///
-/// Starts from `+0.0` (or, when `load`, from the f32 values in `c`: the same sequence
-/// continued), adds `a[i,p] × b[p,j]` with the mode's multiply-add (formed as `S` does)
-/// for each step in increasing `p`, and stores to `c`, NaN-canonicalised in exact mode
-/// when `last`.
+/// With `seg == 0`: starts from `+0.0` (or, when `load`, from the f32 values in `c`: the
+/// same sequence continued), adds `a[i,p] × b[p,j]` with the mode's multiply-add (formed
+/// as `S` does) for each step in increasing `p`, and stores to `c`, NaN-canonicalised in
+/// exact mode when `last`.
+///
+/// With `seg > 0` (`kc` a multiple of `seg`; `load` is ignored): each segment of `seg`
+/// steps is summed from `+0.0` as above and then added to the value in `c` (the running
+/// sum of the segments, which `c` holds between segments), canonicalised after the last
+/// segment when `last`.
 ///
 /// # Safety
 /// `a` must be valid for reads of the elements `i · al.row + p · al.step` for `i < MR`,
@@ -370,12 +381,44 @@ unsafe fn micro<
     al: APanel,
     b: *const f32,
     bstep: usize,
+    seg: usize,
     c: *mut f32,
     ldc: usize,
     load: bool,
     last: bool,
 ) {
     let w = L::WIDTH;
+    // The rows of the A micro-panel; each advances by `al.step` per step. Pointers past
+    // the panel are formed with `wrapping_add` and only dereferenced inside it.
+    let mut ar: [*const f32; MR] = core::array::from_fn(|i| a.wrapping_add(i * al.row));
+    let mut b = b;
+    if seg > 0 {
+        let segments = kc / seg;
+        for s in 0..segments {
+            let mut acc = [[L::splat(0.0); NV]; MR];
+            // SAFETY: the segment's steps lie inside the kc steps of the caller's contract.
+            unsafe { steps::<L, M, S, MR, NV>(seg, &mut acc, &mut ar, al, &mut b, bstep) };
+            let end = last && s + 1 == segments;
+            for (i, row) in acc.iter().enumerate() {
+                for (v, &x) in row.iter().enumerate() {
+                    // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the
+                    // tile at `c` (the caller's contract); the lane's target features are
+                    // the caller's too.
+                    unsafe {
+                        let p = c.add(i * ldc + v * w);
+                        let sum = L::load(p).add(x);
+                        let sum = if end {
+                            crate::cpu::elementwise::finish::<L, M>(sum)
+                        } else {
+                            sum
+                        };
+                        sum.store(p);
+                    }
+                }
+            }
+        }
+        return;
+    }
     let mut acc = [[L::splat(0.0); NV]; MR];
     if load {
         for (i, row) in acc.iter_mut().enumerate() {
@@ -387,11 +430,38 @@ unsafe fn micro<
             }
         }
     }
-    // The rows of the A micro-panel; each advances by `al.step` per step. Pointers past
-    // the panel are formed with `wrapping_add` and only dereferenced inside it.
-    let mut ar: [*const f32; MR] = core::array::from_fn(|i| a.wrapping_add(i * al.row));
-    let mut b = b;
-    for _ in 0..kc {
+    // SAFETY: the kc steps of the caller's contract.
+    unsafe { steps::<L, M, S, MR, NV>(kc, &mut acc, &mut ar, al, &mut b, bstep) };
+    for (i, row) in acc.iter().enumerate() {
+        for (v, &x) in row.iter().enumerate() {
+            let x = if last {
+                crate::cpu::elementwise::finish::<L, M>(x)
+            } else {
+                x
+            };
+            // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the tile at
+            // `c` (the caller's contract); the lane's target features are the caller's too.
+            unsafe { x.store(c.add(i * ldc + v * w)) };
+        }
+    }
+}
+
+/// `n` steps of the micro-kernel into `acc`, advancing the row pointers `ar` and `b`.
+///
+/// # Safety
+/// The `n` steps read `ar[i][p · al.step]` and `b[p · bstep ..][.. NV × WIDTH]` for
+/// `p < n`, which must be readable; the CPU must have the target features of `L` and `S`.
+#[inline(always)]
+unsafe fn steps<L: SimdLane, M: Madd<L>, S: Step<L, M>, const MR: usize, const NV: usize>(
+    n: usize,
+    acc: &mut [[L; NV]; MR],
+    ar: &mut [*const f32; MR],
+    al: APanel,
+    b: &mut *const f32,
+    bstep: usize,
+) {
+    let w = L::WIDTH;
+    for _ in 0..n {
         // SAFETY: step p reads a[i·row + p·step] for i < MR and b[p·bstep ..][..NV·WIDTH],
         // inside the elements the caller guarantees; the pointers then advance by one
         // step with `wrapping_add` (they may end past the buffers and are dereferenced
@@ -409,18 +479,6 @@ unsafe fn micro<
         for p in ar.iter_mut() {
             *p = p.wrapping_add(al.step);
         }
-        b = b.wrapping_add(bstep);
-    }
-    for (i, row) in acc.iter().enumerate() {
-        for (v, &x) in row.iter().enumerate() {
-            let x = if last {
-                crate::cpu::elementwise::finish::<L, M>(x)
-            } else {
-                x
-            };
-            // SAFETY: row i < MR, lanes v·W..(v+1)·W with v < NV lie inside the tile at
-            // `c` (the caller's contract); the lane's target features are the caller's too.
-            unsafe { x.store(c.add(i * ldc + v * w)) };
-        }
+        *b = b.wrapping_add(bstep);
     }
 }

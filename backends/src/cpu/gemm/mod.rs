@@ -70,7 +70,9 @@ const LINE: usize = 16;
 /// Steps of `k` per block of the transposing packer of `B`.
 const TRANSPOSE_RUN: usize = 32;
 
-/// The batched product of [`MatmulSpec`] on `isa`, in the canonical order of `M`.
+/// The batched product of [`MatmulSpec`] on `isa`, in the canonical order of `M`; with
+/// `seg > 0` (dividing `k`) the segmented product added to `out` (`Backend::matmul_acc`:
+/// each segment of `seg` steps summed from +0, then added to the output in order).
 ///
 /// The mode's multiply-add is that of [`Exact`] or [`Fast`], chosen by `M::MODE`. Fails
 /// only when the packing buffers cannot be had (the pool's memory limit, or the
@@ -82,10 +84,17 @@ pub(crate) unsafe fn matmul<M: ModeSpec>(
     isa: Isa,
     ctx: &ComputeContext,
     spec: &MatmulSpec,
+    seg: usize,
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
 ) -> Result<()> {
+    if seg > 0 && spec.k == 0 {
+        // No segment to add: the output, canonicalised.
+        out.iter_mut()
+            .for_each(|o| *o = exactgrad_core::kernels::canon(M::MODE, *o));
+        return Ok(());
+    }
     let blk = blocking::for_machine(blocking::tile(isa, M::MODE));
     // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`; each arm runs the kernel
     // whose target features that implies (avx512f; avx2 + fma; sse2, part of every x86-64
@@ -96,29 +105,29 @@ pub(crate) unsafe fn matmul<M: ModeSpec>(
         match M::MODE {
             ComputeMode::Exact => match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => run::<Avx512Exact>(ctx, blk, spec, a, b, out),
+                Isa::Avx512 => run::<Avx512Exact>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => run::<Avx2Exact>(ctx, blk, spec, a, b, out),
+                Isa::Avx2 => run::<Avx2Exact>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "x86_64")]
-                Isa::V128 => run::<V128Exact>(ctx, blk, spec, a, b, out),
+                Isa::V128 => run::<V128Exact>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "aarch64")]
-                Isa::Neon => run::<NeonExact>(ctx, blk, spec, a, b, out),
-                _ => run::<ScalarExact>(ctx, blk, spec, a, b, out),
+                Isa::Neon => run::<NeonExact>(ctx, blk, spec, seg, a, b, out),
+                _ => run::<ScalarExact>(ctx, blk, spec, seg, a, b, out),
             },
             ComputeMode::Fast => match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => run::<Avx512Fast>(ctx, blk, spec, a, b, out),
+                Isa::Avx512 => run::<Avx512Fast>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => run::<Avx2Fast>(ctx, blk, spec, a, b, out),
+                Isa::Avx2 => run::<Avx2Fast>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "x86_64")]
-                Isa::V128 => run::<V128Fast>(ctx, blk, spec, a, b, out),
+                Isa::V128 => run::<V128Fast>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "aarch64")]
-                Isa::Neon => run::<NeonFast>(ctx, blk, spec, a, b, out),
+                Isa::Neon => run::<NeonFast>(ctx, blk, spec, seg, a, b, out),
                 #[cfg(target_arch = "x86_64")]
                 _ if std::is_x86_feature_detected!("fma") => {
-                    run::<ScalarFastFma>(ctx, blk, spec, a, b, out)
+                    run::<ScalarFastFma>(ctx, blk, spec, seg, a, b, out)
                 }
-                _ => run::<ScalarFast>(ctx, blk, spec, a, b, out),
+                _ => run::<ScalarFast>(ctx, blk, spec, seg, a, b, out),
             },
         }
     }
@@ -129,6 +138,8 @@ struct Job<'a> {
     m: usize,
     k: usize,
     n: usize,
+    /// Segment length of a segmented product (0 for a plain one).
+    seg: usize,
     blk: Blocking,
     a: &'a [f32],
     a_offset: usize,
@@ -158,6 +169,7 @@ unsafe fn run<K: Kernel>(
     ctx: &ComputeContext,
     blk: Blocking,
     spec: &MatmulSpec,
+    seg: usize,
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
@@ -168,8 +180,11 @@ unsafe fn run<K: Kernel>(
         return Ok(());
     }
     if k == 0 {
-        // An empty sum: every accumulator stays +0.
-        out.fill(0.0);
+        if seg == 0 {
+            // An empty sum: every accumulator stays +0.
+            out.fill(0.0);
+        }
+        // A segmented product without segments leaves the output to the caller.
         return Ok(());
     }
     let [sa0, sa1, sa2] = spec.a_strides;
@@ -205,7 +220,7 @@ unsafe fn run<K: Kernel>(
         // elements of `b` and `a` that `spec` does; `dst` maps row i and column j of
         // batch bi of Cᵀ to element bi·m·n + j·n + i of `out` (which holds batch·m·n
         // elements), a one-to-one map onto `out`.
-        return unsafe { drive::<K>(ctx, blk, &t, b, a, dst) };
+        return unsafe { drive::<K>(ctx, blk, &t, seg, b, a, dst) };
     }
     let dst = Out {
         ptr: SendPtr(out.as_mut_ptr()),
@@ -216,7 +231,7 @@ unsafe fn run<K: Kernel>(
     };
     // SAFETY: the caller guarantees `K`'s target features; `dst` maps row i and column j
     // of batch bi to element (bi·m + i)·n + j of `out`, one to one.
-    unsafe { drive::<K>(ctx, blk, spec, a, b, dst) }
+    unsafe { drive::<K>(ctx, blk, spec, seg, a, b, dst) }
 }
 
 /// Where the rows of the batch-folded output go: row `r` (batch `r / m`, row `r % m`),
@@ -255,6 +270,7 @@ unsafe fn drive<K: Kernel>(
     ctx: &ComputeContext,
     blk: Blocking,
     spec: &MatmulSpec,
+    seg: usize,
     a: &[f32],
     b: &[f32],
     dst: Out,
@@ -262,10 +278,17 @@ unsafe fn drive<K: Kernel>(
     let MatmulSpec { batch, m, k, n, .. } = *spec;
     let (mr, nr) = (K::MR, K::NR);
     // k is cut into blocks of equal length (at most KC), so that no short last block pays
-    // the tile's load and store for a few steps.
-    let kblocks = k.div_ceil(blk.kc.max(1));
+    // the tile's load and store for a few steps; a segmented product into blocks of whole
+    // segments (at least one, however long), so that a segment never spans two blocks.
+    let kc = if seg == 0 {
+        k.div_ceil(k.div_ceil(blk.kc.max(1)))
+    } else {
+        let segments = k / seg;
+        let per_block = (blk.kc / seg).max(1);
+        segments.div_ceil(segments.div_ceil(per_block)) * seg
+    };
     let blk = Blocking {
-        kc: k.div_ceil(kblocks),
+        kc,
         mc: blk.mc.max(1).div_ceil(mr) * mr,
         nc: blk.nc.max(1).div_ceil(nr) * nr,
     };
@@ -335,6 +358,7 @@ unsafe fn drive<K: Kernel>(
         m,
         k,
         n,
+        seg,
         blk,
         a,
         a_offset: spec.a_offset,
@@ -424,7 +448,8 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
                     Some(al) => al,
                     None => K::pack_a(job, r, block_rows, pc, kc, apack),
                 };
-                let (load, last) = (pc > 0, pc + kc == k);
+                // A segmented product keeps its running sum in the output throughout.
+                let (load, last) = (pc > 0 || job.seg > 0, pc + kc == k);
                 for jp in jb..jend {
                     let j0 = jp * nr;
                     let cols = nr.min(n - j0);
@@ -470,6 +495,7 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
                                 al,
                                 bpanel,
                                 bstep,
+                                job.seg,
                                 dst,
                                 r + i0,
                                 j0,
@@ -505,6 +531,7 @@ unsafe fn tile<K: Kernel>(
     al: APanel,
     bpanel: &[f32],
     bstep: usize,
+    seg: usize,
     dst: Out,
     r: usize,
     j0: usize,
@@ -540,7 +567,20 @@ unsafe fn tile<K: Kernel>(
         // columns are the elements c0 + i·rs + j of `dst` (uniform rows, unit column
         // stride), which the caller guarantees valid and this call's own; the caller of
         // `tile` guarantees the kernel's target features.
-        unsafe { K::full(kc, a, al, b, bstep, dst.ptr.0.add(c0), dst.rs, load, last) }
+        unsafe {
+            K::full(
+                kc,
+                a,
+                al,
+                b,
+                bstep,
+                seg,
+                dst.ptr.0.add(c0),
+                dst.rs,
+                load,
+                last,
+            )
+        }
         return;
     }
     if uniform && lanes * K::W == cols && (rows == mr || rows == K::MH) {
@@ -554,6 +594,7 @@ unsafe fn tile<K: Kernel>(
                 al,
                 b,
                 bstep,
+                seg,
                 dst.ptr.0.add(c0),
                 dst.rs,
                 rows,
@@ -588,6 +629,7 @@ unsafe fn tile<K: Kernel>(
             al,
             b,
             bstep,
+            seg,
             t.as_mut_ptr(),
             nr,
             rows,

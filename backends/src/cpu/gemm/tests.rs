@@ -134,7 +134,7 @@ fn check<K: Kernel, M: ModeSpec>(name: &str) {
                 for ctx in &contexts {
                     let mut out = vec![f32::NAN; batch * m * n];
                     // SAFETY: the caller of `check` runs only kernels this CPU has.
-                    unsafe { run::<K>(ctx, blk, &spec, &a, &b, &mut out) }.unwrap();
+                    unsafe { run::<K>(ctx, blk, &spec, 0, &a, &b, &mut out) }.unwrap();
                     for (i, (&x, &y)) in out.iter().zip(&want).enumerate() {
                         assert!(
                             same(x, y, M::MODE == ComputeMode::Exact),
@@ -145,6 +145,58 @@ fn check<K: Kernel, M: ModeSpec>(name: &str) {
                         );
                     }
                 }
+                check_segments::<K, M>(name, &contexts, blk, &spec, &a, &b, &mut r);
+            }
+        }
+    }
+}
+
+/// The segmented product of `spec` (`Backend::matmul_acc`) for segment lengths 1, `k`
+/// and the least other divisor of `k`, added to an output of random values: the
+/// definition is the output plus each segment's product in order, then canonicalised.
+fn check_segments<K: Kernel, M: ModeSpec>(
+    name: &str,
+    contexts: &[ComputeContext],
+    blk: Blocking,
+    spec: &MatmulSpec,
+    a: &[f32],
+    b: &[f32],
+    r: &mut Philox,
+) {
+    let k = spec.k;
+    let least = (2..k).find(|d| k % d == 0).unwrap_or(k);
+    for seg in [1, k, least] {
+        let (init, _) = operand(r, 1, spec.batch * spec.m, spec.n, false);
+        let init = &init[..spec.batch * spec.m * spec.n];
+        let mut want = init.to_vec();
+        for s in 0..k / seg {
+            let sub = MatmulSpec {
+                k: seg,
+                a_offset: spec.a_offset + s * seg * spec.a_strides[2],
+                b_offset: spec.b_offset + s * seg * spec.b_strides[1],
+                ..*spec
+            };
+            for (w, p) in want.iter_mut().zip(reference::<M>(&sub, a, b)) {
+                *w += p;
+            }
+        }
+        want.iter_mut()
+            .for_each(|w| *w = exactgrad_core::kernels::canon(M::MODE, *w));
+        for ctx in contexts {
+            let mut out = init.to_vec();
+            // SAFETY: the caller of `check` runs only kernels this CPU has.
+            unsafe { run::<K>(ctx, blk, spec, seg, a, b, &mut out) }.unwrap();
+            if k == 0 {
+                continue;
+            }
+            for (i, (&x, &y)) in out.iter().zip(&want).enumerate() {
+                assert!(
+                    same(x, y, M::MODE == ComputeMode::Exact),
+                    "{name} {blk:?} {spec:?} seg {seg} threads {}: element {i} is {x:e} ({:#x}), the definition gives {y:e} ({:#x})",
+                    ctx.threads(),
+                    x.to_bits(),
+                    y.to_bits()
+                );
             }
         }
     }
