@@ -2,7 +2,10 @@
 //! product with their columns side by side (`docs/conv.md` §1, "Items folded into one
 //! product"). The folding must change no bit: a batch gives, item for item, the bits of
 //! the same convolution run on each item alone (which is never folded), forward and
-//! input gradient, for `conv2d` and `conv_transpose2d`, on every backend.
+//! input gradient, for `conv2d` and `conv_transpose2d`, on every backend. Likewise the
+//! weight gradient, formed by one segmented product over a block of items
+//! (`Backend::matmul_acc`), must be the items' own weight gradients added in item order
+//! from `+0`.
 
 use exactgrad_autograd::{Conv2dOptions, ConvTranspose2dOptions, Tensor};
 use exactgrad_backends::{ExactBackend, FastBackend, ScalarRefBackend};
@@ -36,14 +39,18 @@ struct Case {
     pad: usize,
 }
 
-/// Output and input gradient of `f` on the whole batch and on each item alone.
-#[allow(clippy::type_complexity)]
+/// Output, input gradient and weight gradient of one run.
+type Run = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// [`Run`] of `f(x, w)` on the whole batch and on each item alone (`w` of shape
+/// `w_shape` holding `w`).
 fn batch_and_items<B: Backend>(
     be: &B,
     x_shape: [usize; 4],
     x: &[f32],
-    f: &dyn Fn(&Tensor<B>) -> Tensor<B>,
-) -> ((Vec<f32>, Vec<f32>), Vec<(Vec<f32>, Vec<f32>)>) {
+    (w_shape, w): ([usize; 4], &[f32]),
+    f: &dyn Fn(&Tensor<B>, &Tensor<B>) -> Tensor<B>,
+) -> (Run, Vec<Run>) {
     // The upstream gradient of the whole batch; item i gets its i-th part.
     let up_all = std::cell::RefCell::new(Vec::new());
     let run = |data: &[f32], n: usize, item: Option<usize>| {
@@ -51,7 +58,11 @@ fn batch_and_items<B: Backend>(
             .unwrap()
             .requires_grad()
             .unwrap();
-        let y = f(&t);
+        let wt = Tensor::from_slice(be, w, w_shape)
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let y = f(&t, &wt);
         if item.is_none() {
             *up_all.borrow_mut() = values(7, y.numel());
         }
@@ -59,7 +70,11 @@ fn batch_and_items<B: Backend>(
         let start = item.map_or(0, |i| i * len);
         let up = Tensor::from_slice(be, &up_all.borrow()[start..start + len], y.dims()).unwrap();
         y.mul(&up).unwrap().sum().unwrap().backward().unwrap();
-        (y.to_vec().unwrap(), t.grad().unwrap().to_vec().unwrap())
+        (
+            y.to_vec().unwrap(),
+            t.grad().unwrap().to_vec().unwrap(),
+            wt.grad().unwrap().to_vec().unwrap(),
+        )
     };
     let item = x.len() / x_shape[0];
     let whole = run(x, x_shape[0], None);
@@ -115,46 +130,57 @@ fn check<B: Backend>(be: &B, label: &str) {
         let x_shape = [cs.n, cs.c, cs.hw[0], cs.hw[1]];
         let x = values(ci as u64, x_shape.iter().product());
         let w_len = cs.o * cs.c * cs.k[0] * cs.k[1];
-        let w = Tensor::from_slice(
-            be,
-            &values(100 + ci as u64, w_len),
-            [cs.o, cs.c, cs.k[0], cs.k[1]],
-        )
-        .unwrap();
+        let w = values(100 + ci as u64, w_len);
         let bias = Tensor::from_slice(be, &values(200 + ci as u64, cs.o), [cs.o]).unwrap();
-        let conv = |t: &Tensor<B>| {
+        let conv = |t: &Tensor<B>, w: &Tensor<B>| {
             let opts = Conv2dOptions {
                 stride: [cs.stride; 2],
                 padding: [cs.pad; 2],
                 ..Conv2dOptions::default()
             };
-            t.conv2d(&w, Some(&bias), opts).unwrap()
+            t.conv2d(w, Some(&bias), opts).unwrap()
         };
         // conv_transpose2d takes `[C_in, C_out, KH, KW]`: the same weight read with the
         // roles of the channels swapped, on an input of `o` channels.
-        let wt = Tensor::from_slice(
-            be,
-            &values(300 + ci as u64, w_len),
-            [cs.c, cs.o, cs.k[0], cs.k[1]],
-        )
-        .unwrap();
-        let convt = |t: &Tensor<B>| {
+        let wt = values(300 + ci as u64, w_len);
+        let convt = |t: &Tensor<B>, w: &Tensor<B>| {
             let opts = ConvTranspose2dOptions {
                 stride: [cs.stride; 2],
                 padding: [cs.pad; 2],
                 ..ConvTranspose2dOptions::default()
             };
-            t.conv_transpose2d(&wt, None, opts).unwrap()
+            t.conv_transpose2d(w, None, opts).unwrap()
         };
         let xt_shape = [cs.n, cs.c, cs.hw[0], cs.hw[1]];
-        for (name, f, shape) in [
-            ("conv2d", &conv as &dyn Fn(&Tensor<B>) -> Tensor<B>, x_shape),
-            ("conv_transpose2d", &convt, xt_shape),
+        type Conv<'a, B> = &'a dyn Fn(&Tensor<B>, &Tensor<B>) -> Tensor<B>;
+        for (name, f, shape, weight) in [
+            (
+                "conv2d",
+                &conv as Conv<'_, B>,
+                x_shape,
+                ([cs.o, cs.c, cs.k[0], cs.k[1]], &w[..]),
+            ),
+            (
+                "conv_transpose2d",
+                &convt,
+                xt_shape,
+                ([cs.c, cs.o, cs.k[0], cs.k[1]], &wt[..]),
+            ),
         ] {
-            let (whole, items) = batch_and_items(be, shape, &x, f);
+            let (whole, items) = batch_and_items(be, shape, &x, weight, f);
             let (y_len, g_len) = (whole.0.len() / cs.n, whole.1.len() / cs.n);
-            for (i, (y, g)) in items.iter().enumerate() {
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            // The weight gradient: the items' own, added in item order from +0.
+            let mut gw = vec![0.0f32; whole.2.len()];
+            for (_, _, gwi) in &items {
+                gw.iter_mut().zip(gwi).for_each(|(a, &v)| *a += v);
+            }
+            assert_eq!(
+                bits(&whole.2),
+                bits(&gw),
+                "{label} {name} case {ci}: weight gradient"
+            );
+            for (i, (y, g, _)) in items.iter().enumerate() {
                 assert_eq!(
                     bits(&whole.0[i * y_len..(i + 1) * y_len]),
                     bits(y),
