@@ -805,7 +805,7 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         out: &mut [f32],
     ) -> Result<()> {
         spec.check(a.len(), b.len(), out.len())?;
-        if seg == 0 || spec.k % seg != 0 {
+        if seg == 0 || !spec.k.is_multiple_of(seg) {
             return Err(Error::invalid(
                 "matmul_acc",
                 "seg",

@@ -42,6 +42,9 @@ struct Case {
 /// Output, input gradient and weight gradient of one run.
 type Run = (Vec<f32>, Vec<f32>, Vec<f32>);
 
+/// A convolution of an input by a weight.
+type Conv<'a, B> = &'a dyn Fn(&Tensor<B>, &Tensor<B>) -> Tensor<B>;
+
 /// [`Run`] of `f(x, w)` on the whole batch and on each item alone (`w` of shape
 /// `w_shape` holding `w`).
 fn batch_and_items<B: Backend>(
@@ -49,7 +52,7 @@ fn batch_and_items<B: Backend>(
     x_shape: [usize; 4],
     x: &[f32],
     (w_shape, w): ([usize; 4], &[f32]),
-    f: &dyn Fn(&Tensor<B>, &Tensor<B>) -> Tensor<B>,
+    f: Conv<'_, B>,
 ) -> (Run, Vec<Run>) {
     // The upstream gradient of the whole batch; item i gets its i-th part.
     let up_all = std::cell::RefCell::new(Vec::new());
@@ -152,7 +155,6 @@ fn check<B: Backend>(be: &B, label: &str) {
             t.conv_transpose2d(w, None, opts).unwrap()
         };
         let xt_shape = [cs.n, cs.c, cs.hw[0], cs.hw[1]];
-        type Conv<'a, B> = &'a dyn Fn(&Tensor<B>, &Tensor<B>) -> Tensor<B>;
         for (name, f, shape, weight) in [
             (
                 "conv2d",

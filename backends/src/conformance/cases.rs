@@ -562,7 +562,7 @@ pub const LANE_WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
 /// A random divisor of `k` (1, `k` or one between), or 1 when `k` is 0: the segment
 /// length of a `matmul_acc` case.
 pub fn random_divisor(rng: &mut Philox, k: usize) -> usize {
-    let divisors: Vec<usize> = (1..=k).filter(|d| k % d == 0).collect();
+    let divisors: Vec<usize> = (1..=k).filter(|&d| k.is_multiple_of(d)).collect();
     match divisors.len() {
         0 => 1,
         len => divisors[rng.below(len as u32) as usize],

@@ -392,8 +392,7 @@ unsafe fn micro<
     // the panel are formed with `wrapping_add` and only dereferenced inside it.
     let mut ar: [*const f32; MR] = core::array::from_fn(|i| a.wrapping_add(i * al.row));
     let mut b = b;
-    if seg > 0 {
-        let segments = kc / seg;
+    if let Some(segments) = kc.checked_div(seg) {
         for s in 0..segments {
             let mut acc = [[L::splat(0.0); NV]; MR];
             // SAFETY: the segment's steps lie inside the kc steps of the caller's contract.

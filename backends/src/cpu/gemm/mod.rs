@@ -280,12 +280,12 @@ unsafe fn drive<K: Kernel>(
     // k is cut into blocks of equal length (at most KC), so that no short last block pays
     // the tile's load and store for a few steps; a segmented product into blocks of whole
     // segments (at least one, however long), so that a segment never spans two blocks.
-    let kc = if seg == 0 {
-        k.div_ceil(k.div_ceil(blk.kc.max(1)))
-    } else {
-        let segments = k / seg;
-        let per_block = (blk.kc / seg).max(1);
-        segments.div_ceil(segments.div_ceil(per_block)) * seg
+    let kc = match k.checked_div(seg) {
+        None => k.div_ceil(k.div_ceil(blk.kc.max(1))),
+        Some(segments) => {
+            let per_block = (blk.kc / seg).max(1);
+            segments.div_ceil(segments.div_ceil(per_block)) * seg
+        }
     };
     let blk = Blocking {
         kc,

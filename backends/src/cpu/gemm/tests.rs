@@ -164,7 +164,7 @@ fn check_segments<K: Kernel, M: ModeSpec>(
     r: &mut Philox,
 ) {
     let k = spec.k;
-    let least = (2..k).find(|d| k % d == 0).unwrap_or(k);
+    let least = (2..k).find(|&d| k.is_multiple_of(d)).unwrap_or(k);
     for seg in [1, k, least] {
         let (init, _) = operand(r, 1, spec.batch * spec.m, spec.n, false);
         let init = &init[..spec.batch * spec.m * spec.n];
