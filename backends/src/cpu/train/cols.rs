@@ -15,10 +15,14 @@ pub(crate) fn im2col(isa: Isa, ctx: &ComputeContext, s: &Col2imSpec, x: &[f32], 
         unsafe {
             on_isa!(isa, {
                 let out = part(pc, r0 * p, (r1 - r0) * p);
+                let mut padded = PaddedPlane::new(s);
                 for row in r0..r1 {
                     let (c, i, j) = (row / (s.kh * s.kw), (row / s.kw) % s.kh, row % s.kw);
                     let o = &mut out[(row - r0) * p..(row - r0 + 1) * p];
                     let plane = &x[c * s.h * s.w..(c + 1) * s.h * s.w];
+                    if padded.gather(s, c, plane, (i, j), o) {
+                        continue;
+                    }
                     for y in 0..s.oh {
                         let orow = &mut o[y * s.ow..(y + 1) * s.ow];
                         match Col2imSpec::source(
@@ -84,10 +88,13 @@ pub(crate) fn col2im(
         unsafe {
             on_isa!(isa, {
                 let img = part(pi, c0 * h * w, (c1 - c0) * h * w);
-                img.fill(0.0);
                 for c in c0..c1 {
                     let plane = &mut img[(c - c0) * h * w..(c - c0 + 1) * h * w];
                     let rows = &cols[c * kh * kw * p..(c + 1) * kh * kw * p];
+                    if col2im_padded(s, mode, rows, plane) {
+                        continue;
+                    }
+                    plane.fill(0.0);
                     // An element's contributions come from taps (i, j) at columns
                     // (y, x) with y decreasing in i and x decreasing in j, so visiting
                     // the taps from the last one adds them in increasing column order.
@@ -144,4 +151,115 @@ pub(crate) fn col2im(
             })
         }
     });
+}
+
+/// Most elements of a channel's plane, its rows widened by the column padding, that
+/// [`col2im_padded`] accumulates on the stack (16 KiB).
+const PADDED_PLANE: usize = 4096;
+
+/// col2im of one channel with unit column stride into a zeroed plane whose rows are
+/// widened by the column padding on both sides, so that every row of a tap adds all its
+/// `OW` columns with no bounds to compute (the additions that land in the padding are
+/// dropped when the plane is copied out). Each element receives the same additions in the
+/// same order as in `col2im`'s general loop, so the bits are the same. Returns `false`
+/// (and does nothing) when the stride is not 1, the plane is empty or the widened plane
+/// exceeds [`PADDED_PLANE`].
+#[inline(always)]
+fn col2im_padded(s: &Col2imSpec, mode: ComputeMode, rows: &[f32], plane: &mut [f32]) -> bool {
+    let (h, w, kh, kw, ow, pw) = (s.h, s.w, s.kh, s.kw, s.ow, s.padding[1]);
+    let wp = w + 2 * pw;
+    if s.stride[1] != 1 || h == 0 || w == 0 || h * wp > PADDED_PLANE {
+        return false;
+    }
+    let p = s.oh * ow;
+    let mut buf = [0.0f32; PADDED_PLANE];
+    let padded = &mut buf[..h * wp];
+    for i in (0..kh).rev() {
+        for j in (0..kw).rev() {
+            let src = &rows[(i * kw + j) * p..(i * kw + j + 1) * p];
+            // Output column x lands on widened column x + j·dw, which is below
+            // OW + (KW − 1)·dw = W + 2·pw.
+            let off = j * s.dilation[1];
+            for y in 0..s.oh {
+                let Some(r) = Col2imSpec::source(y, i, s.stride[0], s.dilation[0], s.padding[0], h)
+                else {
+                    continue;
+                };
+                let dst = &mut padded[r * wp + off..r * wp + off + ow];
+                for (d, &v) in dst.iter_mut().zip(&src[y * ow..(y + 1) * ow]) {
+                    *d += v;
+                }
+            }
+        }
+    }
+    for (row, prow) in plane.chunks_exact_mut(w).zip(padded.chunks_exact(wp)) {
+        for (v, &x) in row.iter_mut().zip(&prow[pw..pw + w]) {
+            *v = canon(mode, x);
+        }
+    }
+    true
+}
+
+/// One channel of the image with its padding written out as `+0` (on the stack, at most
+/// [`PADDED_PLANE`] elements), so that im2col reads every tap's rows without bounds.
+struct PaddedPlane {
+    buf: [f32; PADDED_PLANE],
+    /// The channel the buffer holds, if any.
+    channel: Option<usize>,
+    /// Whether the padded plane fits (else every row takes the general loop).
+    fits: bool,
+}
+
+impl PaddedPlane {
+    #[inline(always)]
+    fn new(s: &Col2imSpec) -> Self {
+        let (hp, wp) = (s.h + 2 * s.padding[0], s.w + 2 * s.padding[1]);
+        PaddedPlane {
+            buf: [0.0; PADDED_PLANE],
+            channel: None,
+            fits: s.h > 0 && s.w > 0 && hp.checked_mul(wp).is_some_and(|n| n <= PADDED_PLANE),
+        }
+    }
+
+    /// Writes row `(c, i, j)` of the column matrix into `o` (`OH·OW` elements) from the
+    /// padded copy of channel `c` (`plane`), copying it first if the buffer holds another
+    /// channel. The bits are those of the general loop (a copy, `+0` in the padding).
+    /// Returns `false` (and does nothing) when the padded plane does not fit.
+    #[inline(always)]
+    fn gather(
+        &mut self,
+        s: &Col2imSpec,
+        c: usize,
+        plane: &[f32],
+        (i, j): (usize, usize),
+        o: &mut [f32],
+    ) -> bool {
+        if !self.fits {
+            return false;
+        }
+        let (ph, pw) = (s.padding[0], s.padding[1]);
+        let wp = s.w + 2 * pw;
+        let padded = &mut self.buf[..(s.h + 2 * ph) * wp];
+        if self.channel != Some(c) {
+            padded.fill(0.0);
+            for (r, src) in plane.chunks_exact(s.w).enumerate() {
+                padded[(r + ph) * wp + pw..(r + ph) * wp + pw + s.w].copy_from_slice(src);
+            }
+            self.channel = Some(c);
+        }
+        // Output (y, x) reads padded row y·sh + i·dh, column x·sw + j·dw: inside the
+        // padded plane, as the output size makes the last tap end at its border.
+        let (sw, ow) = (s.stride[1], s.ow);
+        for (y, orow) in o.chunks_exact_mut(ow.max(1)).take(s.oh).enumerate() {
+            let base = (y * s.stride[0] + i * s.dilation[0]) * wp + j * s.dilation[1];
+            if sw == 1 {
+                orow.copy_from_slice(&padded[base..base + ow]);
+            } else {
+                for (x, v) in orow.iter_mut().enumerate() {
+                    *v = padded[base + x * sw];
+                }
+            }
+        }
+        true
+    }
 }
