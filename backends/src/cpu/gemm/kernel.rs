@@ -467,7 +467,12 @@ unsafe fn steps<L: SimdLane, M: Madd<L>, S: Step<L, M>, const MR: usize, const N
         // only at steps inside). The lane's and the step's target features are the
         // caller's guarantee too.
         unsafe {
-            let bv: [L; NV] = core::array::from_fn(|v| L::load(b.add(v * w)));
+            // A plain loop rather than `array::from_fn`, whose closure LLVM may leave out
+            // of line (without the path's target features) once the kernel grows.
+            let mut bv = [L::splat(0.0); NV];
+            for (v, x) in bv.iter_mut().enumerate() {
+                *x = L::load(b.add(v * w));
+            }
             for (row, &ai) in acc.iter_mut().zip(ar.iter()) {
                 let av = S::row(ai);
                 for (x, &bj) in row.iter_mut().zip(bv.iter()) {
