@@ -166,6 +166,9 @@ pub(crate) struct Gpu {
     /// kernel but the probe is compiled).
     pub(crate) fma_native: AtomicBool,
     pipelines: Mutex<HashMap<(Kernel, bool), Arc<wgpu::ComputePipeline>>>,
+    /// Held by one call from upload to read-back: the device has one queue, and a call's
+    /// error scopes and mapping callback must not be taken by another thread's poll.
+    calls: Mutex<()>,
 }
 
 impl fmt::Debug for Gpu {
@@ -244,6 +247,7 @@ impl Gpu {
             lost,
             fma_native: AtomicBool::new(false),
             pipelines: Mutex::new(HashMap::new()),
+            calls: Mutex::new(()),
         })
     }
 
@@ -342,6 +346,8 @@ impl Gpu {
             Ok(b)
         };
         let pipeline = self.pipeline(kernel, exact)?;
+        // A call that panicked (it cannot: no code here panics) leaves nothing to repair.
+        let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let storage = |len: usize, usage: wgpu::BufferUsages| -> Result<wgpu::Buffer> {
