@@ -173,12 +173,26 @@ pub(crate) struct Gpu {
 
 impl fmt::Debug for Gpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gpu").field("adapter", &self.summary).finish()
+        f.debug_struct("Gpu")
+            .field("adapter", &self.summary)
+            .finish()
     }
 }
 
 /// What a device call reads: a slice of 32-bit words.
 pub(crate) type Words<'a> = &'a [u32];
+
+/// One dispatch of a kernel: its parameter words (binding 0) and its invocations.
+pub(crate) struct Dispatch {
+    pub(crate) params: Vec<u32>,
+    pub(crate) threads: usize,
+}
+
+impl Dispatch {
+    pub(crate) fn new(params: Vec<u32>, threads: usize) -> Self {
+        Self { params, threads }
+    }
+}
 
 impl Gpu {
     /// Opens the adapter that `EXACTGRAD_WGPU_ADAPTER` names, or the first in the order
@@ -265,16 +279,21 @@ impl Gpu {
             "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\n"
         );
         if kernel == Kernel::Probe {
-            let (f64_probe, fma_probe) = if f64 {
-                ("f32(f64(x) + f64(y))", "fma_emulated(x, y, z)")
+            let (f64_probe, fma_probe, wide) = if f64 {
+                (
+                    "f32(f64(x) + f64(y))",
+                    "fma_emulated(x, y, z)",
+                    "f32(f64(x) * f64(y) + f64(z))",
+                )
             } else {
-                ("0.0", "0.0")
+                ("0.0", "0.0", "0.0")
             };
             src.push_str(
                 &Kernel::Probe
                     .source()
                     .replace("F64_PROBE", f64_probe)
-                    .replace("FMA_PROBE", fma_probe),
+                    .replace("FMA_PROBE", fma_probe)
+                    .replace("F64_WIDE_PROBE", wide),
             );
         } else {
             src.push_str(kernel.source());
@@ -308,26 +327,30 @@ impl Gpu {
                 cache: None,
             });
         if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(device_error(format!("compiling the {kernel:?} kernel: {e}")));
+            return Err(device_error(format!(
+                "compiling the {kernel:?} kernel: {e}"
+            )));
         }
         let p = Arc::new(pipeline);
         cache.insert((kernel, exact), Arc::clone(&p));
         Ok(p)
     }
 
-    /// Runs `kernel` over `threads` invocations: uploads `params` (binding 0) and
-    /// `inputs` (bindings 1…), dispatches, and reads the output binding (the last) back
-    /// into `out`, blocking until the device is done.
+    /// Runs `kernel` as the given dispatches, in order, on shared buffers: uploads
+    /// `inputs` (bindings 1…), allocates `scratch` words of device-only scratch (the next
+    /// binding, when not 0) and the output (the last binding), binds each dispatch's own
+    /// parameters at binding 0, and reads the output back into `out`, blocking until the
+    /// device is done.
     pub(crate) fn run(
         &self,
         kernel: Kernel,
         exact: bool,
-        params: &[u32],
+        dispatches: &[Dispatch],
         inputs: &[Words<'_>],
+        scratch: usize,
         out: &mut [u32],
-        threads: usize,
     ) -> Result<()> {
-        if out.is_empty() || threads == 0 {
+        if out.is_empty() || dispatches.iter().all(|d| d.threads == 0) {
             return Ok(());
         }
         if self.lost.load(Ordering::SeqCst) {
@@ -345,6 +368,20 @@ impl Gpu {
             }
             Ok(b)
         };
+        let mut groups = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            let g = d.threads.div_ceil(WG as usize);
+            let x = g.min(65_535);
+            let y = g.div_ceil(x.max(1));
+            if y > 65_535 {
+                return Err(Error::Alloc {
+                    op,
+                    bytes: d.threads.saturating_mul(4),
+                    reason: "more invocations than one dispatch can hold",
+                });
+            }
+            groups.push((x as u32, y as u32));
+        }
         let pipeline = self.pipeline(kernel, exact)?;
         // A call that panicked (it cannot: no code here panics) leaves nothing to repair.
         let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
@@ -358,8 +395,7 @@ impl Gpu {
                 mapped_at_creation: false,
             }))
         };
-        let mut buffers = Vec::with_capacity(inputs.len() + 2);
-        for data in std::iter::once(params).chain(inputs.iter().copied()) {
+        let upload = |data: &[u32]| -> Result<wgpu::Buffer> {
             let buf = storage(
                 data.len(),
                 wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
@@ -367,7 +403,14 @@ impl Gpu {
             if !data.is_empty() {
                 self.queue.write_buffer(&buf, 0, words_as_bytes(data));
             }
-            buffers.push(buf);
+            Ok(buf)
+        };
+        let mut buffers = Vec::with_capacity(inputs.len() + 2);
+        for data in inputs {
+            buffers.push(upload(data)?);
+        }
+        if scratch > 0 {
+            buffers.push(storage(scratch, wgpu::BufferUsages::STORAGE)?);
         }
         let out_bytes = (out.len() as u64) * 4;
         buffers.push(storage(
@@ -379,28 +422,27 @@ impl Gpu {
             wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         )?;
         let layout = pipeline.get_bind_group_layout(0);
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
-            })
-            .collect();
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &layout,
-            entries: &entries,
-        });
-        let groups = threads.div_ceil(WG as usize);
-        let x = groups.min(65_535);
-        let y = groups.div_ceil(x);
-        if y > 65_535 {
-            return Err(Error::Alloc {
-                op,
-                bytes: threads.saturating_mul(4),
-                reason: "more invocations than one dispatch can hold",
-            });
+        let mut binds = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            let params = upload(&d.params)?;
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: params.as_entire_binding(),
+            }];
+            entries.extend(
+                buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| wgpu::BindGroupEntry {
+                        binding: i as u32 + 1,
+                        resource: b.as_entire_binding(),
+                    }),
+            );
+            binds.push(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &layout,
+                entries: &entries,
+            }));
         }
         let mut encoder = self
             .device
@@ -408,8 +450,12 @@ impl Gpu {
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(x as u32, y as u32, 1);
+            for ((bind, &(x, y)), d) in binds.iter().zip(&groups).zip(dispatches) {
+                if d.threads > 0 {
+                    pass.set_bind_group(0, bind, &[]);
+                    pass.dispatch_workgroups(x, y, 1);
+                }
+            }
         }
         let result = buffers.last().expect("the output buffer was pushed");
         encoder.copy_buffer_to_buffer(result, 0, &staging, 0, out_bytes);

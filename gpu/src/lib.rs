@@ -18,9 +18,9 @@ mod device;
 mod probe;
 
 pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV};
-pub use probe::Findings;
+pub use probe::{double_rounding_cases, Findings};
 
-use device::{Gpu, Kernel};
+use device::{Dispatch, Gpu, Kernel};
 use exactgrad_backends::scalar_ref::split_reduce;
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::{
@@ -137,22 +137,57 @@ impl WgpuBackend {
         self.mode == ComputeMode::Exact
     }
 
+    /// One dispatch of `kernel` over `threads` invocations.
     fn run(
         &self,
         kernel: Kernel,
-        params: &[u32],
+        params: Vec<u32>,
         inputs: &[&[u32]],
         out: &mut [f32],
         threads: usize,
     ) -> Result<()> {
+        self.run_all(kernel, &[Dispatch::new(params, threads)], inputs, 0, out)
+    }
+
+    /// Several dispatches of `kernel` on shared buffers (`scratch` words of scratch).
+    fn run_all(
+        &self,
+        kernel: Kernel,
+        dispatches: &[Dispatch],
+        inputs: &[&[u32]],
+        scratch: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
         self.shared.gpu.run(
             kernel,
             self.is_exact(),
-            params,
+            dispatches,
             inputs,
+            scratch,
             bytemuck::cast_slice_mut(out),
-            threads,
         )
+    }
+}
+
+/// Loop iterations one invocation runs in one dispatch, at most. Mesa's llvmpipe (and so
+/// lavapipe) ends any shader loop after 65,535 iterations (counting those of the loops
+/// inside it) without an error, which would silently cut a long reduction short; a longer
+/// reduction is split into dispatches that carry its accumulator (`docs/gpu.md`).
+const LOOP_BUDGET: usize = 16_384;
+
+/// The ranges `[start, start + len)` that cut `0..count` into pieces of at most `chunk`
+/// (one empty range when `count` is 0).
+fn chunks(count: usize, chunk: usize) -> Result<Vec<[u32; 2]>> {
+    let chunk = chunk.max(1);
+    let mut v = Vec::new();
+    let mut start = 0;
+    loop {
+        let len = chunk.min(count - start);
+        v.push([word(start)?, word(len)?]);
+        start += len;
+        if start >= count {
+            return Ok(v);
+        }
     }
 }
 
@@ -250,8 +285,7 @@ fn unary_backward_code(op: UnaryOp) -> Option<[u32; 7]> {
             [10, f(e), 0, path, n, neg, 0]
         }
         UnaryOp::Clamp(lo, hi) => {
-            let flags =
-                u32::from(lo == f32::NEG_INFINITY) | (u32::from(hi == f32::INFINITY) << 1);
+            let flags = u32::from(lo == f32::NEG_INFINITY) | (u32::from(hi == f32::INFINITY) << 1);
             [11, f(lo), f(hi), 0, 0, 0, flags]
         }
         UnaryOp::AddScalar(_) => [12, 0, 0, 0, 0, 0, 0],
@@ -294,7 +328,7 @@ impl BackendImpl for WgpuBackend {
         let n = out.len();
         let mut p = vec![0, word(n)?];
         push_layout(&mut p, layout)?;
-        self.run(Kernel::Copy, &p, &[bits(src)], out, n)
+        self.run(Kernel::Copy, p, &[bits(src)], out, n)
     }
 
     fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
@@ -305,7 +339,7 @@ impl BackendImpl for WgpuBackend {
         let n = out.len();
         let mut p = vec![0, word(n)?];
         p.extend_from_slice(&code);
-        self.run(Kernel::Unary, &p, &[bits(x)], out, n)
+        self.run(Kernel::Unary, p, &[bits(x)], out, n)
     }
 
     fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
@@ -318,7 +352,7 @@ impl BackendImpl for WgpuBackend {
         p.extend_from_slice(&code);
         self.run(
             Kernel::UnaryBackward,
-            &p,
+            p,
             &[bits(x), bits(y), bits(g)],
             out,
             n,
@@ -344,7 +378,7 @@ impl BackendImpl for WgpuBackend {
         let mut p = vec![0, word(n)?, code];
         push_layout(&mut p, la)?;
         push_layout(&mut p, lb)?;
-        self.run(Kernel::Binary, &p, &[bits(a), bits(b)], out, n)
+        self.run(Kernel::Binary, p, &[bits(a), bits(b)], out, n)
     }
 
     fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
@@ -362,13 +396,7 @@ impl BackendImpl for WgpuBackend {
         push_layout(&mut p, lc)?;
         push_layout(&mut p, la)?;
         push_layout(&mut p, lb)?;
-        self.run(
-            Kernel::Select,
-            &p,
-            &[bits(cond), bits(a), bits(b)],
-            out,
-            n,
-        )
+        self.run(Kernel::Select, p, &[bits(cond), bits(a), bits(b)], out, n)
     }
 
     fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
@@ -386,8 +414,18 @@ impl BackendImpl for WgpuBackend {
         let mut p = vec![0, word(n)?];
         push_layout(&mut p, &kept)?;
         push_layout(&mut p, &red)?;
-        p.push(word(red.shape.numel())?);
-        self.run(Kernel::Sum, &p, &[bits(x)], out, n)
+        let count = red.shape.numel();
+        p.push(word(count)?);
+        let per = LOOP_BUDGET / (red.rank() + 2);
+        let dispatches: Vec<Dispatch> = chunks(count, per)?
+            .into_iter()
+            .map(|range| {
+                let mut q = p.clone();
+                q.extend_from_slice(&range);
+                Dispatch::new(q, n)
+            })
+            .collect();
+        self.run_all(Kernel::Sum, &dispatches, &[bits(x)], 2 * n, out)
     }
 
     fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
@@ -404,7 +442,7 @@ impl BackendImpl for WgpuBackend {
         }
         // A stride along a dimension of size 1 is never used.
         let st = |size: usize, stride: usize| if size <= 1 { 0 } else { stride };
-        let p = [
+        let p = vec![
             0,
             word(s.batch)?,
             word(s.m)?,
@@ -421,7 +459,15 @@ impl BackendImpl for WgpuBackend {
         ];
         let n = out.len();
         word(n)?;
-        self.run(Kernel::Matmul, &p, &[bits(a), bits(b)], out, n)
+        let dispatches: Vec<Dispatch> = chunks(s.k, LOOP_BUDGET)?
+            .into_iter()
+            .map(|range| {
+                let mut q = p.clone();
+                q.extend_from_slice(&range);
+                Dispatch::new(q, n)
+            })
+            .collect();
+        self.run_all(Kernel::Matmul, &dispatches, &[bits(a), bits(b)], 0, out)
     }
 
     fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
@@ -444,14 +490,20 @@ impl BackendImpl for WgpuBackend {
         if rows == 0 || cols == 0 {
             return Ok(());
         }
-        word(out.len())?;
-        let p = [0, word(rows)?, word(cols)?];
-        self.run(
+        let n = out.len();
+        word(n)?;
+        let (r, c) = (word(rows)?, word(cols)?);
+        let mut dispatches: Vec<Dispatch> = chunks(cols, LOOP_BUDGET)?
+            .into_iter()
+            .map(|[start, len]| Dispatch::new(vec![0, r, c, 0, start, len], rows))
+            .collect();
+        dispatches.push(Dispatch::new(vec![0, r, c, 1, 0, 0], n));
+        self.run_all(
             Kernel::SoftmaxBackward,
-            &p,
+            &dispatches,
             &[bits(y), bits(g)],
+            2 * rows,
             out,
-            rows,
         )
     }
 }

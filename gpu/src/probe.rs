@@ -4,7 +4,7 @@
 //! random and edge inputs (subnormals included), and whether f64 additions and the
 //! rounding of f64 to f32 do.
 
-use crate::device::{Gpu, Kernel};
+use crate::device::{Dispatch, Gpu, Kernel};
 use exactgrad_core::{ComputeMode, Result};
 use std::fmt;
 
@@ -44,6 +44,13 @@ pub struct Findings {
     pub add_mismatches: usize,
     /// Subnormal inputs or results that the device flushed to zero (over all probes).
     pub subnormals_flushed: usize,
+    /// With f64 in shaders: inputs on which `f32(f64(a) · f64(b) + f64(c))` (products
+    /// exact, values beyond the f32 range included) differed from the host's; `None`
+    /// without f64.
+    pub f64_wide_mismatches: Option<usize>,
+    /// Iterations that a shader loop written for 100,000 iterations ran (llvmpipe ends
+    /// every loop after 65,535).
+    pub loop_of_100000_ran: u32,
     /// Up to four differing inputs of each probe: probe, operands and both results, as bits.
     pub examples: Vec<String>,
     /// With f64 in shaders: inputs on which `f32(f64(a) + f64(b))` differed from the
@@ -76,7 +83,10 @@ impl Findings {
                 m.push(format!("{what} ({n} of {} inputs differ)", self.samples));
             }
         };
-        check(self.barrier_mismatches, "separately rounded multiply and add");
+        check(
+            self.barrier_mismatches,
+            "separately rounded multiply and add",
+        );
         check(self.div_mismatches, "correctly rounded division");
         check(self.sqrt_mismatches, "correctly rounded square root");
         check(self.mul_mismatches, "IEEE multiplication");
@@ -92,7 +102,7 @@ impl Findings {
 
     /// Whether the f64 kernels (sum, softmax backward) can run on the device.
     pub fn f64_exact(&self) -> bool {
-        self.f64_mismatches == Some(0)
+        self.f64_mismatches == Some(0) && self.f64_wide_mismatches == Some(0)
     }
 }
 
@@ -131,8 +141,17 @@ impl fmt::Display for Findings {
             self.mul_mismatches, self.add_mismatches
         )?;
         writeln!(f, "  subnormals flushed: {}", self.subnormals_flushed)?;
+        writeln!(
+            f,
+            "  a loop of 100000 iterations ran {} (the kernels split longer loops)",
+            self.loop_of_100000_ran
+        )?;
         match self.f64_mismatches {
-            Some(n) => writeln!(f, "  f64 add and rounding to f32: {n} mismatches")?,
+            Some(n) => writeln!(
+                f,
+                "  f64 add and rounding to f32: {n} mismatches; with exact products and out-of-range values: {} mismatches",
+                self.f64_wide_mismatches.unwrap_or(0)
+            )?,
             None => writeln!(f, "  f64: not offered by the device")?,
         }
         for e in &self.examples {
@@ -178,22 +197,30 @@ const EDGES: [u32; 16] = [
 /// less than half an f64 unit, so that rounding first to f64 and then to f32 gives the
 /// wrong neighbour: below and above the midpoint, at 1, at the overflow threshold, in the
 /// subnormal range, each with both signs.
-pub(crate) fn double_rounding_cases() -> Vec<[f32; 3]> {
+pub fn double_rounding_cases() -> Vec<[f32; 3]> {
     let p2 = |e: i32| 2f32.powi(e);
     let mut v = vec![
         // 2^-24 (1 - 2^-30) + (1 + 2^-23): just below 1 + 2^-23 + 2^-24.
         [p2(-24) * (1.0 + p2(-15)), 1.0 - p2(-15), 1.0 + p2(-23)],
         // 2^-24 (1 + 2^-36) + (1 + 2^-22): just above 1 + 2^-22 + 2^-24.
-        [p2(-24) * (1.0 + p2(-12)), 1.0 - p2(-12) + p2(-24), 1.0 + p2(-22)],
-        // Just below the midpoint between the largest f32 and 2^128.
         [
-            p2(103) * (1.0 + p2(-15)),
-            1.0 - p2(-15),
-            f32::MAX,
+            p2(-24) * (1.0 + p2(-12)),
+            1.0 - p2(-12) + p2(-24),
+            1.0 + p2(-22),
         ],
+        // Just below the midpoint between the largest f32 and 2^128.
+        [p2(103) * (1.0 + p2(-15)), 1.0 - p2(-15), f32::MAX],
         // Subnormal results: 2^-149 (1 ± tiny) + 2^-149 · 3 / 2 …
-        [p2(-126) * (1.0 + p2(-15)), p2(-24) * (1.0 - p2(-15)), p2(-148)],
-        [p2(-126) * (1.0 + p2(-12)), p2(-24) * (1.0 - p2(-12) + p2(-24)), p2(-147)],
+        [
+            p2(-126) * (1.0 + p2(-15)),
+            p2(-24) * (1.0 - p2(-15)),
+            p2(-148),
+        ],
+        [
+            p2(-126) * (1.0 + p2(-12)),
+            p2(-24) * (1.0 - p2(-12) + p2(-24)),
+            p2(-147),
+        ],
     ];
     let negated: Vec<[f32; 3]> = v.iter().map(|&[a, b, c]| [-a, b, -c]).collect();
     v.extend(negated);
@@ -261,10 +288,10 @@ pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
         gpu.run(
             Kernel::Probe,
             false,
-            &[0, a.len() as u32, what],
+            &[Dispatch::new(vec![0, a.len() as u32, what], a.len())],
             &[a, b, c],
+            0,
             &mut out,
-            a.len(),
         )?;
         let mut bad = 0;
         for i in 0..a.len() {
@@ -296,12 +323,21 @@ pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
     gpu.run(
         Kernel::Probe,
         false,
-        &[0, 1, 0],
+        &[Dispatch::new(vec![0, 1, 0], 1)],
         &[&one, &one, &minus],
+        0,
         &mut out,
-        1,
     )?;
     let contracts_mul_add = out[0] != 0;
+    let mut ran = [0u32];
+    gpu.run(
+        Kernel::Probe,
+        false,
+        &[Dispatch::new(vec![0, 1, 10], 1)],
+        &[&[100_000], &[0], &[0]],
+        0,
+        &mut ran,
+    )?;
     let mul_add_mismatches = probe(0, &a, &b, &c, &|x, y, z| x * y + z)?;
     let barrier_mismatches = probe(7, &a, &b, &c, &|x, y, z| x * y + z)?;
     let fma_mismatches = probe(3, &a, &b, &c, &|x, y, z| x.mul_add(y, z))?;
@@ -318,6 +354,13 @@ pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
             .collect();
         Some(probe(6, &a, &small, &c, &|x, y, _| {
             (f64::from(x) + f64::from(y)) as f32
+        })?)
+    } else {
+        None
+    };
+    let f64_wide_mismatches = if gpu.summary.shader_f64 {
+        Some(probe(9, &a, &b, &c, &|x, y, z| {
+            (f64::from(x) * f64::from(y) + f64::from(z)) as f32
         })?)
     } else {
         None
@@ -342,8 +385,10 @@ pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
         mul_mismatches,
         add_mismatches,
         subnormals_flushed: flushed,
+        loop_of_100000_ran: ran[0],
         examples,
         f64_mismatches,
+        f64_wide_mismatches,
     })
 }
 

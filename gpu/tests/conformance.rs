@@ -22,12 +22,11 @@ fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
     }
 }
 
-/// More cases than `Config::quick`, inputs up to 2^14 elements.
+/// The default number of cases (128 per kernel), inputs up to 2^15 elements.
 fn config() -> Config {
     Config {
-        cases: 24,
-        max_elems: 1 << 14,
-        ..Config::quick()
+        max_elems: 1 << 15,
+        ..Config::default()
     }
 }
 
