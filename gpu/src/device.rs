@@ -127,6 +127,7 @@ pub(crate) enum Kernel {
     UnaryBackward,
     Matmul,
     Sum,
+    Softmax,
     SoftmaxBackward,
     Probe,
 }
@@ -141,6 +142,7 @@ impl Kernel {
             Kernel::UnaryBackward => include_str!("shaders/unary_backward.wgsl"),
             Kernel::Matmul => include_str!("shaders/matmul.wgsl"),
             Kernel::Sum => include_str!("shaders/sum.wgsl"),
+            Kernel::Softmax => include_str!("shaders/softmax.wgsl"),
             Kernel::SoftmaxBackward => include_str!("shaders/softmax_backward.wgsl"),
             Kernel::Probe => include_str!("shaders/probe.wgsl"),
         }
@@ -150,8 +152,15 @@ impl Kernel {
         matches!(self, Kernel::Unary | Kernel::UnaryBackward)
     }
 
+    fn needs_transcendentals(self) -> bool {
+        matches!(
+            self,
+            Kernel::Unary | Kernel::UnaryBackward | Kernel::Softmax | Kernel::SoftmaxBackward
+        )
+    }
+
     fn needs_fma(self) -> bool {
-        matches!(self, Kernel::Matmul | Kernel::Probe)
+        self == Kernel::Matmul || self == Kernel::Probe || self.needs_transcendentals()
     }
 }
 
@@ -301,6 +310,9 @@ impl Gpu {
         src.push_str(include_str!("shaders/common.wgsl"));
         if kernel.needs_pow() {
             src.push_str(include_str!("shaders/pow.wgsl"));
+        }
+        if kernel.needs_transcendentals() {
+            src.push_str(include_str!("shaders/transcendental.wgsl"));
         }
         if kernel.needs_fma() {
             if f64 {

@@ -7,9 +7,10 @@
 //! `ScalarRefBackend` (NaN equal to any NaN in fast mode). Before a backend is built its
 //! device's arithmetic is probed ([`Findings`]); a device that cannot give the bits of
 //! the mode asked for is refused with a [`WgpuError`] naming what is missing. The kernels
-//! listed in [`DEVICE_KERNELS`] run on the device (some operators of `unary` and
-//! `unary_backward`, the transcendentals among them, on the host); every other kernel runs
-//! the reference definition on the host, so the backend is complete.
+//! listed in [`DEVICE_KERNELS`] run on the device (GELU's operators of `unary` and
+//! `unary_backward` on the host); every other kernel (the recurrent cells and the training
+//! kernels: their reference definitions, which call the element-wise kernels above) runs
+//! on the host, so the backend is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -31,10 +32,9 @@ use exactgrad_core::{BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp};
 use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
-/// `unary` and `unary_backward` run on the device for every operator except those that
-/// need a transcendental polynomial (sigmoid, tanh, exp, log, GELU forward; GELU
-/// backward; pow with an exponent other than 0, 1, ±0.5 or an integer up to 64), `sum` and
-/// `softmax_backward` (softmax, not log-softmax) when the device has f64.
+/// `unary` and `unary_backward` run on the device for every operator except GELU (both
+/// forms, forward and backward), whose polynomials are not ported yet; `sum`, `softmax`
+/// and `softmax_backward` need f64 on the device (without it they run on the host).
 pub const DEVICE_KERNELS: &[&str] = &[
     "matmul",
     "binary",
@@ -43,6 +43,7 @@ pub const DEVICE_KERNELS: &[&str] = &[
     "copy_strided",
     "select",
     "sum",
+    "softmax",
     "softmax_backward",
 ];
 
@@ -127,7 +128,7 @@ impl WgpuBackend {
         &self.shared.findings
     }
 
-    /// Whether `sum` and `softmax_backward` run on the device (it has f64 and its f64
+    /// Whether `sum`, `softmax` and `softmax_backward` run on the device (it has f64 and its f64
     /// additions and rounding to f32 gave the host's bits).
     pub fn f64_on_device(&self) -> bool {
         self.shared.findings.f64_exact()
@@ -222,20 +223,23 @@ fn bits(x: &[f32]) -> &[u32] {
     bytemuck::cast_slice(x)
 }
 
-/// The shader's path for `x^e` without polynomials: (path, n, negative).
-fn pow_path(e: f32) -> Option<[u32; 3]> {
+/// The shader's path for `x^e` (`pow_path` in `shaders/pow.wgsl`): (path, n, negative),
+/// chosen in the order of the reference's `pow`.
+fn pow_path(e: f32) -> [u32; 3] {
     if e == 0.0 {
-        Some([0, 0, 0])
+        [0, 0, 0]
     } else if e == 1.0 {
-        Some([1, 0, 0])
+        [1, 0, 0]
     } else if e == 0.5 {
-        Some([2, 0, 0])
+        [2, 0, 0]
     } else if e == -0.5 {
-        Some([3, 0, 0])
+        [3, 0, 0]
     } else if e == (e as i32) as f32 && e.abs() <= 64.0 {
-        Some([4, (e as i32).unsigned_abs(), u32::from(e < 0.0)])
+        [4, (e as i32).unsigned_abs(), u32::from(e < 0.0)]
+    } else if e.is_nan() {
+        [6, 0, 0]
     } else {
-        None
+        [5, 0, 0]
     }
 }
 
@@ -250,18 +254,17 @@ fn unary_code(op: UnaryOp) -> Option<[u32; 6]> {
         UnaryOp::LeakyRelu(s) => [3, f(s), 0, 0, 0, 0],
         UnaryOp::Sqrt => [4, 0, 0, 0, 0, 0],
         UnaryOp::Pow(e) => {
-            let [path, n, neg] = pow_path(e)?;
-            [5, 0, 0, path, n, neg]
+            let [path, n, neg] = pow_path(e);
+            [5, f(e), 0, path, n, neg]
         }
         UnaryOp::Clamp(lo, hi) => [6, f(lo), f(hi), 0, 0, 0],
         UnaryOp::AddScalar(c) => [7, f(c), 0, 0, 0, 0],
         UnaryOp::MulScalar(c) => [8, f(c), 0, 0, 0, 0],
-        UnaryOp::Sigmoid
-        | UnaryOp::Tanh
-        | UnaryOp::Exp
-        | UnaryOp::Log
-        | UnaryOp::GeluErf
-        | UnaryOp::GeluTanh => return None,
+        UnaryOp::Sigmoid => [9, 0, 0, 0, 0, 0],
+        UnaryOp::Tanh => [10, 0, 0, 0, 0, 0],
+        UnaryOp::Exp => [11, 0, 0, 0, 0, 0],
+        UnaryOp::Log => [12, 0, 0, 0, 0, 0],
+        UnaryOp::GeluErf | UnaryOp::GeluTanh => return None,
     })
 }
 
@@ -281,8 +284,8 @@ fn unary_backward_code(op: UnaryOp) -> Option<[u32; 7]> {
         UnaryOp::Sqrt => [8, 0, 0, 0, 0, 0, 0],
         UnaryOp::Pow(e) if e == 0.0 => [9, 0, 0, 0, 0, 0, 0],
         UnaryOp::Pow(e) => {
-            let [path, n, neg] = pow_path(e - 1.0)?;
-            [10, f(e), 0, path, n, neg, 0]
+            let [path, n, neg] = pow_path(e - 1.0);
+            [10, f(e), f(e - 1.0), path, n, neg, 0]
         }
         UnaryOp::Clamp(lo, hi) => {
             let flags = u32::from(lo == f32::NEG_INFINITY) | (u32::from(hi == f32::INFINITY) << 1);
@@ -471,12 +474,35 @@ impl BackendImpl for WgpuBackend {
     }
 
     fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
-        // exp's polynomial is not on the device yet.
-        on_host!(self, softmax_impl, args)
+        if !self.f64_on_device() {
+            return on_host!(self, softmax_impl, args);
+        }
+        let SoftmaxArgs {
+            x,
+            rows,
+            cols,
+            log,
+            out,
+        } = args.into_inner();
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let n = out.len();
+        word(n)?;
+        let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
+        let ranges = chunks(cols, LOOP_BUDGET)?;
+        let mut dispatches = Vec::with_capacity(2 * ranges.len() + 1);
+        for phase in [0, 1] {
+            for &[start, len] in &ranges {
+                dispatches.push(Dispatch::new(vec![0, r, c, phase, start, len, l], rows));
+            }
+        }
+        dispatches.push(Dispatch::new(vec![0, r, c, 2, 0, 0, l], n));
+        self.run_all(Kernel::Softmax, &dispatches, &[bits(x)], 4 * rows, out)
     }
 
     fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
-        if args.log || !self.f64_on_device() {
+        if !self.f64_on_device() {
             return on_host!(self, softmax_backward_impl, args);
         }
         let SoftmaxBackwardArgs {
@@ -484,20 +510,20 @@ impl BackendImpl for WgpuBackend {
             g,
             rows,
             cols,
+            log,
             out,
-            ..
         } = args.into_inner();
         if rows == 0 || cols == 0 {
             return Ok(());
         }
         let n = out.len();
         word(n)?;
-        let (r, c) = (word(rows)?, word(cols)?);
+        let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
         let mut dispatches: Vec<Dispatch> = chunks(cols, LOOP_BUDGET)?
             .into_iter()
-            .map(|[start, len]| Dispatch::new(vec![0, r, c, 0, start, len], rows))
+            .map(|[start, len]| Dispatch::new(vec![0, r, c, 0, start, len, l], rows))
             .collect();
-        dispatches.push(Dispatch::new(vec![0, r, c, 1, 0, 0], n));
+        dispatches.push(Dispatch::new(vec![0, r, c, 1, 0, 0, l], n));
         self.run_all(
             Kernel::SoftmaxBackward,
             &dispatches,

@@ -1,13 +1,16 @@
-// `x^e` on the paths that need no polynomial (docs/arithmetic.md §3, pow): `path` 0:
-// 1; 1: x; 2: sqrt(x); 3: 1 / sqrt(x); 4: binary powering by `n` (square the base,
-// multiply into the accumulator at each set bit from the lowest, the first factor taken
-// as is), then `1 / acc` when `negative` is not 0.
-fn pow_path(x: f32, path: u32, n0: u32, negative: u32) -> f32 {
+// `x^e` as docs/arithmetic.md §3 defines pow, by the path the host chose for `e`: 0: 1;
+// 1: x; 2: sqrt(x); 3: 1 / sqrt(x); 4: binary powering by `n` (square the base, multiply
+// into the accumulator at each set bit from the lowest, the first factor taken as is),
+// then `1 / acc` when `negative` is not 0; 5: exp(e · log x) with its special cases; 6:
+// the canonical NaN (a NaN exponent).
+fn pow_path(x: f32, path: u32, n0: u32, negative: u32, e: f32) -> f32 {
     switch path {
         case 0u: { return 1.0; }
         case 1u: { return x; }
         case 2u: { return sqrt(x); }
         case 3u: { return 1.0 / sqrt(x); }
+        case 5u: { return pow_general(x, e); }
+        case 6u: { return bitcast<f32>(0x7fc00000u); }
         default: {
             var n = n0;
             var base = x;

@@ -1,7 +1,8 @@
-// softmax_backward (softmax, not log-softmax): p = [zero, rows, cols, phase, start, len].
-// Phase 0, one invocation per row: d += y·g (f64 products, exact) over the columns
-// start ≤ j < start + len, from +0 at start 0, carried in `accs` across dispatches.
-// Phase 1, one invocation per element: out = y ⊗ (g ⊖ d), with d rounded once to f32.
+// softmax_backward: p = [zero, rows, cols, phase, start, len, log]. Softmax: d = Σ64 y·g
+// (f64 products, exact), out = y ⊗ (g ⊖ d); log-softmax: d = Σ64 g, out = g ⊖ exp(y) ⊗ d;
+// d rounded once to f32 (docs/arithmetic.md §3). Phase 0, one invocation per row: d over
+// the columns start ≤ j < start + len, from +0 at start 0, carried across dispatches in
+// `accs`. Phase 1, one invocation per element: the output.
 @group(0) @binding(1) var<storage, read> ys: array<f32>;
 @group(0) @binding(2) var<storage, read> gs: array<f32>;
 @group(0) @binding(3) var<storage, read_write> accs: array<f64>;
@@ -12,6 +13,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = linear(gid, nwg);
     let rows = p[1];
     let cols = p[2];
+    let log = p[6] != 0u;
     if p[3] == 0u {
         if i >= rows { return; }
         let start = p[4];
@@ -20,12 +22,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if start != 0u { d = accs[i]; }
         let at = i * cols;
         for (var j = start; j < start + len; j = j + 1u) {
-            d = d + f64(ys[at + j]) * f64(gs[at + j]);
+            if log {
+                d = d + f64(gs[at + j]);
+            } else {
+                d = d + f64(ys[at + j]) * f64(gs[at + j]);
+            }
         }
         accs[i] = d;
     } else {
         if i >= rows * cols { return; }
         let d32 = f32(accs[i / cols]);
-        dst[i] = canon(ys[i] * (gs[i] - d32));
+        if log {
+            dst[i] = canon(sub(gs[i], mul(tr_exp(ys[i]), d32)));
+        } else {
+            dst[i] = canon(mul(ys[i], sub(gs[i], d32)));
+        }
     }
 }

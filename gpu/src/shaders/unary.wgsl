@@ -16,7 +16,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 2u: { if x > 0.0 || is_nan(x) { r = x; } else { r = 0.0; } }
         case 3u: { if x > 0.0 { r = x; } else { r = x * c0; } }
         case 4u: { r = sqrt(x); }
-        case 5u: { r = pow_path(x, p[5], p[6], p[7]); }
+        case 5u: { r = pow_path(x, p[5], p[6], p[7], c0); }
         case 6u: {
             var t = x;
             if x < c0 { t = c0; }
@@ -25,7 +25,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             if is_nan(x) { r = x; }
         }
         case 7u: { r = x + c0; }
-        default: { r = x * c0; }
+        case 8u: { r = x * c0; }
+        case 9u: { r = tr_sigmoid(x); }
+        case 10u: { r = tr_tanh(x); }
+        case 11u: { r = tr_exp(x); }
+        default: { r = tr_log(x); }
     }
     dst[i] = canon(r);
 }

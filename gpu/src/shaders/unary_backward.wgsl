@@ -26,7 +26,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 7u: { r = g / x; }
         case 8u: { r = g / (2.0 * y); }
         case 9u: { r = 0.0; }
-        case 10u: { r = g * (c0 * pow_path(x, p[5], p[6], p[7])); }
+        case 10u: { r = g * (c0 * pow_path(x, p[5], p[6], p[7], c1)); }
         case 11u: {
             let above = (p[8] & 1u) != 0u || x > c0;
             let below = (p[8] & 2u) != 0u || x < c1;
