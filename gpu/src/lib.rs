@@ -7,10 +7,10 @@
 //! `ScalarRefBackend` (NaN equal to any NaN in fast mode). Before a backend is built its
 //! device's arithmetic is probed ([`Findings`]); a device that cannot give the bits of
 //! the mode asked for is refused with a [`WgpuError`] naming what is missing. The kernels
-//! listed in [`DEVICE_KERNELS`] run on the device (GELU's operators of `unary` and
-//! `unary_backward` on the host); every other kernel (the recurrent cells and the training
-//! kernels: their reference definitions, which call the element-wise kernels above) runs
-//! on the host, so the backend is complete.
+//! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
+//! `unary_backward` included; the defaulted kernels keep core's reference definitions
+//! (the recurrent cells, written with the backend's element-wise kernels, so their steps
+//! run on the device; the training kernels, host loops), so the backend is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -32,9 +32,8 @@ use exactgrad_core::{BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp};
 use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
-/// `unary` and `unary_backward` run on the device for every operator except GELU (both
-/// forms, forward and backward), whose polynomials are not ported yet; `sum`, `softmax`
-/// and `softmax_backward` need f64 on the device (without it they run on the host).
+/// `sum`, `softmax` and `softmax_backward` need f64 on the device (without it they run
+/// on the host).
 pub const DEVICE_KERNELS: &[&str] = &[
     "matmul",
     "binary",
@@ -243,11 +242,10 @@ fn pow_path(e: f32) -> [u32; 3] {
     }
 }
 
-/// The unary kernel's parameters after `[zero, n]`, or `None` for an operator that runs
-/// on the host.
-fn unary_code(op: UnaryOp) -> Option<[u32; 6]> {
+/// The unary kernel's parameters after `[zero, n]`.
+fn unary_code(op: UnaryOp) -> [u32; 6] {
     let f = f32::to_bits;
-    Some(match op {
+    match op {
         UnaryOp::Neg => [0, 0, 0, 0, 0, 0],
         UnaryOp::Abs => [1, 0, 0, 0, 0, 0],
         UnaryOp::Relu => [2, 0, 0, 0, 0, 0],
@@ -264,15 +262,15 @@ fn unary_code(op: UnaryOp) -> Option<[u32; 6]> {
         UnaryOp::Tanh => [10, 0, 0, 0, 0, 0],
         UnaryOp::Exp => [11, 0, 0, 0, 0, 0],
         UnaryOp::Log => [12, 0, 0, 0, 0, 0],
-        UnaryOp::GeluErf | UnaryOp::GeluTanh => return None,
-    })
+        UnaryOp::GeluErf => [13, 0, 0, 0, 0, 0],
+        UnaryOp::GeluTanh => [14, 0, 0, 0, 0, 0],
+    }
 }
 
-/// The unary backward kernel's parameters after `[zero, n]`, or `None` for an operator
-/// that runs on the host.
-fn unary_backward_code(op: UnaryOp) -> Option<[u32; 7]> {
+/// The unary backward kernel's parameters after `[zero, n]`.
+fn unary_backward_code(op: UnaryOp) -> [u32; 7] {
     let f = f32::to_bits;
-    Some(match op {
+    match op {
         UnaryOp::Neg => [0, 0, 0, 0, 0, 0, 0],
         UnaryOp::Abs => [1, 0, 0, 0, 0, 0, 0],
         UnaryOp::Relu => [2, 0, 0, 0, 0, 0, 0],
@@ -293,8 +291,9 @@ fn unary_backward_code(op: UnaryOp) -> Option<[u32; 7]> {
         }
         UnaryOp::AddScalar(_) => [12, 0, 0, 0, 0, 0, 0],
         UnaryOp::MulScalar(c) => [13, f(c), 0, 0, 0, 0, 0],
-        UnaryOp::GeluErf | UnaryOp::GeluTanh => return None,
-    })
+        UnaryOp::GeluErf => [14, 0, 0, 0, 0, 0, 0],
+        UnaryOp::GeluTanh => [15, 0, 0, 0, 0, 0, 0],
+    }
 }
 
 /// Calls the reference kernel of the backend's mode on the host.
@@ -335,10 +334,8 @@ impl BackendImpl for WgpuBackend {
     }
 
     fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
-        let Some(code) = unary_code(args.op) else {
-            return on_host!(self, unary_impl, args);
-        };
-        let UnaryArgs { x, out, .. } = args.into_inner();
+        let UnaryArgs { op, x, out } = args.into_inner();
+        let code = unary_code(op);
         let n = out.len();
         let mut p = vec![0, word(n)?];
         p.extend_from_slice(&code);
@@ -346,10 +343,8 @@ impl BackendImpl for WgpuBackend {
     }
 
     fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
-        let Some(code) = unary_backward_code(args.op) else {
-            return on_host!(self, unary_backward_impl, args);
-        };
-        let UnaryBackwardArgs { x, y, g, out, .. } = args.into_inner();
+        let UnaryBackwardArgs { op, x, y, g, out } = args.into_inner();
+        let code = unary_backward_code(op);
         let n = out.len();
         let mut p = vec![0, word(n)?];
         p.extend_from_slice(&code);

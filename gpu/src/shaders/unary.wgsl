@@ -29,7 +29,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 9u: { r = tr_sigmoid(x); }
         case 10u: { r = tr_tanh(x); }
         case 11u: { r = tr_exp(x); }
-        default: { r = tr_log(x); }
+        case 12u: { r = tr_log(x); }
+        case 13u: { r = gelu_erf(x); }
+        default: { r = gelu_tanh(x); }
     }
     dst[i] = canon(r);
 }

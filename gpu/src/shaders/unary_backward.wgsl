@@ -33,7 +33,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             if above && below { r = g; } else { r = 0.0; }
         }
         case 12u: { r = g; }
-        default: { r = g * c0; }
+        case 13u: { r = g * c0; }
+        case 14u: { r = g * gelu_erf_grad(x); }
+        default: { r = g * gelu_tanh_grad(x); }
     }
     dst[i] = canon(r);
 }
