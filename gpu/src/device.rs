@@ -265,7 +265,8 @@ impl Gpu {
             device,
             queue,
             summary,
-            max_binding: u64::from(limits.max_storage_buffer_binding_size)
+            max_binding: limits
+                .max_storage_buffer_binding_size
                 .min(limits.max_buffer_size),
             lost,
             fma_native: AtomicBool::new(false),

@@ -280,7 +280,8 @@ fn unary_backward_code(op: UnaryOp) -> [u32; 7] {
         UnaryOp::Exp => [6, 0, 0, 0, 0, 0, 0],
         UnaryOp::Log => [7, 0, 0, 0, 0, 0, 0],
         UnaryOp::Sqrt => [8, 0, 0, 0, 0, 0, 0],
-        UnaryOp::Pow(e) if e == 0.0 => [9, 0, 0, 0, 0, 0, 0],
+        // p = 0 (either zero).
+        UnaryOp::Pow(0.0) => [9, 0, 0, 0, 0, 0, 0],
         UnaryOp::Pow(e) => {
             let [path, n, neg] = pow_path(e - 1.0);
             [10, f(e), f(e - 1.0), path, n, neg, 0]
