@@ -20,6 +20,15 @@ fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
     }
 }
 
+/// The bits of `a / b` on `backend`.
+fn divided<B: Backend>(backend: &B, a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<u32> {
+    let mut out = vec![0.0f32; a.len()];
+    backend
+        .binary(BinaryOp::Div, a, la, b, lb, &mut out)
+        .unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
 #[test]
 fn five_million_elements_use_a_two_dimensional_dispatch() {
     let Some(gpu) = backend(ComputeMode::Exact) else {
@@ -36,17 +45,8 @@ fn five_million_elements_use_a_two_dimensional_dispatch() {
         strides: vec![0, 1],
         offset: 0,
     };
-    let run = |be: &dyn Fn(&[f32], &Layout, &[f32], &Layout, &mut [f32])| {
-        let mut out = vec![0.0f32; n];
-        be(&a, &la, &b, &lb, &mut out);
-        out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-    };
-    let got = run(&|a, la, b, lb, out| gpu.binary(BinaryOp::Div, a, la, b, lb, out).unwrap());
-    let want = run(&|a, la, b, lb, out| {
-        ScalarRefBackend
-            .binary(BinaryOp::Div, a, la, b, lb, out)
-            .unwrap()
-    });
+    let got = divided(&gpu, &a, &la, &b, &lb);
+    let want = divided(&ScalarRefBackend, &a, &la, &b, &lb);
     assert!(got == want, "the last invocations differ");
     let mut got = vec![0.0f32; n];
     let mut want = vec![0.0f32; n];
