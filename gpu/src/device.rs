@@ -395,9 +395,10 @@ impl Gpu {
             }
             groups.push((x as u32, y as u32));
         }
-        let pipeline = self.pipeline(kernel, exact)?;
         // A call that panicked (it cannot: no code here panics) leaves nothing to repair.
+        // Held while compiling too: the compiler's error scope is the device's as well.
         let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let pipeline = self.pipeline(kernel, exact)?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let storage = |len: usize, usage: wgpu::BufferUsages| -> Result<wgpu::Buffer> {
