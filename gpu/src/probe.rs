@@ -61,8 +61,8 @@ pub struct Findings {
 impl Findings {
     /// What `mode` needs and this device lacks (empty: nothing). Both modes need
     /// separately rounded products and sums, IEEE division, square root, multiplication
-    /// and addition, and subnormals; fast mode also a correctly rounded fused
-    /// multiply-add, the device's own or the f64 emulation.
+    /// and addition, subnormals, and loops of the kernels' length; fast mode also a
+    /// correctly rounded fused multiply-add, the device's own or the f64 emulation.
     pub fn missing(&self, mode: ComputeMode) -> Vec<String> {
         let mut m = Vec::new();
         if mode == ComputeMode::Fast && !self.fma_native() {
@@ -92,6 +92,14 @@ impl Findings {
         check(self.mul_mismatches, "IEEE multiplication");
         check(self.add_mismatches, "IEEE addition");
         check(self.subnormals_flushed, "preserved subnormals");
+        // The kernels keep every loop under `LOOP_BUDGET` (16,384) iterations per
+        // dispatch, with room for the layout arithmetic inside them.
+        if self.loop_of_100000_ran < 32_768 {
+            m.push(format!(
+                "shader loops of 32768 iterations (a loop of 100000 ran {})",
+                self.loop_of_100000_ran
+            ));
+        }
         m
     }
 
@@ -409,5 +417,70 @@ mod tests {
             }
         }
         assert!(defeated >= 6, "only {defeated} cases defeat rounding twice");
+    }
+
+    fn clean() -> Findings {
+        Findings {
+            samples: 100,
+            contracts_mul_add: false,
+            mul_add_mismatches: 0,
+            barrier_mismatches: 0,
+            fma_mismatches: 0,
+            fma_unfused_mismatches: 40,
+            fma_emulated_mismatches: Some(0),
+            div_mismatches: 0,
+            sqrt_mismatches: 0,
+            mul_mismatches: 0,
+            add_mismatches: 0,
+            subnormals_flushed: 0,
+            f64_mismatches: Some(0),
+            f64_wide_mismatches: Some(0),
+            loop_of_100000_ran: 100_000,
+            examples: Vec::new(),
+        }
+    }
+
+    /// A device that lacks something is refused with a message naming it; fast mode
+    /// alone needs the fused multiply-add.
+    #[test]
+    fn what_is_missing_is_named() {
+        assert!(clean().missing(ComputeMode::Exact).is_empty());
+        assert!(clean().missing(ComputeMode::Fast).is_empty());
+        let f = Findings {
+            div_mismatches: 7,
+            subnormals_flushed: 3,
+            ..clean()
+        };
+        let m = f.missing(ComputeMode::Exact).join(", ");
+        assert!(m.contains("correctly rounded division (7 of 100"), "{m}");
+        assert!(m.contains("preserved subnormals (3 of 100"), "{m}");
+        let f = Findings {
+            fma_mismatches: 9,
+            fma_emulated_mismatches: None,
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Exact).is_empty());
+        let m = f.missing(ComputeMode::Fast).join(", ");
+        assert!(
+            m.contains("fused multiply-add (9 of 100 inputs differ) or f64"),
+            "{m}"
+        );
+        let f = Findings {
+            fma_mismatches: 9,
+            fma_emulated_mismatches: Some(2),
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Fast)[0].contains("emulation's: 2 of 100"));
+        let f = Findings {
+            loop_of_100000_ran: 1000,
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Exact)[0].contains("a loop of 100000 ran 1000"));
+        // A device whose own fma is correct needs no emulation.
+        let f = Findings {
+            fma_emulated_mismatches: Some(5),
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Fast).is_empty());
     }
 }
