@@ -1,0 +1,538 @@
+//! The Vulkan device: adapter choice, the compiled kernels and one blocking call (upload,
+//! dispatch, read back). Every wgpu error becomes an [`exactgrad_core::Error`] or a
+//! [`WgpuError`]; none is a panic.
+
+use exactgrad_core::{Error, Result};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// Invocations per workgroup of every kernel.
+const WG: u32 = 64;
+
+/// The environment variable that picks an adapter other than the default: its index in
+/// the list [`adapters`] returns, or a part of its name (case-insensitive).
+pub const ADAPTER_ENV: &str = "EXACTGRAD_WGPU_ADAPTER";
+
+/// Why a [`crate::WgpuBackend`] could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WgpuError {
+    /// No Vulkan adapter was found (no driver, no device), or none matched
+    /// `EXACTGRAD_WGPU_ADAPTER`.
+    NoAdapter(String),
+    /// The adapter refused to open a device.
+    Device(String),
+    /// Exact mode was asked for on a device that cannot give its bits; the message names
+    /// what is missing.
+    ExactUnsupported(String),
+    /// The device's arithmetic failed a check that fast mode needs as well.
+    FastUnsupported(String),
+    /// A kernel or probe failed on the device while the backend was being built.
+    Kernel(String),
+}
+
+impl fmt::Display for WgpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WgpuError::NoAdapter(m) => write!(f, "no Vulkan adapter: {m}"),
+            WgpuError::Device(m) => write!(f, "the Vulkan device could not be opened: {m}"),
+            WgpuError::ExactUnsupported(m) => {
+                write!(f, "exact mode is not available on this device: {m}")
+            }
+            WgpuError::FastUnsupported(m) => {
+                write!(f, "fast mode is not available on this device: {m}")
+            }
+            WgpuError::Kernel(m) => write!(f, "a kernel failed on the device: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for WgpuError {}
+
+/// One adapter as the Vulkan driver reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterSummary {
+    /// Position in the deterministic order of [`adapters`].
+    pub index: usize,
+    /// The device name (`llvmpipe (LLVM …)` for lavapipe).
+    pub name: String,
+    /// Discrete, integrated, virtual, CPU or other.
+    pub device_type: String,
+    /// The driver's name and version.
+    pub driver: String,
+    /// Whether the device offers f64 in shaders (`shaderFloat64`).
+    pub shader_f64: bool,
+}
+
+/// The Vulkan adapters in the order the backend chooses from: discrete GPUs first, then
+/// integrated, virtual, CPU and other devices, by name within a kind, ties in the
+/// driver's order.
+pub fn adapters() -> Vec<AdapterSummary> {
+    ordered_adapters(&instance())
+        .iter()
+        .enumerate()
+        .map(|(index, a)| summary(index, a))
+        .collect()
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::VULKAN;
+    desc.flags = wgpu::InstanceFlags::empty();
+    wgpu::Instance::new(desc)
+}
+
+fn kind_rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+fn ordered_adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    let mut list: Vec<(usize, wgpu::Adapter)> =
+        pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+            .into_iter()
+            .enumerate()
+            .collect();
+    list.sort_by(|(i, a), (j, b)| {
+        let (ia, ib) = (a.get_info(), b.get_info());
+        (kind_rank(ia.device_type), ia.name, *i).cmp(&(kind_rank(ib.device_type), ib.name, *j))
+    });
+    list.into_iter().map(|(_, a)| a).collect()
+}
+
+fn summary(index: usize, a: &wgpu::Adapter) -> AdapterSummary {
+    let info = a.get_info();
+    AdapterSummary {
+        index,
+        name: info.name,
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info),
+        shader_f64: a.features().contains(wgpu::Features::SHADER_F64),
+    }
+}
+
+/// The compute kernels, each one WGSL module with entry point `main`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    Copy,
+    Select,
+    Binary,
+    Unary,
+    UnaryBackward,
+    Matmul,
+    Sum,
+    Softmax,
+    SoftmaxBackward,
+    Probe,
+}
+
+impl Kernel {
+    fn source(self) -> &'static str {
+        match self {
+            Kernel::Copy => include_str!("shaders/copy.wgsl"),
+            Kernel::Select => include_str!("shaders/select.wgsl"),
+            Kernel::Binary => include_str!("shaders/binary.wgsl"),
+            Kernel::Unary => include_str!("shaders/unary.wgsl"),
+            Kernel::UnaryBackward => include_str!("shaders/unary_backward.wgsl"),
+            Kernel::Matmul => include_str!("shaders/matmul.wgsl"),
+            Kernel::Sum => include_str!("shaders/sum.wgsl"),
+            Kernel::Softmax => include_str!("shaders/softmax.wgsl"),
+            Kernel::SoftmaxBackward => include_str!("shaders/softmax_backward.wgsl"),
+            Kernel::Probe => include_str!("shaders/probe.wgsl"),
+        }
+    }
+
+    fn needs_pow(self) -> bool {
+        matches!(self, Kernel::Unary | Kernel::UnaryBackward)
+    }
+
+    fn needs_transcendentals(self) -> bool {
+        matches!(
+            self,
+            Kernel::Unary | Kernel::UnaryBackward | Kernel::Softmax | Kernel::SoftmaxBackward
+        )
+    }
+
+    fn needs_fma(self) -> bool {
+        self == Kernel::Matmul || self == Kernel::Probe || self.needs_transcendentals()
+    }
+}
+
+/// An open device, its queue and the pipelines compiled so far (per kernel and mode).
+pub(crate) struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    pub(crate) summary: AdapterSummary,
+    max_binding: u64,
+    lost: Arc<AtomicBool>,
+    /// Whether the device's own `fma` is correctly rounded (set by the probes before any
+    /// kernel but the probe is compiled).
+    pub(crate) fma_native: AtomicBool,
+    pipelines: Mutex<HashMap<(Kernel, bool), Arc<wgpu::ComputePipeline>>>,
+    /// Held by one call from upload to read-back: the device has one queue, and a call's
+    /// error scopes and mapping callback must not be taken by another thread's poll.
+    calls: Mutex<()>,
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu")
+            .field("adapter", &self.summary)
+            .finish()
+    }
+}
+
+/// What a device call reads: a slice of 32-bit words.
+pub(crate) type Words<'a> = &'a [u32];
+
+/// One dispatch of a kernel: its parameter words (binding 0) and its invocations.
+pub(crate) struct Dispatch {
+    pub(crate) params: Vec<u32>,
+    pub(crate) threads: usize,
+}
+
+impl Dispatch {
+    pub(crate) fn new(params: Vec<u32>, threads: usize) -> Self {
+        Self { params, threads }
+    }
+}
+
+impl Gpu {
+    /// Opens the adapter that `EXACTGRAD_WGPU_ADAPTER` names, or the first in the order
+    /// of [`adapters`].
+    pub(crate) fn open() -> std::result::Result<Gpu, WgpuError> {
+        let instance = instance();
+        let list = ordered_adapters(&instance);
+        if list.is_empty() {
+            return Err(WgpuError::NoAdapter(
+                "the Vulkan loader reports no device (install a driver, e.g. Mesa's lavapipe: \
+                 `mesa-vulkan-drivers` and `libvulkan1` on Debian)"
+                    .into(),
+            ));
+        }
+        let index = match std::env::var(ADAPTER_ENV) {
+            Ok(want) if !want.is_empty() => {
+                let by_index = want.parse::<usize>().ok().filter(|&i| i < list.len());
+                let by_name = || {
+                    let w = want.to_lowercase();
+                    list.iter()
+                        .position(|a| a.get_info().name.to_lowercase().contains(&w))
+                };
+                by_index.or_else(by_name).ok_or_else(|| {
+                    let names: Vec<String> = list
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| format!("{i}: {}", a.get_info().name))
+                        .collect();
+                    WgpuError::NoAdapter(format!(
+                        "{ADAPTER_ENV}={want} matches none of the adapters [{}]",
+                        names.join(", ")
+                    ))
+                })?
+            }
+            _ => 0,
+        };
+        let adapter = &list[index];
+        let summary = summary(index, adapter);
+        let limits = adapter.limits();
+        let mut features = wgpu::Features::empty();
+        if summary.shader_f64 {
+            features |= wgpu::Features::SHADER_F64;
+        }
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("exactgrad"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| WgpuError::Device(format!("{}: {e}", summary.name)))?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&lost);
+        device.set_device_lost_callback(move |_, _| flag.store(true, Ordering::SeqCst));
+        // Errors are collected by the error scopes of each call; the default handler,
+        // which panics, must never see one.
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+            log_uncaptured(&e);
+        }));
+        Ok(Gpu {
+            device,
+            queue,
+            summary,
+            max_binding: limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size),
+            lost,
+            fma_native: AtomicBool::new(false),
+            pipelines: Mutex::new(HashMap::new()),
+            calls: Mutex::new(()),
+        })
+    }
+
+    fn pipeline(&self, kernel: Kernel, exact: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+        let mut cache = self
+            .pipelines
+            .lock()
+            .map_err(|_| device_error("a previous kernel panicked while compiling"))?;
+        if let Some(p) = cache.get(&(kernel, exact)) {
+            return Ok(Arc::clone(p));
+        }
+        let f64 = self.summary.shader_f64;
+        let native = self.fma_native.load(Ordering::SeqCst) || !f64;
+        let mut src = format!(
+            "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\n"
+        );
+        if kernel == Kernel::Probe {
+            let (f64_probe, fma_probe, wide) = if f64 {
+                (
+                    "f32(f64(x) + f64(y))",
+                    "fma_emulated(x, y, z)",
+                    "f32(f64(x) * f64(y) + f64(z))",
+                )
+            } else {
+                ("0.0", "0.0", "0.0")
+            };
+            src.push_str(
+                &Kernel::Probe
+                    .source()
+                    .replace("F64_PROBE", f64_probe)
+                    .replace("FMA_PROBE", fma_probe)
+                    .replace("F64_WIDE_PROBE", wide),
+            );
+        } else {
+            src.push_str(kernel.source());
+        }
+        src.push_str(include_str!("shaders/common.wgsl"));
+        if kernel.needs_pow() {
+            src.push_str(include_str!("shaders/pow.wgsl"));
+        }
+        if kernel.needs_transcendentals() {
+            src.push_str(include_str!("shaders/transcendental.wgsl"));
+        }
+        if kernel.needs_fma() {
+            if f64 {
+                src.push_str(include_str!("shaders/fma.wgsl"));
+            } else {
+                src.push_str("fn fma_rn(a: f32, b: f32, c: f32) -> f32 { return fma(a, b, c); }\n");
+            }
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("exactgrad kernel"),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("exactgrad kernel"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(device_error(format!(
+                "compiling the {kernel:?} kernel: {e}"
+            )));
+        }
+        let p = Arc::new(pipeline);
+        cache.insert((kernel, exact), Arc::clone(&p));
+        Ok(p)
+    }
+
+    /// Runs `kernel` as the given dispatches, in order, on shared buffers: uploads
+    /// `inputs` (bindings 1…), allocates `scratch` words of device-only scratch (the next
+    /// binding, when not 0) and the output (the last binding), binds each dispatch's own
+    /// parameters at binding 0, and reads the output back into `out`, blocking until the
+    /// device is done.
+    pub(crate) fn run(
+        &self,
+        kernel: Kernel,
+        exact: bool,
+        dispatches: &[Dispatch],
+        inputs: &[Words<'_>],
+        scratch: usize,
+        out: &mut [u32],
+    ) -> Result<()> {
+        if out.is_empty() || dispatches.iter().all(|d| d.threads == 0) {
+            return Ok(());
+        }
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(device_error("the device was lost"));
+        }
+        let op = "wgpu";
+        let bytes = |len: usize| -> Result<u64> {
+            let b = (len.max(4) as u64) * 4;
+            if b > self.max_binding || len > u32::MAX as usize {
+                return Err(Error::Alloc {
+                    op,
+                    bytes: len.saturating_mul(4),
+                    reason: "larger than the device's largest storage buffer binding",
+                });
+            }
+            Ok(b)
+        };
+        let mut groups = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            let g = d.threads.div_ceil(WG as usize);
+            let x = g.min(65_535);
+            let y = g.div_ceil(x.max(1));
+            if y > 65_535 {
+                return Err(Error::Alloc {
+                    op,
+                    bytes: d.threads.saturating_mul(4),
+                    reason: "more invocations than one dispatch can hold",
+                });
+            }
+            groups.push((x as u32, y as u32));
+        }
+        // A call that panicked (it cannot: no code here panics) leaves nothing to repair.
+        // Held while compiling too: the compiler's error scope is the device's as well.
+        let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let pipeline = self.pipeline(kernel, exact)?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let storage = |len: usize, usage: wgpu::BufferUsages| -> Result<wgpu::Buffer> {
+            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes(len)?,
+                usage,
+                mapped_at_creation: false,
+            }))
+        };
+        let upload = |data: &[u32]| -> Result<wgpu::Buffer> {
+            let buf = storage(
+                data.len(),
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            )?;
+            if !data.is_empty() {
+                self.queue.write_buffer(&buf, 0, words_as_bytes(data));
+            }
+            Ok(buf)
+        };
+        let mut buffers = Vec::with_capacity(inputs.len() + 2);
+        for data in inputs {
+            buffers.push(upload(data)?);
+        }
+        if scratch > 0 {
+            buffers.push(storage(scratch, wgpu::BufferUsages::STORAGE)?);
+        }
+        let out_bytes = (out.len() as u64) * 4;
+        buffers.push(storage(
+            out.len(),
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        )?);
+        let staging = storage(
+            out.len(),
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let layout = pipeline.get_bind_group_layout(0);
+        let mut binds = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            let params = upload(&d.params)?;
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: params.as_entire_binding(),
+            }];
+            entries.extend(
+                buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| wgpu::BindGroupEntry {
+                        binding: i as u32 + 1,
+                        resource: b.as_entire_binding(),
+                    }),
+            );
+            binds.push(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &layout,
+                entries: &entries,
+            }));
+        }
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(&pipeline);
+            for ((bind, &(x, y)), d) in binds.iter().zip(&groups).zip(dispatches) {
+                if d.threads > 0 {
+                    pass.set_bind_group(0, bind, &[]);
+                    pass.dispatch_workgroups(x, y, 1);
+                }
+            }
+        }
+        let result = buffers.last().expect("the output buffer was pushed");
+        encoder.copy_buffer_to_buffer(result, 0, &staging, 0, out_bytes);
+        self.queue.submit([encoder.finish()]);
+        let (tx, rx) = mpsc::channel();
+        staging
+            .slice(0..out_bytes)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
+        if let Some(e) = pollster::block_on(validation.pop()) {
+            return Err(device_error(format!("{kernel:?}: {e}")));
+        }
+        if let Some(e) = pollster::block_on(oom.pop()) {
+            return Err(Error::Alloc {
+                op,
+                bytes: (inputs.iter().map(|d| d.len()).sum::<usize>() + out.len()) * 4,
+                reason: match e {
+                    wgpu::Error::OutOfMemory { .. } => "the device is out of memory",
+                    _ => "the device refused the buffers",
+                },
+            });
+        }
+        polled.map_err(|e| device_error(format!("{kernel:?}: waiting for the device: {e}")))?;
+        match rx.try_recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(device_error(format!("{kernel:?}: reading back: {e}"))),
+            Err(_) => {
+                return Err(device_error(format!(
+                    "{kernel:?}: the device did not finish{}",
+                    if self.lost.load(Ordering::SeqCst) {
+                        " (the device was lost)"
+                    } else {
+                        ""
+                    }
+                )))
+            }
+        }
+        {
+            let view = staging
+                .slice(0..out_bytes)
+                .get_mapped_range()
+                .map_err(|e| device_error(format!("{kernel:?}: reading back: {e}")))?;
+            let src: &[u8] = &view;
+            for (o, chunk) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            }
+        }
+        staging.unmap();
+        Ok(())
+    }
+}
+
+fn words_as_bytes(w: &[u32]) -> &[u8] {
+    bytemuck::cast_slice(w)
+}
+
+/// The error every failure of the device (lost, refused, invalid) becomes.
+pub(crate) fn device_error(msg: impl Into<String>) -> Error {
+    Error::invalid("wgpu", "device", msg)
+}
+
+fn log_uncaptured(e: &wgpu::Error) {
+    eprintln!("exactgrad-wgpu: uncaptured device error: {e}");
+}

@@ -1,0 +1,531 @@
+//! A Vulkan compute backend for exactgrad: [`WgpuBackend`] runs the kernels of
+//! [`exactgrad_core::BackendImpl`] as WGSL compute shaders through wgpu, on any Vulkan
+//! device (Mesa's lavapipe included), with host storage: each kernel uploads its inputs,
+//! dispatches and reads its output back (`docs/gpu.md`).
+//!
+//! Fast mode gives the bits of `FastScalarRefBackend` and exact mode those of
+//! `ScalarRefBackend` (NaN equal to any NaN in fast mode). Before a backend is built its
+//! device's arithmetic is probed ([`Findings`]); a device that cannot give the bits of
+//! the mode asked for is refused with a [`WgpuError`] naming what is missing. The kernels
+//! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
+//! `unary_backward` included; the defaulted kernels keep core's reference definitions
+//! (the recurrent cells, written with the backend's element-wise kernels, so their steps
+//! run on the device; the training kernels, host loops), so the backend is complete.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod device;
+mod probe;
+
+pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV};
+pub use probe::{double_rounding_cases, Findings};
+
+use device::{Dispatch, Gpu, Kernel};
+use exactgrad_backends::scalar_ref::split_reduce;
+use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
+use exactgrad_core::backend::{
+    try_zeroed_vec, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SoftmaxArgs,
+    SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
+};
+use exactgrad_core::{BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp};
+use std::sync::{Arc, OnceLock};
+
+/// The kernels that run on the device (in both modes); the others run on the host.
+/// `sum`, `softmax` and `softmax_backward` need f64 on the device (without it they run
+/// on the host).
+pub const DEVICE_KERNELS: &[&str] = &[
+    "matmul",
+    "binary",
+    "unary",
+    "unary_backward",
+    "copy_strided",
+    "select",
+    "sum",
+    "softmax",
+    "softmax_backward",
+];
+
+/// The environment variable that makes the tests fail, rather than skip, without a
+/// Vulkan adapter (set by `.ci/gpu`).
+pub const REQUIRE_GPU_ENV: &str = "EXACTGRAD_REQUIRE_GPU";
+
+struct Shared {
+    gpu: Gpu,
+    findings: Findings,
+}
+
+/// The device, opened and probed once per process.
+fn shared() -> std::result::Result<Arc<Shared>, WgpuError> {
+    static SHARED: OnceLock<std::result::Result<Arc<Shared>, WgpuError>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let gpu = Gpu::open()?;
+            let findings = probe::run(&gpu).map_err(|e| WgpuError::Kernel(e.to_string()))?;
+            Ok(Arc::new(Shared { gpu, findings }))
+        })
+        .clone()
+}
+
+/// A compute backend on a Vulkan device (see the crate documentation).
+#[derive(Clone)]
+pub struct WgpuBackend {
+    shared: Arc<Shared>,
+    mode: ComputeMode,
+}
+
+impl std::fmt::Debug for WgpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WgpuBackend")
+            .field("adapter", &self.shared.gpu.summary.name)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl WgpuBackend {
+    /// A backend in `mode` on the adapter `EXACTGRAD_WGPU_ADAPTER` names (default: the
+    /// first of [`adapters`]); refused when there is no adapter or when the device's
+    /// arithmetic cannot give the mode's bits.
+    pub fn new(mode: ComputeMode) -> std::result::Result<Self, WgpuError> {
+        let shared = shared()?;
+        let missing = shared.findings.missing(mode);
+        if !missing.is_empty() {
+            let msg = format!("{}: needs {}", shared.gpu.summary.name, missing.join(", "));
+            return Err(match mode {
+                ComputeMode::Exact => WgpuError::ExactUnsupported(msg),
+                ComputeMode::Fast => WgpuError::FastUnsupported(msg),
+            });
+        }
+        Ok(Self { shared, mode })
+    }
+
+    /// The adapter that [`Self::new`] would use and what the probes measured on it,
+    /// whether or not a mode is available there.
+    pub fn probe_device() -> std::result::Result<(AdapterSummary, Findings), WgpuError> {
+        let s = shared()?;
+        Ok((s.gpu.summary.clone(), s.findings.clone()))
+    }
+
+    /// [`Self::new`] in fast mode.
+    pub fn fast() -> std::result::Result<Self, WgpuError> {
+        Self::new(ComputeMode::Fast)
+    }
+
+    /// [`Self::new`] in exact mode.
+    pub fn exact() -> std::result::Result<Self, WgpuError> {
+        Self::new(ComputeMode::Exact)
+    }
+
+    /// The adapter this backend runs on.
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.shared.gpu.summary
+    }
+
+    /// What the probes measured on the device.
+    pub fn findings(&self) -> &Findings {
+        &self.shared.findings
+    }
+
+    /// Whether `sum`, `softmax` and `softmax_backward` run on the device (it has f64 and its f64
+    /// additions and rounding to f32 gave the host's bits).
+    pub fn f64_on_device(&self) -> bool {
+        self.shared.findings.f64_exact()
+    }
+
+    fn is_exact(&self) -> bool {
+        self.mode == ComputeMode::Exact
+    }
+
+    /// One dispatch of `kernel` over `threads` invocations.
+    fn run(
+        &self,
+        kernel: Kernel,
+        params: Vec<u32>,
+        inputs: &[&[u32]],
+        out: &mut [f32],
+        threads: usize,
+    ) -> Result<()> {
+        self.run_all(kernel, &[Dispatch::new(params, threads)], inputs, 0, out)
+    }
+
+    /// Several dispatches of `kernel` on shared buffers (`scratch` words of scratch).
+    fn run_all(
+        &self,
+        kernel: Kernel,
+        dispatches: &[Dispatch],
+        inputs: &[&[u32]],
+        scratch: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.shared.gpu.run(
+            kernel,
+            self.is_exact(),
+            dispatches,
+            inputs,
+            scratch,
+            bytemuck::cast_slice_mut(out),
+        )
+    }
+}
+
+/// Loop iterations one invocation runs in one dispatch, at most. Mesa's llvmpipe (and so
+/// lavapipe) ends any shader loop after 65,535 iterations (counting those of the loops
+/// inside it) without an error, which would silently cut a long reduction short; a longer
+/// reduction is split into dispatches that carry its accumulator (`docs/gpu.md`).
+const LOOP_BUDGET: usize = 16_384;
+
+/// The ranges `[start, start + len)` that cut `0..count` into pieces of at most `chunk`
+/// (one empty range when `count` is 0).
+fn chunks(count: usize, chunk: usize) -> Result<Vec<[u32; 2]>> {
+    let chunk = chunk.max(1);
+    let mut v = Vec::new();
+    let mut start = 0;
+    loop {
+        let len = chunk.min(count - start);
+        v.push([word(start)?, word(len)?]);
+        start += len;
+        if start >= count {
+            return Ok(v);
+        }
+    }
+}
+
+/// `v` as a parameter word, or an error when the device's 32-bit indices cannot hold it.
+fn word(v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Alloc {
+        op: "wgpu",
+        bytes: v.saturating_mul(4),
+        reason: "an index beyond the device's 32-bit indices",
+    })
+}
+
+/// Appends a layout as `[rank, offset, shape…, strides…]` (the stride of a dimension of
+/// size 1 is never used and is written as 0).
+fn push_layout(p: &mut Vec<u32>, l: &Layout) -> Result<()> {
+    p.push(word(l.rank())?);
+    p.push(word(l.offset)?);
+    for d in 0..l.rank() {
+        p.push(word(l.shape[d])?);
+    }
+    for d in 0..l.rank() {
+        p.push(if l.shape[d] <= 1 {
+            0
+        } else {
+            word(l.strides[d])?
+        });
+    }
+    Ok(())
+}
+
+fn bits(x: &[f32]) -> &[u32] {
+    bytemuck::cast_slice(x)
+}
+
+/// The shader's path for `x^e` (`pow_path` in `shaders/pow.wgsl`): (path, n, negative),
+/// chosen in the order of the reference's `pow`.
+fn pow_path(e: f32) -> [u32; 3] {
+    if e == 0.0 {
+        [0, 0, 0]
+    } else if e == 1.0 {
+        [1, 0, 0]
+    } else if e == 0.5 {
+        [2, 0, 0]
+    } else if e == -0.5 {
+        [3, 0, 0]
+    } else if e == (e as i32) as f32 && e.abs() <= 64.0 {
+        [4, (e as i32).unsigned_abs(), u32::from(e < 0.0)]
+    } else if e.is_nan() {
+        [6, 0, 0]
+    } else {
+        [5, 0, 0]
+    }
+}
+
+/// The unary kernel's parameters after `[zero, n]`.
+fn unary_code(op: UnaryOp) -> [u32; 6] {
+    let f = f32::to_bits;
+    match op {
+        UnaryOp::Neg => [0, 0, 0, 0, 0, 0],
+        UnaryOp::Abs => [1, 0, 0, 0, 0, 0],
+        UnaryOp::Relu => [2, 0, 0, 0, 0, 0],
+        UnaryOp::LeakyRelu(s) => [3, f(s), 0, 0, 0, 0],
+        UnaryOp::Sqrt => [4, 0, 0, 0, 0, 0],
+        UnaryOp::Pow(e) => {
+            let [path, n, neg] = pow_path(e);
+            [5, f(e), 0, path, n, neg]
+        }
+        UnaryOp::Clamp(lo, hi) => [6, f(lo), f(hi), 0, 0, 0],
+        UnaryOp::AddScalar(c) => [7, f(c), 0, 0, 0, 0],
+        UnaryOp::MulScalar(c) => [8, f(c), 0, 0, 0, 0],
+        UnaryOp::Sigmoid => [9, 0, 0, 0, 0, 0],
+        UnaryOp::Tanh => [10, 0, 0, 0, 0, 0],
+        UnaryOp::Exp => [11, 0, 0, 0, 0, 0],
+        UnaryOp::Log => [12, 0, 0, 0, 0, 0],
+        UnaryOp::GeluErf => [13, 0, 0, 0, 0, 0],
+        UnaryOp::GeluTanh => [14, 0, 0, 0, 0, 0],
+    }
+}
+
+/// The unary backward kernel's parameters after `[zero, n]`.
+fn unary_backward_code(op: UnaryOp) -> [u32; 7] {
+    let f = f32::to_bits;
+    match op {
+        UnaryOp::Neg => [0, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Abs => [1, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Relu => [2, 0, 0, 0, 0, 0, 0],
+        UnaryOp::LeakyRelu(s) => [3, f(s), 0, 0, 0, 0, 0],
+        UnaryOp::Sigmoid => [4, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Tanh => [5, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Exp => [6, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Log => [7, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Sqrt => [8, 0, 0, 0, 0, 0, 0],
+        // p = 0 (either zero).
+        UnaryOp::Pow(0.0) => [9, 0, 0, 0, 0, 0, 0],
+        UnaryOp::Pow(e) => {
+            let [path, n, neg] = pow_path(e - 1.0);
+            [10, f(e), f(e - 1.0), path, n, neg, 0]
+        }
+        UnaryOp::Clamp(lo, hi) => {
+            let flags = u32::from(lo == f32::NEG_INFINITY) | (u32::from(hi == f32::INFINITY) << 1);
+            [11, f(lo), f(hi), 0, 0, 0, flags]
+        }
+        UnaryOp::AddScalar(_) => [12, 0, 0, 0, 0, 0, 0],
+        UnaryOp::MulScalar(c) => [13, f(c), 0, 0, 0, 0, 0],
+        UnaryOp::GeluErf => [14, 0, 0, 0, 0, 0, 0],
+        UnaryOp::GeluTanh => [15, 0, 0, 0, 0, 0, 0],
+    }
+}
+
+/// Calls the reference kernel of the backend's mode on the host.
+macro_rules! on_host {
+    ($self:ident, $method:ident, $args:expr) => {
+        match $self.mode {
+            ComputeMode::Exact => ScalarRefBackend.$method($args),
+            ComputeMode::Fast => FastScalarRefBackend.$method($args),
+        }
+    };
+}
+
+impl BackendImpl for WgpuBackend {
+    type Storage = Vec<f32>;
+
+    fn name(&self) -> String {
+        format!("wgpu ({})", self.shared.gpu.summary.name)
+    }
+
+    fn mode(&self) -> ComputeMode {
+        self.mode
+    }
+
+    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+        try_zeroed_vec("zeros", len)
+    }
+
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
+        Ok(data)
+    }
+
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()> {
+        let CopyStridedArgs { src, layout, out } = args.into_inner();
+        let n = out.len();
+        let mut p = vec![0, word(n)?];
+        push_layout(&mut p, layout)?;
+        self.run(Kernel::Copy, p, &[bits(src)], out, n)
+    }
+
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
+        let UnaryArgs { op, x, out } = args.into_inner();
+        let code = unary_code(op);
+        let n = out.len();
+        let mut p = vec![0, word(n)?];
+        p.extend_from_slice(&code);
+        self.run(Kernel::Unary, p, &[bits(x)], out, n)
+    }
+
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
+        let UnaryBackwardArgs { op, x, y, g, out } = args.into_inner();
+        let code = unary_backward_code(op);
+        let n = out.len();
+        let mut p = vec![0, word(n)?];
+        p.extend_from_slice(&code);
+        self.run(
+            Kernel::UnaryBackward,
+            p,
+            &[bits(x), bits(y), bits(g)],
+            out,
+            n,
+        )
+    }
+
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()> {
+        let BinaryArgs {
+            op,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        } = args.into_inner();
+        let n = out.len();
+        let code = match op {
+            exactgrad_core::BinaryOp::Add => 0,
+            exactgrad_core::BinaryOp::Sub => 1,
+            exactgrad_core::BinaryOp::Mul => 2,
+            exactgrad_core::BinaryOp::Div => 3,
+        };
+        let mut p = vec![0, word(n)?, code];
+        push_layout(&mut p, la)?;
+        push_layout(&mut p, lb)?;
+        self.run(Kernel::Binary, p, &[bits(a), bits(b)], out, n)
+    }
+
+    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
+        let SelectArgs {
+            cond,
+            lc,
+            a,
+            la,
+            b,
+            lb,
+            out,
+        } = args.into_inner();
+        let n = out.len();
+        let mut p = vec![0, word(n)?];
+        push_layout(&mut p, lc)?;
+        push_layout(&mut p, la)?;
+        push_layout(&mut p, lb)?;
+        self.run(Kernel::Select, p, &[bits(cond), bits(a), bits(b)], out, n)
+    }
+
+    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
+        if !self.f64_on_device() {
+            return on_host!(self, sum_impl, args);
+        }
+        let SumArgs {
+            x,
+            layout,
+            reduce,
+            out,
+        } = args.into_inner();
+        let (kept, red) = split_reduce(layout, reduce);
+        let n = out.len();
+        let mut p = vec![0, word(n)?];
+        push_layout(&mut p, &kept)?;
+        push_layout(&mut p, &red)?;
+        let count = red.shape.numel();
+        p.push(word(count)?);
+        let per = LOOP_BUDGET / (red.rank() + 2);
+        let dispatches: Vec<Dispatch> = chunks(count, per)?
+            .into_iter()
+            .map(|range| {
+                let mut q = p.clone();
+                q.extend_from_slice(&range);
+                Dispatch::new(q, n)
+            })
+            .collect();
+        self.run_all(Kernel::Sum, &dispatches, &[bits(x)], 2 * n, out)
+    }
+
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
+        let MatmulArgs { spec, a, b, out } = args.into_inner();
+        let s = *spec;
+        if s.m == 0 || s.n == 0 || s.batch == 0 {
+            return Ok(());
+        }
+        if s.k == 0 {
+            // The empty sum: no operand element is read (the offsets need not lie inside
+            // the buffers).
+            out.fill(0.0);
+            return Ok(());
+        }
+        // A stride along a dimension of size 1 is never used.
+        let st = |size: usize, stride: usize| if size <= 1 { 0 } else { stride };
+        let p = vec![
+            0,
+            word(s.batch)?,
+            word(s.m)?,
+            word(s.k)?,
+            word(s.n)?,
+            word(s.a_offset)?,
+            word(st(s.batch, s.a_strides[0]))?,
+            word(st(s.m, s.a_strides[1]))?,
+            word(st(s.k, s.a_strides[2]))?,
+            word(s.b_offset)?,
+            word(st(s.batch, s.b_strides[0]))?,
+            word(st(s.k, s.b_strides[1]))?,
+            word(st(s.n, s.b_strides[2]))?,
+        ];
+        let n = out.len();
+        word(n)?;
+        let dispatches: Vec<Dispatch> = chunks(s.k, LOOP_BUDGET)?
+            .into_iter()
+            .map(|range| {
+                let mut q = p.clone();
+                q.extend_from_slice(&range);
+                Dispatch::new(q, n)
+            })
+            .collect();
+        self.run_all(Kernel::Matmul, &dispatches, &[bits(a), bits(b)], 0, out)
+    }
+
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
+        if !self.f64_on_device() {
+            return on_host!(self, softmax_impl, args);
+        }
+        let SoftmaxArgs {
+            x,
+            rows,
+            cols,
+            log,
+            out,
+        } = args.into_inner();
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let n = out.len();
+        word(n)?;
+        let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
+        let ranges = chunks(cols, LOOP_BUDGET)?;
+        let mut dispatches = Vec::with_capacity(2 * ranges.len() + 1);
+        for phase in [0, 1] {
+            for &[start, len] in &ranges {
+                dispatches.push(Dispatch::new(vec![0, r, c, phase, start, len, l], rows));
+            }
+        }
+        dispatches.push(Dispatch::new(vec![0, r, c, 2, 0, 0, l], n));
+        self.run_all(Kernel::Softmax, &dispatches, &[bits(x)], 4 * rows, out)
+    }
+
+    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
+        if !self.f64_on_device() {
+            return on_host!(self, softmax_backward_impl, args);
+        }
+        let SoftmaxBackwardArgs {
+            y,
+            g,
+            rows,
+            cols,
+            log,
+            out,
+        } = args.into_inner();
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let n = out.len();
+        word(n)?;
+        let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
+        let mut dispatches: Vec<Dispatch> = chunks(cols, LOOP_BUDGET)?
+            .into_iter()
+            .map(|[start, len]| Dispatch::new(vec![0, r, c, 0, start, len, l], rows))
+            .collect();
+        dispatches.push(Dispatch::new(vec![0, r, c, 1, 0, 0, l], n));
+        self.run_all(
+            Kernel::SoftmaxBackward,
+            &dispatches,
+            &[bits(y), bits(g)],
+            2 * rows,
+            out,
+        )
+    }
+}

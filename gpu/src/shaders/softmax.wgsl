@@ -1,0 +1,58 @@
+// softmax and log-softmax of rows: p = [zero, rows, cols, phase, start, len, log]. Per
+// row (docs/arithmetic.md §3): m = the row's maximum (the first NaN propagates), plus +0;
+// e_i = exp(x_i ⊖ m); s = Σ64 e_i rounded once; softmax y_i = e_i ⊘ s, log-softmax
+// y_i = (x_i ⊖ m) ⊖ log(s). Phase 0, one invocation per row: the maximum over the
+// columns start ≤ j < start + len, carried across dispatches in `accs[2·row]`. Phase 1,
+// per row: the f64 sum of the exponentials over a range of columns, carried in
+// `accs[2·row + 1]`. Phase 2, one invocation per element: the output.
+@group(0) @binding(1) var<storage, read> xs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+
+fn row_max(row: u32) -> f32 {
+    return add(f32(accs[2u * row]), zero());
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = linear(gid, nwg);
+    let rows = p[1];
+    let cols = p[2];
+    let phase = p[3];
+    let start = p[4];
+    let len = p[5];
+    if phase == 0u {
+        if i >= rows { return; }
+        var m = -inf();
+        if start != 0u { m = f32(accs[2u * i]); }
+        for (var j = start; j < start + len; j = j + 1u) {
+            let v = xs[i * cols + j];
+            if is_nan(m) { break; }
+            if is_nan(v) {
+                m = nan_canonical();
+            } else if v > m {
+                m = v;
+            }
+        }
+        accs[2u * i] = f64(m);
+    } else if phase == 1u {
+        if i >= rows { return; }
+        let m = row_max(i);
+        var s = f64(0.0);
+        if start != 0u { s = accs[2u * i + 1u]; }
+        for (var j = start; j < start + len; j = j + 1u) {
+            s = s + f64(tr_exp(sub(xs[i * cols + j], m)));
+        }
+        accs[2u * i + 1u] = s;
+    } else {
+        if i >= rows * cols { return; }
+        let row = i / cols;
+        let m = row_max(row);
+        let s = f32(accs[2u * row + 1u]);
+        if p[6] == 0u {
+            dst[i] = canon(div(tr_exp(sub(xs[i], m)), s));
+        } else {
+            dst[i] = canon(sub(sub(xs[i], m), tr_log(s)));
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The conformance kit on the Vulkan backend: every kernel against `FastScalarRefBackend`
+//! in fast mode and `ScalarRefBackend` in exact mode, and the invalid-argument probes.
+//!
+//! Without a Vulkan adapter each test prints why and passes, unless
+//! `EXACTGRAD_REQUIRE_GPU=1` (set by `.ci/gpu`) makes that a failure.
+
+use exactgrad_backends::conformance::{self, check_kernel, Config, Kernel};
+use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
+use exactgrad_core::ComputeMode;
+use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
+
+/// The backend in `mode`, or `None` (after a message) when there is no adapter and the
+/// environment does not require one.
+fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
+    match WgpuBackend::new(mode) {
+        Ok(b) => Some(b),
+        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
+            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The default number of cases (128 per kernel), inputs up to 2^15 elements.
+fn config() -> Config {
+    Config {
+        max_elems: 1 << 15,
+        ..Config::default()
+    }
+}
+
+fn run(mode: ComputeMode, kernel: Kernel) {
+    let Some(b) = backend(mode) else { return };
+    let result = match mode {
+        ComputeMode::Exact => check_kernel(&b, &ScalarRefBackend, kernel, &config()),
+        ComputeMode::Fast => check_kernel(&b, &FastScalarRefBackend, kernel, &config()),
+    };
+    let cases = result.unwrap_or_else(|m| panic!("{m}"));
+    assert!(cases > 0, "{kernel:?}: no case ran");
+}
+
+macro_rules! kernels {
+    ($mode:ident, $m:expr) => {
+        mod $mode {
+            use super::*;
+            #[test]
+            fn matmul() {
+                run($m, Kernel::Matmul)
+            }
+            #[test]
+            fn binary() {
+                run($m, Kernel::Binary)
+            }
+            #[test]
+            fn unary() {
+                run($m, Kernel::Unary)
+            }
+            #[test]
+            fn unary_backward() {
+                run($m, Kernel::UnaryBackward)
+            }
+            #[test]
+            fn copy_strided() {
+                run($m, Kernel::CopyStrided)
+            }
+            #[test]
+            fn select() {
+                run($m, Kernel::Select)
+            }
+            #[test]
+            fn sum() {
+                run($m, Kernel::Sum)
+            }
+            #[test]
+            fn softmax() {
+                run($m, Kernel::Softmax)
+            }
+            #[test]
+            fn softmax_backward() {
+                run($m, Kernel::SoftmaxBackward)
+            }
+            /// Every kernel, the defaulted training and recurrent kernels included (they
+            /// run on the backend's element-wise kernels or on the host).
+            #[test]
+            fn every_kernel() {
+                let Some(b) = backend($m) else { return };
+                let report = match $m {
+                    ComputeMode::Exact => {
+                        conformance::check_backend(&b, &ScalarRefBackend, &Config::quick())
+                    }
+                    ComputeMode::Fast => {
+                        conformance::check_backend(&b, &FastScalarRefBackend, &Config::quick())
+                    }
+                }
+                .unwrap_or_else(|m| panic!("{m}"));
+                assert!(report.total() > 0);
+            }
+        }
+    };
+}
+
+kernels!(fast, ComputeMode::Fast);
+kernels!(exact, ComputeMode::Exact);
+
+#[test]
+fn invalid_arguments_are_refused_in_both_modes() {
+    for mode in [ComputeMode::Fast, ComputeMode::Exact] {
+        let Some(b) = backend(mode) else { return };
+        let refused = conformance::check_invalid_arguments(&b).unwrap_or_else(|m| panic!("{m}"));
+        assert!(refused > 50, "only {refused} probes");
+    }
+}

@@ -1,0 +1,90 @@
+//! The device-specific behaviour of the Vulkan backend beyond the conformance kit: the
+//! fused multiply-add of fast-mode products on the inputs that defeat rounding through
+//! f64 twice, the separate roundings of exact-mode products, and what the probes report.
+//!
+//! Without a Vulkan adapter each test prints why and passes, unless
+//! `EXACTGRAD_REQUIRE_GPU=1` makes that a failure.
+
+use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
+use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::{Backend, ComputeMode};
+use exactgrad_wgpu::{double_rounding_cases, WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
+
+fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
+    match WgpuBackend::new(mode) {
+        Ok(b) => Some(b),
+        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
+            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Rows `[c, a]` times columns `[1, b]`: each output is `c·1 + a·b` in the canonical
+/// order, so its second step is the multiply-add `a·b + c`.
+fn products<B: Backend>(b: &B, cases: &[[f32; 3]]) -> Vec<u32> {
+    let n = cases.len();
+    let a: Vec<f32> = cases.iter().flat_map(|&[x, _, z]| [z, x]).collect();
+    let bm: Vec<f32> = cases.iter().flat_map(|&[_, y, _]| [1.0, y]).collect();
+    // Batch of n products of 1×2 by 2×1.
+    let spec = MatmulSpec {
+        batch: n,
+        m: 1,
+        k: 2,
+        n: 1,
+        a_offset: 0,
+        a_strides: [2, 2, 1],
+        b_offset: 0,
+        b_strides: [2, 1, 1],
+    };
+    let mut out = vec![0.0f32; n];
+    b.matmul(&spec, &a, &bm, &mut out).unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn fast_products_round_each_multiply_add_once() {
+    let Some(gpu) = backend(ComputeMode::Fast) else {
+        return;
+    };
+    let cases = double_rounding_cases();
+    let want = products(&FastScalarRefBackend, &cases);
+    assert_eq!(products(&gpu, &cases), want);
+    for (&[a, b, c], &w) in cases.iter().zip(&want) {
+        assert_eq!(w, a.mul_add(b, c).to_bits());
+    }
+}
+
+#[test]
+fn exact_products_round_the_product_and_the_sum() {
+    let Some(gpu) = backend(ComputeMode::Exact) else {
+        return;
+    };
+    // (1 + 2^-23)^2 - (1 + 2^-22): 0 with two roundings, 2^-46 fused.
+    let one = 1.0 + 2f32.powi(-23);
+    let mut cases = vec![[one, one, -(1.0 + 2f32.powi(-22))]];
+    cases.extend(double_rounding_cases());
+    let got = products(&gpu, &cases);
+    assert_eq!(got[0], 0);
+    assert_eq!(got, products(&ScalarRefBackend, &cases));
+}
+
+#[test]
+fn the_probes_justify_the_modes_offered() {
+    let Some(gpu) = backend(ComputeMode::Fast) else {
+        return;
+    };
+    let f = gpu.findings();
+    assert!(f.samples > 30_000);
+    assert!(f.missing(ComputeMode::Fast).is_empty(), "{f}");
+    assert_eq!(f.barrier_mismatches, 0, "{f}");
+    assert_eq!(f.div_mismatches, 0, "{f}");
+    assert_eq!(f.sqrt_mismatches, 0, "{f}");
+    assert_eq!(f.subnormals_flushed, 0, "{f}");
+    assert!(
+        f.fma_native() || f.fma_emulated_mismatches == Some(0),
+        "{f}"
+    );
+    println!("{}\n{f}", gpu.adapter().name);
+}

@@ -1,0 +1,90 @@
+//! Calls beyond one row of workgroups (more than 65,535 × 64 invocations, so the dispatch
+//! is two-dimensional) give the reference's bits, and a buffer beyond the device's largest
+//! storage binding is a clear error, not a panic.
+//!
+//! Without a Vulkan adapter each test prints why and passes, unless
+//! `EXACTGRAD_REQUIRE_GPU=1` makes that a failure.
+
+use exactgrad_backends::ScalarRefBackend;
+use exactgrad_core::{Backend, BinaryOp, ComputeMode, Error, Layout, Philox, UnaryOp};
+use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
+
+fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
+    match WgpuBackend::new(mode) {
+        Ok(b) => Some(b),
+        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
+            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The bits of `a / b` on `backend`.
+fn divided<B: Backend>(backend: &B, a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<u32> {
+    let mut out = vec![0.0f32; a.len()];
+    backend
+        .binary(BinaryOp::Div, a, la, b, lb, &mut out)
+        .unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn five_million_elements_use_a_two_dimensional_dispatch() {
+    let Some(gpu) = backend(ComputeMode::Exact) else {
+        return;
+    };
+    let n = 5_000_000;
+    let mut rng = Philox::new(7);
+    let a: Vec<f32> = (0..n).map(|_| rng.next_f32() * 4.0 - 2.0).collect();
+    let b: Vec<f32> = (0..1000).map(|_| rng.next_f32() + 0.5).collect();
+    // a viewed as [5000, 1000] divided by b broadcast along the rows.
+    let la = Layout::contiguous(vec![5000, 1000]);
+    let lb = Layout {
+        shape: vec![5000, 1000].into(),
+        strides: vec![0, 1],
+        offset: 0,
+    };
+    let got = divided(&gpu, &a, &la, &b, &lb);
+    let want = divided(&ScalarRefBackend, &a, &la, &b, &lb);
+    assert!(got == want, "the last invocations differ");
+    let mut got = vec![0.0f32; n];
+    let mut want = vec![0.0f32; n];
+    gpu.unary(UnaryOp::Tanh, &a, &mut got).unwrap();
+    ScalarRefBackend
+        .unary(UnaryOp::Tanh, &a, &mut want)
+        .unwrap();
+    assert!(
+        got.iter()
+            .zip(&want)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "tanh over 5,000,000 elements differs"
+    );
+}
+
+#[test]
+fn a_buffer_beyond_the_largest_binding_is_an_error() {
+    let Some(gpu) = backend(ComputeMode::Fast) else {
+        return;
+    };
+    // lavapipe's largest storage binding is 128 MiB; other devices allow more (up to
+    // 4 GiB, where 32-bit indices end). Step up until the device refuses, up to 2^28
+    // elements (1 GiB): beyond its limit the call must be an error, never a panic.
+    let mut len = 1usize << 25;
+    loop {
+        let x = vec![1.0f32; len + 1];
+        let mut out = vec![0.0f32; len + 1];
+        match gpu.unary(UnaryOp::Neg, &x, &mut out) {
+            Err(Error::Alloc { op: "wgpu", .. }) => return,
+            Err(e) => panic!("{e}"),
+            Ok(()) => {
+                assert_eq!(out[len], -1.0);
+                if len >= 1 << 27 {
+                    eprintln!("the device took {} elements; no limit reached", len + 1);
+                    return;
+                }
+                len *= 2;
+            }
+        }
+    }
+}
