@@ -494,6 +494,23 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             false,
             |v| v[0].batch_norm(BatchNormOptions::training().affine(&v[1], &v[2])),
         );
+        // Eight or more groups: blocks of eight groups whose sums advance together, rows
+        // of 8 × 8 tiles and a tail, then the groups left over.
+        c.case(
+            "batch_norm specials eight groups",
+            &[&[3, 17, 11]],
+            true,
+            |v| v[0].batch_norm(BatchNormOptions::training()),
+        );
+        c.case(
+            "layer_norm eight rows",
+            &[&[19, 37], &[37], &[37]],
+            false,
+            |v| v[0].layer_norm(&[37], LayerNormOptions::default().affine(&v[1], &v[2])),
+        );
+        c.case("layer_norm specials eight rows", &[&[16, 21]], true, |v| {
+            v[0].layer_norm(&[21], LayerNormOptions::default())
+        });
         c.case("layer_norm", &[&[6, 33], &[33], &[33]], false, |v| {
             v[0].layer_norm(&[33], LayerNormOptions::default().affine(&v[1], &v[2]))
         });
