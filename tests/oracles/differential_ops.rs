@@ -445,6 +445,10 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             true,
             |v| v[0].max_pool2d(MaxPool2dOptions::new([2, 2])),
         );
+        // Output rows of blocks of eight and a tail of three.
+        c.case("max_pool2d 2x2 row tail", &[&[2, 3, 6, 38]], true, |v| {
+            v[0].max_pool2d(MaxPool2dOptions::new([2, 2]))
+        });
         c.case(
             "avg_pool2d split over threads",
             &[&[4, 17, 32, 32]],

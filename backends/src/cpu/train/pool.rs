@@ -5,7 +5,7 @@ use super::{part, per_task, ranges};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
 use alloc::vec::Vec;
 use exactgrad_core::kernels::{canon, taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
-use exactgrad_core::{ComputeMode, Error, Result};
+use exactgrad_core::{ComputeMode, Error, Result, CANONICAL_NAN};
 
 pub(crate) fn max_pool2d(
     isa: Isa,
@@ -80,7 +80,43 @@ pub(crate) fn max_pool2d(
                                         (i & m) | (a & !m),
                                     )
                                 };
-                                for ox in 0..s.ow {
+                                // Blocks of eight outputs as lane arrays (the taps'
+                                // even and odd columns split by constant indices), so
+                                // that the comparisons and selects vectorise.
+                                const C: usize = 8;
+                                let mut ox = 0;
+                                while ox + C <= s.ow {
+                                    let q = 2 * ox;
+                                    let (Ok(a0), Ok(a1)) = (
+                                        <&[f32; 2 * C]>::try_from(&x0[q..q + 2 * C]),
+                                        <&[f32; 2 * C]>::try_from(&x1[q..q + 2 * C]),
+                                    ) else {
+                                        break;
+                                    };
+                                    let mut best: [f32; C] = core::array::from_fn(|k| a0[2 * k]);
+                                    let mut at: [usize; C] =
+                                        core::array::from_fn(|k| r0 * s.w + q + 2 * k);
+                                    for (row, dy, dx) in [(a0, 0, 1), (a1, 1, 0), (a1, 1, 1)] {
+                                        let base = (r0 + dy) * s.w + q + dx;
+                                        for k in 0..C {
+                                            let v = row[2 * k + dx];
+                                            (best[k], at[k]) = sel(
+                                                (v > best[k]) | v.is_nan(),
+                                                v,
+                                                best[k],
+                                                base + 2 * k,
+                                                at[k],
+                                            );
+                                        }
+                                    }
+                                    for k in 0..C {
+                                        let nan = mode == ComputeMode::Exact && best[k].is_nan();
+                                        orow[ox + k] = sel(nan, CANONICAL_NAN, best[k], 0, 0).0;
+                                        arow[ox + k] = at[k];
+                                    }
+                                    ox += C;
+                                }
+                                for ox in ox..s.ow {
                                     let q = 2 * ox;
                                     let (mut best, mut at) = (x0[q], r0 * s.w + q);
                                     for (v, idx) in [
