@@ -254,6 +254,20 @@ struct Windows {
 }
 
 impl Windows {
+    /// The first column `cb` when the eight columns of outputs `ox … ox + 7` are the
+    /// windows `[cb + 2k, cb + 2k + 2)` side by side inside a row of `w` elements.
+    #[inline(always)]
+    fn pairs8(&self, ox: usize, w: usize) -> Option<usize> {
+        let cols = self.cols.get(ox..ox + 8)?;
+        let cb = cols[0].0;
+        (cb + 16 <= w
+            && cols
+                .iter()
+                .enumerate()
+                .all(|(k, &c)| c == (cb + 2 * k, cb + 2 * k + 2)))
+        .then_some(cb)
+    }
+
     fn new(
         planes: usize,
         oh: usize,
@@ -305,7 +319,28 @@ fn avg_forward(
                 for plane in p0..p1 {
                     let xp = &x[plane * hw..(plane + 1) * hw];
                     for (oy, &(r0, r1)) in win.rows.iter().enumerate() {
-                        for (ox, &(c0, c1)) in win.cols.iter().enumerate() {
+                        let mut ox = 0;
+                        if r1 == r0 + 2 {
+                            // Blocks of eight 2 × 2 windows side by side, as lane arrays.
+                            while let Some(cb) = win.pairs8(ox, w) {
+                                let o = oy * win.ow + ox;
+                                let (x0, x1) = (
+                                    &xp[r0 * w + cb..r0 * w + cb + 16],
+                                    &xp[(r0 + 1) * w + cb..(r0 + 1) * w + cb + 16],
+                                );
+                                let orow = &mut out[(plane - p0) * ohw + o..][..8];
+                                for k in 0..8 {
+                                    let mut acc = 0.0f64;
+                                    acc += f64::from(x0[2 * k]);
+                                    acc += f64::from(x0[2 * k + 1]);
+                                    acc += f64::from(x1[2 * k]);
+                                    acc += f64::from(x1[2 * k + 1]);
+                                    orow[k] = canon(mode, (acc as f32) / win.div[o + k]);
+                                }
+                                ox += 8;
+                            }
+                        }
+                        for (ox, &(c0, c1)) in win.cols.iter().enumerate().skip(ox) {
                             let o = oy * win.ow + ox;
                             let v = if r0 >= r1 || c0 >= c1 {
                                 0.0
@@ -349,7 +384,26 @@ fn avg_backward(
                 for plane in p0..p1 {
                     let gxp = &mut gx[(plane - p0) * hw..(plane - p0 + 1) * hw];
                     for (oy, &(r0, r1)) in win.rows.iter().enumerate() {
-                        for (ox, &(c0, c1)) in win.cols.iter().enumerate() {
+                        let mut ox = 0;
+                        if r1 == r0 + 2 {
+                            // Blocks of eight 2 × 2 windows side by side, as lane arrays
+                            // (distinct elements, visited in the same order of outputs).
+                            while let Some(cb) = win.pairs8(ox, w) {
+                                let o = oy * win.ow + ox;
+                                let d: [f32; 8] = core::array::from_fn(|k| {
+                                    g[plane * ohw + o + k] / win.div[o + k]
+                                });
+                                for r in r0..r1 {
+                                    let row = &mut gxp[r * w + cb..r * w + cb + 16];
+                                    for k in 0..8 {
+                                        row[2 * k] += d[k];
+                                        row[2 * k + 1] += d[k];
+                                    }
+                                }
+                                ox += 8;
+                            }
+                        }
+                        for (ox, &(c0, c1)) in win.cols.iter().enumerate().skip(ox) {
                             if r0 >= r1 || c0 >= c1 {
                                 continue;
                             }
