@@ -7,9 +7,10 @@
 //! compiler vectorises it across outputs; no operation is reordered (no FMA is formed,
 //! no sum is split). The f64 sums of the normalisation statistics advance eight groups
 //! at once (eight independent accumulators, each adding its own elements in increasing
-//! order), which removes the latency chain of a single accumulator. Work is split over
-//! groups, planes, channels or element chunks whose sizes are constants of the kernel
-//! and the shape.
+//! order), which removes the latency chain of a single accumulator; on the AVX paths the
+//! eight groups' elements are brought into lane order by 8 × 8 transposes in registers.
+//! Work is split over groups, planes, channels or element chunks whose sizes are
+//! constants of the kernel and the shape.
 //!
 //! The files mirror `exactgrad_core::kernels`: [`norm`], [`pool`] (pooling), [`cols`]
 //! (im2col/col2im), [`attention`] and [`optim`]; this one holds what they share (the
