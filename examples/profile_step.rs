@@ -1,5 +1,6 @@
 //! Runs a training step of `benches/models.rs` (the conv net, the encoder, ResNet-18 or
-//! the GPT) in a loop, for a profiler, and prints the time of each step.
+//! the GPT) in a loop, for a profiler, and prints the time of each step and the median
+//! and least CPU time of the process per step.
 //!
 //! ```text
 //! cargo run --release --example profile_step -- conv_net|encoder|resnet18|gpt exact|fast THREADS [STEPS]
@@ -103,10 +104,15 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
     step()?;
     perf_control("enable")?;
     let mut times = Vec::with_capacity(steps);
+    let mut cpu = Vec::with_capacity(steps);
     for _ in 0..steps {
         let t = Instant::now();
+        let c = cpu_time::ProcessTime::try_now().ok();
         step()?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
+        if let Some(d) = c.and_then(|c| c.try_elapsed().ok()) {
+            cpu.push(d.as_secs_f64() * 1e3);
+        }
     }
     perf_control("disable")?;
     let line: Vec<String> = times.iter().map(|t| format!("{t:.1}")).collect();
@@ -117,6 +123,16 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
         times[steps / 2],
         times[0]
     );
+    // The process's CPU time (every thread of the pool, spinning included), which other
+    // processes on a loaded machine inflate less than the wall time.
+    if cpu.len() == steps {
+        cpu.sort_by(f64::total_cmp);
+        println!(
+            "process CPU per step: median {:.1} ms, min {:.1} ms",
+            cpu[steps / 2],
+            cpu[0]
+        );
+    }
     Ok(())
 }
 

@@ -449,9 +449,12 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
         c.case("avg_pool2d 2x2 row tail", &[&[2, 3, 6, 38]], true, |v| {
             v[0].avg_pool2d(AvgPool2dOptions::new([2, 2]))
         });
-        c.case("adaptive_avg_pool2d 2x2 windows", &[&[2, 3, 6, 34]], true, |v| {
-            v[0].adaptive_avg_pool2d([3, 17])
-        });
+        c.case(
+            "adaptive_avg_pool2d 2x2 windows",
+            &[&[2, 3, 6, 34]],
+            true,
+            |v| v[0].adaptive_avg_pool2d([3, 17]),
+        );
         // Output rows of blocks of eight and a tail of three.
         c.case("max_pool2d 2x2 row tail", &[&[2, 3, 6, 38]], true, |v| {
             v[0].max_pool2d(MaxPool2dOptions::new([2, 2]))
