@@ -445,6 +445,20 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             true,
             |v| v[0].max_pool2d(MaxPool2dOptions::new([2, 2])),
         );
+        // Output rows of blocks of eight 2 × 2 windows and a tail.
+        c.case("avg_pool2d 2x2 row tail", &[&[2, 3, 6, 38]], true, |v| {
+            v[0].avg_pool2d(AvgPool2dOptions::new([2, 2]))
+        });
+        c.case(
+            "adaptive_avg_pool2d 2x2 windows",
+            &[&[2, 3, 6, 34]],
+            true,
+            |v| v[0].adaptive_avg_pool2d([3, 17]),
+        );
+        // Output rows of blocks of eight and a tail of three.
+        c.case("max_pool2d 2x2 row tail", &[&[2, 3, 6, 38]], true, |v| {
+            v[0].max_pool2d(MaxPool2dOptions::new([2, 2]))
+        });
         c.case(
             "avg_pool2d split over threads",
             &[&[4, 17, 32, 32]],
@@ -494,6 +508,23 @@ fn run<B: Backend>(b: &B) -> Vec<(String, u64)> {
             false,
             |v| v[0].batch_norm(BatchNormOptions::training().affine(&v[1], &v[2])),
         );
+        // Eight or more groups: blocks of eight groups whose sums advance together, rows
+        // of 8 × 8 tiles and a tail, then the groups left over.
+        c.case(
+            "batch_norm specials eight groups",
+            &[&[3, 17, 11]],
+            true,
+            |v| v[0].batch_norm(BatchNormOptions::training()),
+        );
+        c.case(
+            "layer_norm eight rows",
+            &[&[19, 37], &[37], &[37]],
+            false,
+            |v| v[0].layer_norm(&[37], LayerNormOptions::default().affine(&v[1], &v[2])),
+        );
+        c.case("layer_norm specials eight rows", &[&[16, 21]], true, |v| {
+            v[0].layer_norm(&[21], LayerNormOptions::default())
+        });
         c.case("layer_norm", &[&[6, 33], &[33], &[33]], false, |v| {
             v[0].layer_norm(&[33], LayerNormOptions::default().affine(&v[1], &v[2]))
         });

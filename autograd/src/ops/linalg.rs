@@ -36,6 +36,24 @@ fn as_batched(l: &Layout) -> Option<(usize, [usize; 3])> {
     Some((l.offset, [live.last().map_or(0, |x| x.1), rs, cs]))
 }
 
+/// The sizes and strides of the last two dimensions of a layout of rank ≥ 2.
+fn last_strides(l: &Layout) -> [usize; 4] {
+    let r = l.rank();
+    [
+        l.shape[r - 2],
+        l.shape[r - 1],
+        l.strides[r - 2],
+        l.strides[r - 1],
+    ]
+}
+
+/// Whether the last two dimensions `[r, c, rs, cs]` are a transposed view of row-major
+/// storage (column-major: rows adjacent, columns apart), with more than one row and
+/// column.
+fn transposed([r, c, rs, cs]: [usize; 4]) -> bool {
+    r > 1 && c > 1 && rs == 1 && cs != 1
+}
+
 /// `a · b` for `a: [batch…, m, k]`, `b: [batch…, k, n]` with identical batch dimensions,
 /// recorded with its backward rule.
 fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
@@ -86,17 +104,30 @@ fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
         Ok(())
     })?;
     let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());
+    let (a_layout_t, b_layout_t) = (last_strides(a.layout()), last_strides(b.layout()));
     let (a_keep, b_keep) = (a.clone(), b.clone());
     Ok(record("matmul", out, &[a, b], move || {
         let (a, b) = (a_keep, b_keep);
         let sa = need_b.then(|| Saved::new("matmul", &a));
         let sb = need_a.then(|| Saved::new("matmul", &b));
         move |g: &Tensor<B>| {
+            // A gradient is computed in its operand's orientation: for an operand that is
+            // a transposed view (`weight.t()` in `linear`) as the transposed product, so
+            // that the view's backward turns it back into a row-major tensor instead of a
+            // transposed one that must be copied. Each element is the same sum over the
+            // same index in the same order (the factors of each product swapped, which
+            // changes no bit), so the result is the same.
             let ga = match &sb {
+                Some(sb) if transposed(a_layout_t) => {
+                    Some(bmm(sb.get()?, &g.transpose(-1, -2)?)?.transpose(-1, -2)?)
+                }
                 Some(sb) => Some(bmm(g, &sb.get()?.transpose(-1, -2)?)?),
                 None => None,
             };
             let gb = match &sa {
+                Some(sa) if transposed(b_layout_t) => {
+                    Some(bmm(&g.transpose(-1, -2)?, sa.get()?)?.transpose(-1, -2)?)
+                }
                 Some(sa) => Some(bmm(&sa.get()?.transpose(-1, -2)?, g)?),
                 None => None,
             };

@@ -12,9 +12,10 @@
 //! after the caller returns. Which thread runs which task is free; each task writes only
 //! its own outputs, so the results never depend on it.
 //!
-//! A helper that finishes a region spins for [`SPIN_TIME`] waiting for the next one (the
-//! serial stretches between the kernels of a training step are shorter), then parks on a
-//! condition variable. One region runs at a time: a caller that finds the pool busy (another thread
+//! A helper that finishes a region waits [`SPIN_TIME`] for the next one (the serial
+//! stretches between the kernels of a training step are shorter), spinning for the first
+//! [`PAUSE_TIME`] of it and yielding its time slice between looks for the rest, then parks
+//! on a condition variable. One region runs at a time: a caller that finds the pool busy (another thread
 //! is in a region of the same context, or a task calls a kernel itself) runs its tasks
 //! on its own thread, with the same results.
 //!
@@ -32,9 +33,16 @@ use std::time::{Duration, Instant};
 /// Spin iterations of a caller waiting for helpers before it yields its time slice.
 const SPIN: u32 = 1 << 14;
 
-/// How long an idle helper spins before it parks: longer than the serial stretches
-/// between the kernels of a training step, so that they do not each cost a wake-up.
+/// How long an idle helper waits for the next region before it parks: longer than the
+/// serial stretches between the kernels of a training step, so that they do not each
+/// cost a wake-up.
 const SPIN_TIME: Duration = Duration::from_millis(1);
+
+/// How long of [`SPIN_TIME`] an idle helper spins with the CPU's pause hint only; for the
+/// rest it also yields its time slice between looks, so that on a machine whose cores
+/// are all busy a waiting helper leaves its core to the threads that have work (on an
+/// idle core the yield returns at once).
+const PAUSE_TIME: Duration = Duration::from_micros(50);
 
 /// A region's function with its lifetime erased; valid while the region runs.
 #[derive(Clone, Copy)]
@@ -213,13 +221,22 @@ fn helper(s: &Shared) {
     let mut seen = s.state.load(Ordering::Acquire) & !(ACTIVE | CLOSED);
     loop {
         let mut spins = 0u32;
+        let mut yielding = false;
         let idle_since = Instant::now();
         let mut st = s.state.load(Ordering::Acquire);
         while st & !(ACTIVE | CLOSED) == seen {
-            core::hint::spin_loop();
+            if yielding {
+                std::thread::yield_now();
+            } else {
+                core::hint::spin_loop();
+            }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(256) && idle_since.elapsed() > SPIN_TIME {
-                break;
+            if spins.is_multiple_of(if yielding { 16 } else { 256 }) {
+                let idle = idle_since.elapsed();
+                if idle > SPIN_TIME {
+                    break;
+                }
+                yielding = idle > PAUSE_TIME;
             }
             st = s.state.load(Ordering::Acquire);
         }

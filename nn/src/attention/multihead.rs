@@ -327,40 +327,40 @@ impl<B: Backend> MultiheadAttention<B> {
             y.reshape([n, len, h, hd])?.transpose(1, 2)
         };
         let (qh, kh, vh) = (project(&q, 0)?, project(&k, 1)?, project(&v, 2)?);
-        let mask_t = match &mask {
-            Some(m) => Some(Tensor::from_vec(
-                q.backend(),
-                m.values.clone(),
-                m.shape.clone(),
-            )?),
+        // The mask as a tensor (additive for the explicit weights, which add it).
+        let mask_t = match mask {
+            Some(Mask {
+                mut values,
+                shape,
+                additive,
+            }) => {
+                if explicit && !additive {
+                    for a in &mut values {
+                        *a = if *a != 0.0 { 0.0 } else { f32::NEG_INFINITY };
+                    }
+                }
+                Some((
+                    Tensor::from_vec(q.backend(), values, shape)?,
+                    additive || explicit,
+                ))
+            }
             None => None,
         };
         let o = if explicit {
             // Explicit weights so that dropout can act on them.
             let scale = (1.0 / (hd as f64).sqrt()) as f32;
             let mut scores = qh.matmul(&kh.transpose(-2, -1)?)?.mul_scalar(scale)?;
-            if let (Some(m), Some(t)) = (&mask, &mask_t) {
-                let additive = if m.additive {
-                    t.clone()
-                } else {
-                    let vals = exactgrad_core::backend::try_collect(
-                        "MultiheadAttention::forward_attention",
-                        m.values
-                            .iter()
-                            .map(|&a| if a != 0.0 { 0.0 } else { f32::NEG_INFINITY }),
-                    )?;
-                    Tensor::from_vec(q.backend(), vals, m.shape.clone())?
-                };
-                scores = scores.add(&additive)?;
+            if let Some((t, _)) = &mask_t {
+                scores = scores.add(t)?;
             }
             let weights = scores.softmax(-1)?;
             let weights = Dropout::apply("MultiheadAttention", &weights, p, true, &self.rng)?;
             weights.matmul(&vh)?
         } else {
-            let m = match (&mask, &mask_t) {
-                (Some(m), Some(t)) if m.additive => Some(AttentionMask::Additive(t)),
-                (Some(_), Some(t)) => Some(AttentionMask::Allow(t)),
-                _ => None,
+            let m = match &mask_t {
+                Some((t, true)) => Some(AttentionMask::Additive(t)),
+                Some((t, false)) => Some(AttentionMask::Allow(t)),
+                None => None,
             };
             let opts = AttentionOptions {
                 mask: m,
@@ -429,9 +429,12 @@ impl MaskValues {
 }
 
 /// Combines PyTorch's `key_padding_mask` and `attn_mask` into one mask of shape
-/// `[N, H', L, S]` (`H'` = H when the attention mask is per head, else 1): `−∞` (or 0,
-/// when neither mask is additive) where either excludes the position, else the sum of
-/// the additive values present (`attn ⊕ key_padding`).
+/// `[N', H', L', S]` that broadcasts to the scores `[N, H, L, S]` (`N'` = N when a
+/// padding mask or a per-head attention mask is given, else 1; `H'` = H when the
+/// attention mask is per head, else 1; `L'` = L when an attention mask is given, else 1,
+/// so a padding mask alone is `[N, 1, 1, S]`): `−∞` (or 0, when neither mask is additive)
+/// where either excludes the position, else the sum of the additive values present
+/// (`attn ⊕ key_padding`).
 #[allow(clippy::too_many_arguments)]
 fn build_mask<B: Backend>(
     op: &'static str,
@@ -500,6 +503,8 @@ fn build_mask<B: Backend>(
         Some((_, true)) => h,
         _ => 1,
     };
+    let n = if kpm.is_some() || heads > 1 { n } else { 1 };
+    let l = if attn.is_some() { l } else { 1 };
     let is_additive = |m: Option<&MaskValues>| m.is_some_and(|m| m.kind == MaskKind::Additive);
     let additive = is_additive(attn.as_ref().map(|(m, _)| m)) || is_additive(kpm.as_ref());
     let total = n

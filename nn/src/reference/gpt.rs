@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::linear::Linear;
 use crate::module::{Module, ModuleExt, Visitor};
 use crate::norm::LayerNorm;
-use exactgrad_autograd::{AttentionMask, CrossEntropyOptions, Tensor};
+use exactgrad_autograd::{CrossEntropyOptions, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
 
@@ -131,14 +131,12 @@ impl<B: Backend> Gpt<B> {
             .tok_emb
             .lookup(tokens, &shape)?
             .add(&self.pos_emb.lookup(&positions, &[l])?)?;
-        // PyTorch's boolean causal mask: true (1) where key j > query i.
-        let above: Vec<f32> = (0..l * l)
-            .map(|p| f32::from(u8::from(p % l > p / l)))
-            .collect();
-        let causal = Tensor::from_vec(x.backend(), above, [l, l])?;
+        // Causal self-attention (PyTorch's boolean mask, true where key j > query i, with
+        // is_causal): the fused operator excludes those keys itself, with the bits a
+        // `[L, L]` block mask gives, and no mask is built or read.
         let mut x = x;
         for layer in &self.layers {
-            x = layer.forward_masked(&x, Some(AttentionMask::Block(&causal)), None)?;
+            x = layer.forward_causal(&x, None)?;
         }
         self.head.forward(&self.norm.forward(&x)?)
     }

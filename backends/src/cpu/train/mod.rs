@@ -7,9 +7,10 @@
 //! compiler vectorises it across outputs; no operation is reordered (no FMA is formed,
 //! no sum is split). The f64 sums of the normalisation statistics advance eight groups
 //! at once (eight independent accumulators, each adding its own elements in increasing
-//! order), which removes the latency chain of a single accumulator. Work is split over
-//! groups, planes, channels or element chunks whose sizes are constants of the kernel
-//! and the shape.
+//! order), which removes the latency chain of a single accumulator; on the AVX paths the
+//! eight groups' elements are brought into lane order by 8 × 8 transposes in registers.
+//! Work is split over groups, planes, channels or element chunks whose sizes are
+//! constants of the kernel and the shape.
 //!
 //! The files mirror `exactgrad_core::kernels`: [`norm`], [`pool`] (pooling), [`cols`]
 //! (im2col/col2im), [`attention`] and [`optim`]; this one holds what they share (the
@@ -20,8 +21,10 @@ use super::{ComputeContext, SendPtr};
 /// Elements per parallel chunk of the element-wise training kernels.
 const CHUNK: usize = 1 << 14;
 
-/// Runs `$body` compiled with the target features of `isa`: one closure per path (so each
-/// has one call site and is inlined into the function that carries the features).
+/// Runs `$body` compiled with the target features of `isa`: one closure per path, each
+/// with one call site and marked `inline(always)`, so that it is compiled inside the
+/// function that carries the features even when the body is large (the inliner's cost
+/// limit otherwise leaves a large body outside, compiled for the baseline).
 ///
 /// Must be used inside `unsafe`: `isa` must be supported by this CPU.
 macro_rules! on_isa {
@@ -43,8 +46,14 @@ macro_rules! on_isa {
             // the code compiled under them is plain Rust whose float operations the
             // features do not change (no contraction).
             match $isa {
-                Isa::Avx512 => avx512(|| $body),
-                Isa::Avx2 => avx2(|| $body),
+                Isa::Avx512 => avx512(
+                    #[inline(always)]
+                    || $body,
+                ),
+                Isa::Avx2 => avx2(
+                    #[inline(always)]
+                    || $body,
+                ),
                 _ => baseline(|| $body),
             }
         }
@@ -61,7 +70,10 @@ macro_rules! on_isa {
             // of AArch64): the compiler vectorises the loops with it and, as on x86-64,
             // never contracts a multiply and an add into a fused one.
             match $isa {
-                Isa::Neon => neon(|| $body),
+                Isa::Neon => neon(
+                    #[inline(always)]
+                    || $body,
+                ),
                 _ => baseline(|| $body),
             }
         }

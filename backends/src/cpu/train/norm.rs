@@ -45,6 +45,111 @@ fn sums8(
 /// Groups whose sums advance together.
 const LANES: usize = 8;
 
+/// As [`sums8n`] for a full block of [`LANES`] groups, with `f(ga, xa, r)` given the
+/// lanes' elements at one position `r` of `a` and `b` (two arrays of the input's layout)
+/// as vectors, so that the lane loops of `f` and the accumulation vectorise across the
+/// groups. Each group's elements are still taken in increasing order, so the sums are
+/// those of [`sums8n`]. On the AVX paths (`avx`) blocks of 8 × 8 elements are transposed
+/// in registers; elsewhere each lane vector is gathered element by element.
+#[inline(always)]
+fn sums8t<const N: usize>(
+    s: &NormSpec,
+    avx: bool,
+    a: &[f32],
+    b: &[f32],
+    q0: usize,
+    f: impl Fn(&[f32; LANES], &[f32; LANES], usize) -> [[f64; LANES]; N],
+) -> [[f64; LANES]; N] {
+    let mut acc = [[0.0f64; LANES]; N];
+    let end = (s.p * s.q).saturating_mul(s.r);
+    if q0 + LANES > s.q || a.len() < end || b.len() < end {
+        // Not reached: the callers pass a full block of the input's groups.
+        return acc;
+    }
+    #[inline(always)]
+    fn add<const N: usize>(acc: &mut [[f64; LANES]; N], t: [[f64; LANES]; N]) {
+        for k in 0..N {
+            for l in 0..LANES {
+                acc[k][l] += t[k][l];
+            }
+        }
+    }
+    let (mut at, mut bt) = ([[0.0f32; LANES]; 8], [[0.0f32; LANES]; 8]);
+    for p in 0..s.p {
+        let base = (p * s.q + q0) * s.r;
+        let mut r = 0;
+        #[cfg(target_arch = "x86_64")]
+        if avx {
+            while r + 8 <= s.r {
+                // SAFETY: the blocks read rows `base + l·R + r … + 8` for l < 8, inside
+                // `a` and `b` (whose `P·Q·R` elements were checked above, and
+                // `q0 + 8 ≤ Q`); the CPU has AVX (`avx` is set on the AVX paths only).
+                unsafe {
+                    transpose8(a.as_ptr().add(base + r), s.r, &mut at);
+                    transpose8(b.as_ptr().add(base + r), s.r, &mut bt);
+                }
+                for j in 0..8 {
+                    add(&mut acc, f(&at[j], &bt[j], r + j));
+                }
+                r += 8;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = avx;
+        for r in r..s.r {
+            let va: [f32; LANES] = core::array::from_fn(|l| a[base + l * s.r + r]);
+            let vb: [f32; LANES] = core::array::from_fn(|l| b[base + l * s.r + r]);
+            add(&mut acc, f(&va, &vb, r));
+        }
+    }
+    acc
+}
+
+/// `out[j][l] = src[l · ss + j]` for `j, l < 8` (an 8 × 8 transpose in registers).
+///
+/// # Safety
+/// `src + l · ss + j` must be readable for `l, j < 8`, and the CPU must have AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose8(src: *const f32, ss: usize, out: &mut [[f32; LANES]; 8]) {
+    use core::arch::x86_64::*;
+    // SAFETY: the loads read rows l < 8 of 8 elements at `src + l · ss` (the caller's
+    // bounds); the stores write the 8 rows of `out`, 8 elements each; the CPU has AVX.
+    unsafe {
+        let r: [__m256; 8] = core::array::from_fn(|l| _mm256_loadu_ps(src.add(l * ss)));
+        let t = [
+            _mm256_unpacklo_ps(r[0], r[1]),
+            _mm256_unpackhi_ps(r[0], r[1]),
+            _mm256_unpacklo_ps(r[2], r[3]),
+            _mm256_unpackhi_ps(r[2], r[3]),
+            _mm256_unpacklo_ps(r[4], r[5]),
+            _mm256_unpackhi_ps(r[4], r[5]),
+            _mm256_unpacklo_ps(r[6], r[7]),
+            _mm256_unpackhi_ps(r[6], r[7]),
+        ];
+        let u = [
+            _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+            _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+            _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+            _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+            _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+            _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+            _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+            _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+        ];
+        for j in 0..4 {
+            _mm256_storeu_ps(
+                out[j].as_mut_ptr(),
+                _mm256_permute2f128_ps::<0x20>(u[j], u[j + 4]),
+            );
+            _mm256_storeu_ps(
+                out[j + 4].as_mut_ptr(),
+                _mm256_permute2f128_ps::<0x31>(u[j], u[j + 4]),
+            );
+        }
+    }
+}
+
 /// As [`sums8`] for `N` sums at once (one pass over the elements).
 #[inline(always)]
 fn sums8n<const N: usize>(
@@ -82,6 +187,7 @@ pub(crate) fn norm_stats(
     sq_sum: &mut [f32],
 ) {
     let n = s.count() as f32;
+    let avx = matches!(isa, Isa::Avx512 | Isa::Avx2);
     let (pm, pc, ps) = (
         SendPtr(mean.as_mut_ptr()),
         SendPtr(corr.as_mut_ptr()),
@@ -99,22 +205,64 @@ pub(crate) fn norm_stats(
                     part(pc, q0, lanes),
                     part(ps, q0, lanes),
                 );
-                let s1 = sums8(s, x, q0, lanes, |_, _, _, v| f64::from(v));
+                let full = lanes == LANES;
+                let s1 = if full {
+                    sums8t::<1>(
+                        s,
+                        avx,
+                        x,
+                        x,
+                        q0,
+                        #[inline(always)]
+                        |v, _, _| [v.map(f64::from)],
+                    )[0]
+                } else {
+                    sums8(s, x, q0, lanes, |_, _, _, v| f64::from(v))
+                };
                 for l in 0..lanes {
                     mean[l] = canon(mode, canon(mode, s1[l] as f32) / n);
                 }
                 let mu: [f32; LANES] =
                     core::array::from_fn(|l| if l < lanes { mean[l] } else { 0.0 });
-                let s2 = sums8(s, x, q0, lanes, |l, _, _, v| f64::from(v - mu[l]));
+                let s2 = if full {
+                    sums8t::<1>(
+                        s,
+                        avx,
+                        x,
+                        x,
+                        q0,
+                        #[inline(always)]
+                        |v, _, _| [core::array::from_fn(|l| f64::from(v[l] - mu[l]))],
+                    )[0]
+                } else {
+                    sums8(s, x, q0, lanes, |l, _, _, v| f64::from(v - mu[l]))
+                };
                 for l in 0..lanes {
                     corr[l] = canon(mode, canon(mode, s2[l] as f32) / n);
                 }
                 let c: [f32; LANES] =
                     core::array::from_fn(|l| if l < lanes { corr[l] } else { 0.0 });
-                let s3 = sums8(s, x, q0, lanes, |l, _, _, v| {
-                    let e = f64::from((v - mu[l]) - c[l]);
-                    e * e
-                });
+                let s3 = if full {
+                    sums8t::<1>(
+                        s,
+                        avx,
+                        x,
+                        x,
+                        q0,
+                        #[inline(always)]
+                        |v, _, _| {
+                            [core::array::from_fn(|l| {
+                                let e = f64::from((v[l] - mu[l]) - c[l]);
+                                e * e
+                            })]
+                        },
+                    )[0]
+                } else {
+                    sums8(s, x, q0, lanes, |l, _, _, v| {
+                        let e = f64::from((v - mu[l]) - c[l]);
+                        e * e
+                    })
+                };
                 for l in 0..lanes {
                     sq[l] = canon(mode, s3[l] as f32);
                 }
@@ -265,6 +413,7 @@ pub(crate) fn norm_backward(
     grads: NormGrads<'_>,
 ) {
     let n = s.count() as f32;
+    let avx = matches!(isa, Isa::Avx512 | Isa::Avx2);
     let xhat = |q: usize, i: usize| ((x[i] - st.mean[q]) - st.corr[q]) * st.rstd[q];
     let wv = |q: usize, r: usize| weight.map_or(1.0, |w| w[s.param_index(q, r)]);
     let NormGrads { dx, mut dw, mut db } = grads;
@@ -310,7 +459,77 @@ pub(crate) fn norm_backward(
                             None => v,
                         }
                     };
-                    if fused {
+                    // The full blocks of the layouts whose ĝ is a product by a lane's
+                    // or a position's weight go through lane tiles.
+                    let tiled = lanes == LANES && !matches!(s.param, NormParam::Group { .. });
+                    let ght = |v: &[f32; LANES], r: usize| -> [f32; LANES] {
+                        match weight {
+                            Some(_) if per_q => core::array::from_fn(|l| v[l] * wq[l]),
+                            Some(w) => {
+                                let wr = w[r];
+                                v.map(|v| v * wr)
+                            }
+                            None => *v,
+                        }
+                    };
+                    let xht = |xv: &[f32; LANES]| -> [f32; LANES] {
+                        core::array::from_fn(|l| ((xv[l] - mu[l]) - cc[l]) * rr[l])
+                    };
+                    if fused && tiled {
+                        let [a, bx, gx, g1] = sums8t::<4>(
+                            s,
+                            avx,
+                            g,
+                            x,
+                            q0,
+                            #[inline(always)]
+                            |v, xv, r| {
+                                let (h, xv) = (ght(v, r), xht(xv));
+                                [
+                                    h.map(f64::from),
+                                    core::array::from_fn(|l| f64::from(h[l]) * f64::from(xv[l])),
+                                    core::array::from_fn(|l| f64::from(v[l]) * f64::from(xv[l])),
+                                    v.map(f64::from),
+                                ]
+                            },
+                        );
+                        for l in 0..lanes {
+                            mg[l] = (a[l] as f32) / n;
+                            mgx[l] = (bx[l] as f32) / n;
+                        }
+                        if let Some(pw) = pw {
+                            let o = part(pw, q0, lanes);
+                            for l in 0..lanes {
+                                o[l] = canon(mode, gx[l] as f32);
+                            }
+                        }
+                        if let Some(pb) = pb {
+                            let o = part(pb, q0, lanes);
+                            for l in 0..lanes {
+                                o[l] = canon(mode, g1[l] as f32);
+                            }
+                        }
+                    } else if stats_depend && tiled {
+                        let [a, bx] = sums8t::<2>(
+                            s,
+                            avx,
+                            g,
+                            x,
+                            q0,
+                            #[inline(always)]
+                            |v, xv, r| {
+                                let (h, xv) = (ght(v, r), xht(xv));
+                                [
+                                    h.map(f64::from),
+                                    core::array::from_fn(|l| f64::from(h[l]) * f64::from(xv[l])),
+                                ]
+                            },
+                        );
+                        for l in 0..lanes {
+                            mg[l] = (a[l] as f32) / n;
+                            mgx[l] = (bx[l] as f32) / n;
+                        }
+                    } else if fused {
                         let [a, bx, gx, g1] = sums8n::<4>(s, g, q0, lanes, |l, i, r, v| {
                             let (h, xv) = (gh(l, r, v), xh(l, i));
                             [

@@ -5,7 +5,7 @@ use super::{part, per_task, ranges};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
 use alloc::vec::Vec;
 use exactgrad_core::kernels::{canon, taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
-use exactgrad_core::{ComputeMode, Error, Result};
+use exactgrad_core::{ComputeMode, Error, Result, CANONICAL_NAN};
 
 pub(crate) fn max_pool2d(
     isa: Isa,
@@ -80,7 +80,43 @@ pub(crate) fn max_pool2d(
                                         (i & m) | (a & !m),
                                     )
                                 };
-                                for ox in 0..s.ow {
+                                // Blocks of eight outputs as lane arrays (the taps'
+                                // even and odd columns split by constant indices), so
+                                // that the comparisons and selects vectorise.
+                                const C: usize = 8;
+                                let mut ox = 0;
+                                while ox + C <= s.ow {
+                                    let q = 2 * ox;
+                                    let (Ok(a0), Ok(a1)) = (
+                                        <&[f32; 2 * C]>::try_from(&x0[q..q + 2 * C]),
+                                        <&[f32; 2 * C]>::try_from(&x1[q..q + 2 * C]),
+                                    ) else {
+                                        break;
+                                    };
+                                    let mut best: [f32; C] = core::array::from_fn(|k| a0[2 * k]);
+                                    let mut at: [usize; C] =
+                                        core::array::from_fn(|k| r0 * s.w + q + 2 * k);
+                                    for (row, dy, dx) in [(a0, 0, 1), (a1, 1, 0), (a1, 1, 1)] {
+                                        let base = (r0 + dy) * s.w + q + dx;
+                                        for k in 0..C {
+                                            let v = row[2 * k + dx];
+                                            (best[k], at[k]) = sel(
+                                                (v > best[k]) | v.is_nan(),
+                                                v,
+                                                best[k],
+                                                base + 2 * k,
+                                                at[k],
+                                            );
+                                        }
+                                    }
+                                    for k in 0..C {
+                                        let nan = mode == ComputeMode::Exact && best[k].is_nan();
+                                        orow[ox + k] = sel(nan, CANONICAL_NAN, best[k], 0, 0).0;
+                                        arow[ox + k] = at[k];
+                                    }
+                                    ox += C;
+                                }
+                                for ox in ox..s.ow {
                                     let q = 2 * ox;
                                     let (mut best, mut at) = (x0[q], r0 * s.w + q);
                                     for (v, idx) in [
@@ -218,6 +254,20 @@ struct Windows {
 }
 
 impl Windows {
+    /// The first column `cb` when the eight columns of outputs `ox … ox + 7` are the
+    /// windows `[cb + 2k, cb + 2k + 2)` side by side inside a row of `w` elements.
+    #[inline(always)]
+    fn pairs8(&self, ox: usize, w: usize) -> Option<usize> {
+        let cols = self.cols.get(ox..ox + 8)?;
+        let cb = cols[0].0;
+        (cb + 16 <= w
+            && cols
+                .iter()
+                .enumerate()
+                .all(|(k, &c)| c == (cb + 2 * k, cb + 2 * k + 2)))
+        .then_some(cb)
+    }
+
     fn new(
         planes: usize,
         oh: usize,
@@ -269,7 +319,28 @@ fn avg_forward(
                 for plane in p0..p1 {
                     let xp = &x[plane * hw..(plane + 1) * hw];
                     for (oy, &(r0, r1)) in win.rows.iter().enumerate() {
-                        for (ox, &(c0, c1)) in win.cols.iter().enumerate() {
+                        let mut ox = 0;
+                        if r1 == r0 + 2 {
+                            // Blocks of eight 2 × 2 windows side by side, as lane arrays.
+                            while let Some(cb) = win.pairs8(ox, w) {
+                                let o = oy * win.ow + ox;
+                                let (x0, x1) = (
+                                    &xp[r0 * w + cb..r0 * w + cb + 16],
+                                    &xp[(r0 + 1) * w + cb..(r0 + 1) * w + cb + 16],
+                                );
+                                let orow = &mut out[(plane - p0) * ohw + o..][..8];
+                                for k in 0..8 {
+                                    let mut acc = 0.0f64;
+                                    acc += f64::from(x0[2 * k]);
+                                    acc += f64::from(x0[2 * k + 1]);
+                                    acc += f64::from(x1[2 * k]);
+                                    acc += f64::from(x1[2 * k + 1]);
+                                    orow[k] = canon(mode, (acc as f32) / win.div[o + k]);
+                                }
+                                ox += 8;
+                            }
+                        }
+                        for (ox, &(c0, c1)) in win.cols.iter().enumerate().skip(ox) {
                             let o = oy * win.ow + ox;
                             let v = if r0 >= r1 || c0 >= c1 {
                                 0.0
@@ -313,7 +384,26 @@ fn avg_backward(
                 for plane in p0..p1 {
                     let gxp = &mut gx[(plane - p0) * hw..(plane - p0 + 1) * hw];
                     for (oy, &(r0, r1)) in win.rows.iter().enumerate() {
-                        for (ox, &(c0, c1)) in win.cols.iter().enumerate() {
+                        let mut ox = 0;
+                        if r1 == r0 + 2 {
+                            // Blocks of eight 2 × 2 windows side by side, as lane arrays
+                            // (distinct elements, visited in the same order of outputs).
+                            while let Some(cb) = win.pairs8(ox, w) {
+                                let o = oy * win.ow + ox;
+                                let d: [f32; 8] = core::array::from_fn(|k| {
+                                    g[plane * ohw + o + k] / win.div[o + k]
+                                });
+                                for r in r0..r1 {
+                                    let row = &mut gxp[r * w + cb..r * w + cb + 16];
+                                    for k in 0..8 {
+                                        row[2 * k] += d[k];
+                                        row[2 * k + 1] += d[k];
+                                    }
+                                }
+                                ox += 8;
+                            }
+                        }
+                        for (ox, &(c0, c1)) in win.cols.iter().enumerate().skip(ox) {
                             if r0 >= r1 || c0 >= c1 {
                                 continue;
                             }
