@@ -9,6 +9,10 @@
 //! specs whose sizes overflow or do not fit, argmax indices outside their plane, a
 //! dropout probability outside `[0, 1]` and missing optimizer state. Each call runs under
 //! `catch_unwind`; it passes when the kernel returns an error.
+//!
+//! Over 800 lines on purpose: one flat list of probes, a few per kernel, each a closure
+//! with its hand-built arguments; split by kernel they would repeat the harness in every
+//! part, and together they show at a glance which refusals each kernel has.
 
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::{
