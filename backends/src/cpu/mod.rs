@@ -440,11 +440,9 @@ macro_rules! cpu_mode {
     ($mode:ty, $v128:ident) => {
         impl CpuMode for $mode {
             unsafe fn unary(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) {
-                // SAFETY: the caller guarantees `isa.is_supported(MODE)`, which is exactly
-                // the target features of the instantiation chosen for `isa`: avx512f,
-                // avx2 + fma, sse2 (exact) or sse2 + fma (`$v128` for fast mode), neon,
-                // none for the scalar one. The kernels index their slices within bounds
-                // themselves.
+                // SAFETY: the caller guarantees `isa.is_supported(MODE)`: the features of the
+                // chosen instantiation (avx512f, avx2 + fma, sse2 or sse2 + fma, neon, none);
+                // the kernels index their slices within bounds themselves.
                 unsafe {
                     match isa {
                         #[cfg(target_arch = "x86_64")]
@@ -508,10 +506,9 @@ unsafe fn binary_row<M: ModeSpec>(
     sb: usize,
     out: &mut [f32],
 ) {
-    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, which covers the target
-    // features of the instantiation chosen for `isa` (avx512f; avx2 + fma; for the
-    // 128-bit path only SSE2, part of every x86-64 CPU, since binary rows form no FMA;
-    // neon).
+    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`: the features of the
+    // chosen instantiation (avx512f; avx2 + fma; SSE2 only on the 128-bit path, as binary
+    // rows form no FMA; neon).
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]

@@ -279,10 +279,9 @@ macro_rules! kernel {
                     load: bool,
                     last: bool,
                 ) {
-                    // SAFETY: the caller of `edge` guarantees `micro`'s contract for a
-                    // tile of MH (short) or MR rows of `lanes` lanes at `c` (row stride
-                    // ldc, B steps of bstep) and the target features `imp` is compiled
-                    // with; `lanes` is 1, 2 (when 2 < NV) or NV (`edge_lanes`).
+                    // SAFETY: `edge`'s caller guarantees `micro`'s contract for MH or MR
+                    // rows of `lanes` lanes at `c` (1, 2 when 2 < NV, or NV: `edge_lanes`)
+                    // and the target features `imp` is compiled with.
                     unsafe {
                         match (short, lanes) {
                             (true, 1) => micro::<$lane, $mode, $step, $mh, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
@@ -461,11 +460,9 @@ unsafe fn steps<L: SimdLane, M: Madd<L>, S: Step<L, M>, const MR: usize, const N
 ) {
     let w = L::WIDTH;
     for _ in 0..n {
-        // SAFETY: step p reads a[i·row + p·step] for i < MR and b[p·bstep ..][..NV·WIDTH],
-        // inside the elements the caller guarantees; the pointers then advance by one
-        // step with `wrapping_add` (they may end past the buffers and are dereferenced
-        // only at steps inside). The lane's and the step's target features are the
-        // caller's guarantee too.
+        // SAFETY: step p reads a[i·row + p·step] (i < MR) and b[p·bstep..][..NV·WIDTH], inside
+        // what the caller guarantees (pointers advance by `wrapping_add`, dereferenced only
+        // at steps inside); the target features are the caller's guarantee too.
         unsafe {
             // A plain loop rather than `array::from_fn`, whose closure LLVM may leave out
             // of line (without the path's target features) once the kernel grows.

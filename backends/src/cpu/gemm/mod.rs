@@ -96,11 +96,9 @@ pub(crate) unsafe fn matmul<M: ModeSpec>(
         return Ok(());
     }
     let blk = blocking::for_machine(blocking::tile(isa, M::MODE));
-    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`; each arm runs the kernel
-    // whose target features that implies (avx512f; avx2 + fma; sse2, part of every x86-64
-    // CPU, for exact mode on the 128-bit path and sse2 + fma for fast mode there, whose
-    // support requires FMA; neon, whose fused multiply-add is part of every AArch64 CPU;
-    // `fma` for the scalar fast kernel only after detecting it).
+    // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, which implies each arm's
+    // features (avx512f; avx2 + fma; sse2, or sse2 + fma in fast mode; neon); the scalar
+    // fast kernel takes `fma` only after detecting it.
     unsafe {
         match M::MODE {
             ComputeMode::Exact => match isa {
@@ -216,10 +214,9 @@ unsafe fn run<K: Kernel>(
             cs: n,
             bs: m * n,
         };
-        // SAFETY: the caller guarantees `K`'s target features; `t` addresses exactly the
-        // elements of `b` and `a` that `spec` does; `dst` maps row i and column j of
-        // batch bi of Cᵀ to element bi·m·n + j·n + i of `out` (which holds batch·m·n
-        // elements), a one-to-one map onto `out`.
+        // SAFETY: the caller guarantees `K`'s features; `t` addresses the elements of `b`
+        // and `a` that `spec` does; `dst` maps (bi, i, j) of Cᵀ one to one onto element
+        // bi·m·n + j·n + i of `out` (batch·m·n elements).
         return unsafe { drive::<K>(ctx, blk, &t, seg, b, a, dst) };
     }
     let dst = Out {
@@ -396,10 +393,9 @@ unsafe fn drive<K: Kernel>(
         };
         let r0 = ci * rows_per_chunk;
         let nrows = rows_per_chunk.min(total_rows - r0);
-        // SAFETY: the caller of `drive` guarantees `K`'s target features and that `dst`
-        // maps the rows and columns of the product one to one onto a buffer nothing else
-        // accesses; this chunk writes only its own rows r0 .. r0 + nrows, which no other
-        // chunk writes.
+        // SAFETY: `drive`'s caller guarantees `K`'s features and a one-to-one `dst` onto a
+        // buffer nothing else accesses; this chunk writes only its rows r0 .. r0 + nrows,
+        // which no other chunk writes.
         unsafe { rows::<K>(&job, r0, nrows, dst, &mut apack) };
     });
     Ok(())
@@ -562,11 +558,9 @@ unsafe fn tile<K: Kernel>(
     let uniform = dst.cs == 1 && (r / dst.m == (r + rows - 1) / dst.m || dst.bs == dst.m * dst.rs);
     let lanes = K::edge_lanes(cols);
     if uniform && rows == mr && cols == nr {
-        // SAFETY: the A panel holds the MR rows of kc steps of its layout, the B panel kc
-        // steps of NR elements bstep apart (asserted above); the tile's MR rows of NR
-        // columns are the elements c0 + i·rs + j of `dst` (uniform rows, unit column
-        // stride), which the caller guarantees valid and this call's own; the caller of
-        // `tile` guarantees the kernel's target features.
+        // SAFETY: the panels hold kc steps of MR rows and NR columns (asserted above); the
+        // tile is elements c0 + i·rs + j of `dst` (uniform rows, unit column stride), valid
+        // and this call's own; the caller guarantees the kernel's target features.
         unsafe {
             K::full(
                 kc,
@@ -617,11 +611,9 @@ unsafe fn tile<K: Kernel>(
             }
         }
     }
-    // SAFETY: the A panel holds the MR rows of kc steps of its layout and the B panel kc
-    // steps of NR elements bstep apart (asserted above); `t` holds TILE_MAX >= MR × NR
-    // elements, a tile of MR rows of NR columns at row stride NR, which covers what any
-    // edge kernel reads and writes; the caller of `tile` guarantees the kernel's target
-    // features.
+    // SAFETY: the panels hold kc steps of MR rows and NR columns (asserted above); `t` has
+    // TILE_MAX >= MR × NR elements at row stride NR, all any edge kernel touches; the
+    // caller guarantees the kernel's target features.
     unsafe {
         K::edge(
             kc,
