@@ -42,6 +42,8 @@ use blocking::Blocking;
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{ComputeMode, Result};
 use kernel::*;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use pack::transpose8;
 use pack::{line_aligned, pack_b, pack_b_rows, prefetch};
 use std::sync::Mutex;
 

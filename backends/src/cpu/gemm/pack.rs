@@ -153,7 +153,7 @@ pub(super) fn pack_b<K: Kernel>(
 /// and the CPU must have AVX.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-unsafe fn transpose8(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+pub(crate) unsafe fn transpose8(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
     use core::arch::x86_64::*;
     // SAFETY: the loads read rows c < 8 of 8 elements at `src + c · ss` and the stores
     // write rows q < 8 of 8 elements at `dst + q · ds`, inside the caller's bounds; the

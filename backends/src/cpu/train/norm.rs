@@ -105,49 +105,17 @@ fn sums8t<const N: usize>(
     acc
 }
 
-/// `out[j][l] = src[l · ss + j]` for `j, l < 8` (an 8 × 8 transpose in registers).
+/// `out[j][l] = src[l · ss + j]` for `j, l < 8` (an 8 × 8 transpose in registers: the
+/// GEMM packer's [`crate::cpu::gemm::transpose8`]).
 ///
 /// # Safety
 /// `src + l · ss + j` must be readable for `l, j < 8`, and the CPU must have AVX.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn transpose8(src: *const f32, ss: usize, out: &mut [[f32; LANES]; 8]) {
-    use core::arch::x86_64::*;
-    // SAFETY: the loads read rows l < 8 of 8 elements at `src + l · ss` (the caller's
-    // bounds); the stores write the 8 rows of `out`, 8 elements each; the CPU has AVX.
-    unsafe {
-        let r: [__m256; 8] = core::array::from_fn(|l| _mm256_loadu_ps(src.add(l * ss)));
-        let t = [
-            _mm256_unpacklo_ps(r[0], r[1]),
-            _mm256_unpackhi_ps(r[0], r[1]),
-            _mm256_unpacklo_ps(r[2], r[3]),
-            _mm256_unpackhi_ps(r[2], r[3]),
-            _mm256_unpacklo_ps(r[4], r[5]),
-            _mm256_unpackhi_ps(r[4], r[5]),
-            _mm256_unpacklo_ps(r[6], r[7]),
-            _mm256_unpackhi_ps(r[6], r[7]),
-        ];
-        let u = [
-            _mm256_shuffle_ps::<0x44>(t[0], t[2]),
-            _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
-            _mm256_shuffle_ps::<0x44>(t[1], t[3]),
-            _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
-            _mm256_shuffle_ps::<0x44>(t[4], t[6]),
-            _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
-            _mm256_shuffle_ps::<0x44>(t[5], t[7]),
-            _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
-        ];
-        for j in 0..4 {
-            _mm256_storeu_ps(
-                out[j].as_mut_ptr(),
-                _mm256_permute2f128_ps::<0x20>(u[j], u[j + 4]),
-            );
-            _mm256_storeu_ps(
-                out[j + 4].as_mut_ptr(),
-                _mm256_permute2f128_ps::<0x31>(u[j], u[j + 4]),
-            );
-        }
-    }
+    // SAFETY: the caller's bounds for `src` and AVX; `out` is 8 rows of LANES = 8
+    // contiguous f32, written at row stride LANES.
+    unsafe { crate::cpu::gemm::transpose8(src, ss, out.as_mut_ptr().cast::<f32>(), LANES) }
 }
 
 /// As [`sums8`] for `N` sums at once (one pass over the elements).
