@@ -5,7 +5,7 @@ use super::{part, per_task, ranges};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
 use alloc::vec::Vec;
 use exactgrad_core::kernels::{canon, taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
-use exactgrad_core::{ComputeMode, Error, Result, CANONICAL_NAN};
+use exactgrad_core::{ComputeMode, Error, Result};
 
 pub(crate) fn max_pool2d(
     isa: Isa,
@@ -72,62 +72,23 @@ pub(crate) fn max_pool2d(
                                 let r0 = 2 * oy;
                                 let x0 = &xp[r0 * s.w..(r0 + 1) * s.w];
                                 let x1 = &xp[(r0 + 1) * s.w..(r0 + 2) * s.w];
-                                let sel = |take: bool, v: f32, b: f32, i: usize, a: usize| {
-                                    let m32 = (take as u32).wrapping_neg();
-                                    let m = (take as usize).wrapping_neg();
-                                    (
-                                        f32::from_bits((v.to_bits() & m32) | (b.to_bits() & !m32)),
-                                        (i & m) | (a & !m),
-                                    )
-                                };
-                                // Blocks of eight outputs as lane arrays (the taps'
-                                // even and odd columns split by constant indices), so
-                                // that the comparisons and selects vectorise.
-                                const C: usize = 8;
-                                let mut ox = 0;
-                                while ox + C <= s.ow {
-                                    let q = 2 * ox;
-                                    let (Ok(a0), Ok(a1)) = (
-                                        <&[f32; 2 * C]>::try_from(&x0[q..q + 2 * C]),
-                                        <&[f32; 2 * C]>::try_from(&x1[q..q + 2 * C]),
-                                    ) else {
-                                        break;
-                                    };
-                                    let mut best: [f32; C] = core::array::from_fn(|k| a0[2 * k]);
-                                    let mut at: [usize; C] =
-                                        core::array::from_fn(|k| r0 * s.w + q + 2 * k);
-                                    for (row, dy, dx) in [(a0, 0, 1), (a1, 1, 0), (a1, 1, 1)] {
-                                        let base = (r0 + dy) * s.w + q + dx;
-                                        for k in 0..C {
-                                            let v = row[2 * k + dx];
-                                            (best[k], at[k]) = sel(
-                                                (v > best[k]) | v.is_nan(),
-                                                v,
-                                                best[k],
-                                                base + 2 * k,
-                                                at[k],
-                                            );
-                                        }
+                                // One pass over the row pair, the taps of each window
+                                // in order; the tap taken so far is a number 0–3 and the
+                                // input index is formed from it at the end, so that the
+                                // loop vectorises (pairs of columns read as interleaved
+                                // loads, compares and selects on whole lanes).
+                                let w = s.w;
+                                let pairs = x0.chunks_exact(2).zip(x1.chunks_exact(2));
+                                let outs = orow.iter_mut().zip(arow.iter_mut());
+                                for (ox, ((p0, p1), (o, a))) in pairs.zip(outs).enumerate() {
+                                    let (mut best, mut t) = (p0[0], 0usize);
+                                    for (v, tap) in [(p0[1], 1), (p1[0], 2), (p1[1], 3)] {
+                                        let take = (v > best) | v.is_nan();
+                                        best = if take { v } else { best };
+                                        t = if take { tap } else { t };
                                     }
-                                    for k in 0..C {
-                                        let nan = mode == ComputeMode::Exact && best[k].is_nan();
-                                        orow[ox + k] = sel(nan, CANONICAL_NAN, best[k], 0, 0).0;
-                                        arow[ox + k] = at[k];
-                                    }
-                                    ox += C;
-                                }
-                                for ox in ox..s.ow {
-                                    let q = 2 * ox;
-                                    let (mut best, mut at) = (x0[q], r0 * s.w + q);
-                                    for (v, idx) in [
-                                        (x0[q + 1], r0 * s.w + q + 1),
-                                        (x1[q], (r0 + 1) * s.w + q),
-                                        (x1[q + 1], (r0 + 1) * s.w + q + 1),
-                                    ] {
-                                        (best, at) = sel((v > best) | v.is_nan(), v, best, idx, at);
-                                    }
-                                    orow[ox] = canon(mode, best);
-                                    arow[ox] = at;
+                                    *o = canon(mode, best);
+                                    *a = (r0 + (t >> 1)) * w + 2 * ox + (t & 1);
                                 }
                                 continue;
                             }
