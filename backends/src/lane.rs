@@ -234,3 +234,113 @@ impl FusedLane for f32 {
         f32::mul_add(self, b, c)
     }
 }
+
+/// Two lanes evaluated in lockstep: every operation is applied to both halves, the first
+/// half's instruction first.
+///
+/// The element-wise loops use it for the long transcendental formulas, whose one-vector
+/// dependency chain is longer than the out-of-order window of many cores: interleaving
+/// two independent chains keeps the arithmetic units busy. Each half executes exactly the
+/// operation sequence of `L`, so the bits are those of `L` (and of `f32`).
+#[derive(Clone, Copy, Debug)]
+pub struct Pair<L>(pub L, pub L);
+
+macro_rules! pair_ops {
+    ($($name:ident),*) => {
+        $(
+            #[inline(always)]
+            fn $name(self, o: Self) -> Self {
+                Pair(self.0.$name(o.0), self.1.$name(o.1))
+            }
+        )*
+    };
+}
+
+macro_rules! pair_cmps {
+    ($($name:ident),*) => {
+        $(
+            #[inline(always)]
+            fn $name(self, o: Self) -> Self::Mask {
+                (self.0.$name(o.0), self.1.$name(o.1))
+            }
+        )*
+    };
+}
+
+macro_rules! pair_bits {
+    ($($name:ident),*) => {
+        $(
+            #[inline(always)]
+            fn $name(a: Self::Bits, b: Self::Bits) -> Self::Bits {
+                (L::$name(a.0, b.0), L::$name(a.1, b.1))
+            }
+        )*
+    };
+}
+
+macro_rules! pair_shifts {
+    ($($name:ident),*) => {
+        $(
+            #[inline(always)]
+            fn $name<const N: u32>(a: Self::Bits) -> Self::Bits {
+                (L::$name::<N>(a.0), L::$name::<N>(a.1))
+            }
+        )*
+    };
+}
+
+impl<L: Lane> Lane for Pair<L> {
+    type Mask = (L::Mask, L::Mask);
+    type Bits = (L::Bits, L::Bits);
+
+    #[inline(always)]
+    fn splat(v: f32) -> Self {
+        Pair(L::splat(v), L::splat(v))
+    }
+    pair_ops!(add, sub, mul, div);
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        Pair(self.0.sqrt(), self.1.sqrt())
+    }
+    pair_cmps!(lt, le, eq);
+    #[inline(always)]
+    fn mask_and(a: Self::Mask, b: Self::Mask) -> Self::Mask {
+        (L::mask_and(a.0, b.0), L::mask_and(a.1, b.1))
+    }
+    #[inline(always)]
+    fn mask_or(a: Self::Mask, b: Self::Mask) -> Self::Mask {
+        (L::mask_or(a.0, b.0), L::mask_or(a.1, b.1))
+    }
+    #[inline(always)]
+    fn mask_not(a: Self::Mask) -> Self::Mask {
+        (L::mask_not(a.0), L::mask_not(a.1))
+    }
+    #[inline(always)]
+    fn select(m: Self::Mask, a: Self, b: Self) -> Self {
+        Pair(L::select(m.0, a.0, b.0), L::select(m.1, a.1, b.1))
+    }
+    #[inline(always)]
+    fn to_bits(self) -> Self::Bits {
+        (self.0.to_bits(), self.1.to_bits())
+    }
+    #[inline(always)]
+    fn from_bits(b: Self::Bits) -> Self {
+        Pair(L::from_bits(b.0), L::from_bits(b.1))
+    }
+    #[inline(always)]
+    fn bits_splat(v: u32) -> Self::Bits {
+        (L::bits_splat(v), L::bits_splat(v))
+    }
+    pair_bits!(bits_add, bits_sub, bits_and, bits_or);
+    pair_shifts!(bits_shl, bits_shr, bits_sar);
+}
+
+impl<L: FusedLane> FusedLane for Pair<L> {
+    #[inline(always)]
+    fn fused_mul_add(self, b: Self, c: Self) -> Self {
+        Pair(
+            self.0.fused_mul_add(b.0, c.0),
+            self.1.fused_mul_add(b.1, c.1),
+        )
+    }
+}

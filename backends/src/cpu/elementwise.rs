@@ -6,7 +6,7 @@
 
 use super::simd::SimdLane;
 use crate::elementwise::{binary, unary, unary_backward};
-use crate::lane::{Lane, Madd};
+use crate::lane::{Lane, Madd, Pair};
 use crate::scalar::ModeSpec;
 use exactgrad_core::{BinaryOp, ComputeMode, UnaryOp, CANONICAL_NAN};
 
@@ -22,7 +22,7 @@ pub(crate) fn finish<L: Lane, M: ModeSpec>(v: L) -> L {
 
 /// `out[i] = op(x[i])`: full lanes, then the scalar tail.
 #[inline(always)]
-pub(crate) fn unary_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
+pub(crate) fn unary_slice<L: SimdLane, M: ModeSpec + Madd<L> + Madd<Pair<L>>>(
     op: UnaryOp,
     x: &[f32],
     out: &mut [f32],
@@ -30,6 +30,18 @@ pub(crate) fn unary_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
     let n = x.len().min(out.len());
     let w = L::WIDTH;
     let mut i = 0;
+    while i + 2 * w <= n {
+        // SAFETY: i + 2w <= n = min(x.len(), out.len()) bounds both slices; the lane's
+        // target features are the calling instantiation's (`cpu::simd`).
+        unsafe {
+            let (p, q) = (x.as_ptr().add(i), out.as_mut_ptr().add(i));
+            let v = Pair(L::load(p), L::load(p.add(w)));
+            let r = finish::<Pair<L>, M>(unary::<Pair<L>, M>(op, v));
+            r.0.store(q);
+            r.1.store(q.add(w));
+        }
+        i += 2 * w;
+    }
     while i + w <= n {
         // SAFETY: i + w <= n = min(x.len(), out.len()) bounds both slices; the lane's
         // target features are the calling instantiation's (`cpu::simd`).
@@ -47,7 +59,7 @@ pub(crate) fn unary_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
 
 /// `out[i] = op'(x[i], y[i], g[i])`: full lanes, then the scalar tail.
 #[inline(always)]
-pub(crate) fn unary_backward_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
+pub(crate) fn unary_backward_slice<L: SimdLane, M: ModeSpec + Madd<L> + Madd<Pair<L>>>(
     op: UnaryOp,
     x: &[f32],
     y: &[f32],
@@ -61,6 +73,23 @@ pub(crate) fn unary_backward_slice<L: SimdLane, M: ModeSpec + Madd<L>>(
     );
     let w = L::WIDTH;
     let mut i = 0;
+    while i + 2 * w <= n {
+        // SAFETY: i + 2w <= n = out.len(), and every input holds at least n elements
+        // (asserted above); the lane's target features are the calling instantiation's
+        // (`cpu::simd`).
+        unsafe {
+            let (xp, yp, gp) = (x.as_ptr().add(i), y.as_ptr().add(i), g.as_ptr().add(i));
+            let (xv, yv, gv) = (
+                Pair(L::load(xp), L::load(xp.add(w))),
+                Pair(L::load(yp), L::load(yp.add(w))),
+                Pair(L::load(gp), L::load(gp.add(w))),
+            );
+            let r = finish::<Pair<L>, M>(unary_backward::<Pair<L>, M>(op, xv, yv, gv));
+            r.0.store(out.as_mut_ptr().add(i));
+            r.1.store(out.as_mut_ptr().add(i + w));
+        }
+        i += 2 * w;
+    }
     while i + w <= n {
         // SAFETY: i + w <= n = out.len(), and every input holds at least n elements
         // (asserted above); the lane's target features are the calling instantiation's

@@ -370,12 +370,12 @@ macro_rules! isa_kernels {
             use super::*;
 
             $(#[target_feature(enable = $feature)])?
-            pub(crate) unsafe fn unary<M: ModeSpec + crate::lane::Madd<$lane>>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+            pub(crate) unsafe fn unary<M: ModeSpec + crate::lane::Madd<$lane> + crate::lane::Madd<crate::lane::Pair<$lane>>>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
                 elementwise::unary_slice::<$lane, M>(op, x, out)
             }
 
             $(#[target_feature(enable = $feature)])?
-            pub(crate) unsafe fn unary_backward<M: ModeSpec + crate::lane::Madd<$lane>>(
+            pub(crate) unsafe fn unary_backward<M: ModeSpec + crate::lane::Madd<$lane> + crate::lane::Madd<crate::lane::Pair<$lane>>>(
                 op: UnaryOp,
                 x: &[f32],
                 y: &[f32],

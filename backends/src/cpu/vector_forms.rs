@@ -17,7 +17,7 @@
 
 use super::simd::SimdLane;
 use super::{unsupported_isa, Isa};
-use crate::lane::Exact;
+use crate::lane::{Exact, Pair};
 use crate::transcendental::generic as g;
 use exactgrad_core::ComputeMode;
 
@@ -96,19 +96,33 @@ fn eval<L: crate::lane::Lane>(f: Transcendental, x: L) -> L {
     }
 }
 
-/// `out[i] = f(from_bits(x0 + i))` (wrapping) with lane `L`: full lanes, then the scalar
-/// tail (as the kernels do).
+/// `out[i] = f(from_bits(x0 + i))` (wrapping) with lane `L`: pairs of full lanes
+/// ([`Pair`]), one full lane, then the scalar tail (as the element-wise kernels do).
 #[inline(always)]
 fn run<L: SimdLane>(f: Transcendental, x0: u32, out: &mut [f32]) {
     let w = L::WIDTH;
     let n = out.len();
-    let mut lane_in = [0.0f32; 16];
+    let mut lane_in = [0.0f32; 32];
     let mut i = 0;
+    while i + 2 * w <= n {
+        for (j, v) in lane_in[..2 * w].iter_mut().enumerate() {
+            *v = f32::from_bits(x0.wrapping_add((i + j) as u32));
+        }
+        // SAFETY: `lane_in` holds 32 ≥ 2·WIDTH readable f32s and `i + 2w <= n` bounds the
+        // stores into `out`; as in the loop below, only under `L`'s target features.
+        unsafe {
+            let (p, q) = (lane_in.as_ptr(), out.as_mut_ptr().add(i));
+            let r = eval::<Pair<L>>(f, Pair(L::load(p), L::load(p.add(w))));
+            r.0.store(q);
+            r.1.store(q.add(w));
+        }
+        i += 2 * w;
+    }
     while i + w <= n {
         for (j, v) in lane_in[..w].iter_mut().enumerate() {
             *v = f32::from_bits(x0.wrapping_add((i + j) as u32));
         }
-        // SAFETY: `lane_in` holds 16 ≥ WIDTH readable f32s and `i + w <= n` bounds the
+        // SAFETY: `lane_in` holds 32 ≥ WIDTH readable f32s and `i + w <= n` bounds the
         // store into `out`; the callers below run this only inside a function compiled
         // with `L`'s target features, on a CPU that `Isa::is_supported` confirmed has them.
         unsafe { eval::<L>(f, L::load(lane_in.as_ptr())).store(out.as_mut_ptr().add(i)) };

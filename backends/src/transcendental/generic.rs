@@ -298,10 +298,12 @@ fn phi_tail<L: Lane, M: Madd<L>>(x: L) -> (L, L, L, L, L) {
 #[inline(always)]
 pub fn gelu_erf<L: Lane, M: Madd<L>>(x: L) -> L {
     let (axc, p, f1, f2, den) = phi_tail::<L, M>(x);
-    let q = p.div(den).mul(f1).mul(f2); // Φ(−|x|)
-    let neg = k::<L>(0.0).sub(axc).mul(p).div(den).mul(f1).mul(f2);
-    let pos = x.mul(k::<L>(1.0).sub(q));
-    canon(x, L::select(x.lt(k(0.0)), neg, pos))
+    // x < 0: x·Φ(x) = ((−a·p)/den·f1)·f2; otherwise Φ(−a) = ((p/den)·f1)·f2 and
+    // x·Φ(x) = x·(1 − Φ(−a)). One quotient serves both (the numerator is chosen first).
+    let neg = x.lt(k(0.0));
+    let num = L::select(neg, k::<L>(0.0).sub(axc).mul(p), p);
+    let r = num.div(den).mul(f1).mul(f2);
+    canon(x, L::select(neg, r, x.mul(k::<L>(1.0).sub(r))))
 }
 
 /// Derivative of the erf-form GELU: Φ(x) + x·φ(x).

@@ -38,7 +38,7 @@ macro_rules! row_kernels {
             use super::*;
 
             $(#[target_feature(enable = $feature)])?
-            pub(super) unsafe fn softmax<M: ModeSpec + Madd<$lane>>(
+            pub(super) unsafe fn softmax<M: ModeSpec + Madd<$lane> + Madd<crate::lane::Pair<$lane>>>(
                 x: &[f32],
                 out: &mut [f32],
                 cols: usize,
@@ -103,14 +103,24 @@ trait RowMode:
     + Madd<crate::cpu::simd::F32x4>
     + Madd<crate::cpu::simd::F32x8>
     + Madd<crate::cpu::simd::F32x16>
+    + Madd<crate::lane::Pair<crate::cpu::simd::F32x4>>
+    + Madd<crate::lane::Pair<crate::cpu::simd::F32x8>>
+    + Madd<crate::lane::Pair<crate::cpu::simd::F32x16>>
+    + Madd<crate::lane::Pair<f32>>
 {
 }
 /// A concrete mode whose multiply-add serves every lane type of this machine.
 #[cfg(target_arch = "aarch64")]
-trait RowMode: ModeSpec + Madd<crate::cpu::simd::F32x4> {}
+trait RowMode:
+    ModeSpec
+    + Madd<crate::cpu::simd::F32x4>
+    + Madd<crate::lane::Pair<crate::cpu::simd::F32x4>>
+    + Madd<crate::lane::Pair<f32>>
+{
+}
 /// A concrete mode whose multiply-add serves every lane type of this machine.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-trait RowMode: ModeSpec {}
+trait RowMode: ModeSpec + Madd<crate::lane::Pair<f32>> {}
 impl RowMode for Exact {}
 impl RowMode for Fast {}
 

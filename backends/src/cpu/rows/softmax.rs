@@ -9,7 +9,7 @@ use crate::cpu::elementwise::finish;
 use crate::cpu::simd::SimdLane;
 use crate::cpu::simd64::RowSum;
 use crate::cpu::{ComputeContext, Isa};
-use crate::lane::Madd;
+use crate::lane::{Madd, Pair};
 use crate::scalar::ModeSpec;
 use crate::transcendental::generic as tr;
 use exactgrad_core::CANONICAL_NAN;
@@ -50,11 +50,27 @@ fn row_max<L: SimdLane>(x: &[f32]) -> f32 {
 
 /// `out[j] = exp(x[j] − m)` (the mode's polynomial).
 #[inline(always)]
-fn exp_shifted<L: SimdLane, M: ModeSpec + Madd<L>>(x: &[f32], m: f32, out: &mut [f32]) {
+fn exp_shifted<L: SimdLane, M: ModeSpec + Madd<L> + Madd<Pair<L>>>(
+    x: &[f32],
+    m: f32,
+    out: &mut [f32],
+) {
     let n = x.len();
     assert_eq!(out.len(), n, "softmax: row lengths");
     let (w, mv) = (L::WIDTH, L::splat(m));
     let mut j = 0;
+    while j + 2 * w <= n {
+        // SAFETY: j + 2w <= n = x.len() = out.len() bounds both slices; the lane's target
+        // features are the calling instantiation's (`cpu::simd`).
+        unsafe {
+            let (p, q) = (x.as_ptr().add(j), out.as_mut_ptr().add(j));
+            let v = Pair(L::load(p).sub(mv), L::load(p.add(w)).sub(mv));
+            let r = tr::exp::<Pair<L>, M>(v);
+            r.0.store(q);
+            r.1.store(q.add(w));
+        }
+        j += 2 * w;
+    }
     while j + w <= n {
         // SAFETY: j + w <= n = x.len() = out.len() bounds both slices; the lane's target
         // features are the calling instantiation's (`cpu::simd`).
@@ -81,7 +97,7 @@ fn row_ptrs(base: *const f32, r: usize, nb: usize, cols: usize) -> [*const f32; 
 /// Softmax (or log-softmax) of the whole rows of `x` (`cols` elements each), as
 /// `scalar::softmax_row_in` / `log_softmax_row_in` followed by `M::out`.
 #[inline(always)]
-pub(super) fn softmax_rows<L: RowSum, M: ModeSpec + Madd<L>>(
+pub(super) fn softmax_rows<L: RowSum, M: ModeSpec + Madd<L> + Madd<Pair<L>>>(
     x: &[f32],
     out: &mut [f32],
     cols: usize,
