@@ -264,11 +264,12 @@ fn phi_tail(x: f32) -> PhiTail {
 // GELU, erf form: x·Φ(x).
 fn gelu_erf(x: f32) -> f32 {
     let t = phi_tail(x);
-    let q = mul(mul(div(t.p, t.den), t.f1), t.f2);
-    let neg = mul(mul(div(mul(sub(zero(), t.axc), t.p), t.den), t.f1), t.f2);
-    let pos = mul(x, sub(1.0, q));
-    var r = pos;
-    if x < 0.0 { r = neg; }
+    // One quotient: of −a·p for x < 0 (x·Φ(x) itself), of p otherwise (Φ(−a)).
+    var num = t.p;
+    if x < 0.0 { num = mul(sub(zero(), t.axc), t.p); }
+    let q = mul(mul(div(num, t.den), t.f1), t.f2);
+    var r = mul(x, sub(1.0, q));
+    if x < 0.0 { r = q; }
     return tr_canon(x, r);
 }
 
