@@ -1,8 +1,8 @@
 //! im2col and col2im (reference: `exactgrad_core::kernels::pool`, `Col2imSpec`).
 
-use super::{part, per_task, ranges};
+use super::{canon_all, part, per_task, ranges};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
-use exactgrad_core::kernels::{canon, Col2imSpec};
+use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::ComputeMode;
 
 pub(crate) fn im2col(isa: Isa, ctx: &ComputeContext, s: &Col2imSpec, x: &[f32], cols: &mut [f32]) {
@@ -156,9 +156,7 @@ pub(crate) fn col2im(
                                 }
                             }
                         }
-                        for v in plane.iter_mut() {
-                            *v = canon(mode, *v);
-                        }
+                        canon_all(mode, plane);
                     }
                 })
             }
@@ -241,9 +239,8 @@ fn col2im_padded(
         }
     }
     for (row, prow) in plane.chunks_exact_mut(w).zip(padded.chunks_exact(wp)) {
-        for (v, &x) in row.iter_mut().zip(&prow[pw..pw + w]) {
-            *v = canon(mode, x);
-        }
+        row.copy_from_slice(&prow[pw..pw + w]);
+        canon_all(mode, row);
     }
 }
 

@@ -17,6 +17,7 @@
 //! per-ISA dispatch macro, the task-splitting helpers) and the dropout mask.
 
 use super::{ComputeContext, SendPtr};
+use exactgrad_core::{ComputeMode, CANONICAL_NAN};
 
 /// Elements per parallel chunk of the element-wise training kernels.
 const CHUNK: usize = 1 << 14;
@@ -104,6 +105,19 @@ fn per_task(item_len: usize) -> usize {
 unsafe fn part<'a, T>(base: SendPtr<T>, start: usize, len: usize) -> &'a mut [T] {
     // SAFETY: the caller's contract.
     unsafe { core::slice::from_raw_parts_mut(base.0.add(start), len) }
+}
+
+/// Rewrites the NaN elements of `x` to the canonical NaN in exact mode; nothing in fast
+/// mode. A read-only pass looks for a NaN first and the rewrite runs only when there is
+/// one: written as one loop (`exactgrad_core::kernels::canon` per element), LLVM stored
+/// every vector back with a masked store, which AMD cores execute slowly.
+#[inline(always)]
+fn canon_all(mode: ComputeMode, x: &mut [f32]) {
+    if mode == ComputeMode::Exact && x.iter().fold(false, |any, v| any | v.is_nan()) {
+        for v in x.iter_mut().filter(|v| v.is_nan()) {
+            *v = CANONICAL_NAN;
+        }
+    }
 }
 
 mod attention;

@@ -17,6 +17,7 @@ pub(crate) fn sgd_step(
     let n = param.len();
     let (pp, pb) = (SendPtr(param.as_mut_ptr()), SendPtr(buf.as_mut_ptr()));
     let with_buf = s.momentum.is_some();
+    let exact = mode == ComputeMode::Exact;
     ranges(ctx, n, CHUNK, |a, b| {
         // SAFETY: `isa` is the backend's; the task owns elements a..b of `param` and of
         // the momentum buffer (as long as `param` when present, checked by the caller).
@@ -24,21 +25,40 @@ pub(crate) fn sgd_step(
             on_isa!(isa, {
                 let p = part(pp, a, b - a);
                 let g = &grad[a..b];
-                if with_buf {
-                    let bf = part(pb, a, b - a);
-                    for i in 0..p.len() {
-                        let (np, nb) = s.element(p[i], g[i], bf[i]);
-                        p[i] = canon(mode, np);
-                        bf[i] = canon(mode, nb);
-                    }
+                let bf = if with_buf {
+                    part(pb, a, b - a)
                 } else {
-                    for i in 0..p.len() {
-                        p[i] = canon(mode, s.element(p[i], g[i], 0.0).0);
-                    }
+                    &mut []
+                };
+                // The mode chosen outside the loop (see `adam_step`).
+                if exact {
+                    sgd_range::<true>(s, p, g, bf);
+                } else {
+                    sgd_range::<false>(s, p, g, bf);
                 }
             })
         }
     });
+}
+
+/// The SGD update of the elements of one range (`bf` empty without momentum), NaN
+/// canonicalised when `EXACT`.
+#[inline(always)]
+fn sgd_range<const EXACT: bool>(s: &SgdSpec, p: &mut [f32], g: &[f32], bf: &mut [f32]) {
+    let c = |y: f32| canon(mode_of(EXACT), y);
+    let n = p.len();
+    let g = &g[..n];
+    if s.momentum.is_some() {
+        let bf = &mut bf[..n];
+        for i in 0..n {
+            let (np, nb) = s.element(p[i], g[i], bf[i]);
+            (p[i], bf[i]) = (c(np), c(nb));
+        }
+    } else {
+        for i in 0..n {
+            p[i] = c(s.element(p[i], g[i], 0.0).0);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -60,6 +80,7 @@ pub(crate) fn adam_step(
         SendPtr(v.as_mut_ptr()),
         SendPtr(vmax.as_mut_ptr()),
     );
+    let exact = mode == ComputeMode::Exact;
     ranges(ctx, n, CHUNK, |a, b| {
         // SAFETY: `isa` is the backend's; the task owns elements a..b of every buffer
         // (all as long as `param`, `vmax` only with AMSGrad; checked by the caller).
@@ -67,24 +88,57 @@ pub(crate) fn adam_step(
             on_isa!(isa, {
                 let (p, m, v) = (part(pp, a, b - a), part(pm, a, b - a), part(pv, a, b - a));
                 let g = &grad[a..b];
-                if s.amsgrad {
-                    let x = part(px, a, b - a);
-                    for i in 0..p.len() {
-                        let (np, nm, nv, nx) = s.element(p[i], g[i], m[i], v[i], x[i]);
-                        p[i] = canon(mode, np);
-                        m[i] = canon(mode, nm);
-                        v[i] = canon(mode, nv);
-                        x[i] = canon(mode, nx);
-                    }
+                let x = if s.amsgrad {
+                    part(px, a, b - a)
                 } else {
-                    for i in 0..p.len() {
-                        let (np, nm, nv, _) = s.element(p[i], g[i], m[i], v[i], 0.0);
-                        p[i] = canon(mode, np);
-                        m[i] = canon(mode, nm);
-                        v[i] = canon(mode, nv);
-                    }
+                    &mut []
+                };
+                // The mode chosen outside the loop: a run-time mode inside it made LLVM
+                // store every element twice with masked stores (slow on AMD cores).
+                if exact {
+                    adam_range::<true>(s, p, g, m, v, x);
+                } else {
+                    adam_range::<false>(s, p, g, m, v, x);
                 }
             })
         }
     });
+}
+
+/// The Adam update of the elements of one range (`x` empty without AMSGrad), NaN
+/// canonicalised when `EXACT`.
+#[inline(always)]
+fn adam_range<const EXACT: bool>(
+    s: &AdamSpec,
+    p: &mut [f32],
+    g: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    x: &mut [f32],
+) {
+    let c = |y: f32| canon(mode_of(EXACT), y);
+    let n = p.len();
+    let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
+    if s.amsgrad {
+        let x = &mut x[..n];
+        for i in 0..n {
+            let (np, nm, nv, nx) = s.element(p[i], g[i], m[i], v[i], x[i]);
+            (p[i], m[i], v[i], x[i]) = (c(np), c(nm), c(nv), c(nx));
+        }
+    } else {
+        for i in 0..n {
+            let (np, nm, nv, _) = s.element(p[i], g[i], m[i], v[i], 0.0);
+            (p[i], m[i], v[i]) = (c(np), c(nm), c(nv));
+        }
+    }
+}
+
+/// The mode of a `const EXACT: bool` parameter.
+#[inline(always)]
+fn mode_of(exact: bool) -> ComputeMode {
+    if exact {
+        ComputeMode::Exact
+    } else {
+        ComputeMode::Fast
+    }
 }

@@ -1,7 +1,7 @@
 //! Max, average and adaptive average pooling and their backward rules (reference:
 //! `exactgrad_core::kernels::pool`).
 
-use super::{part, per_task, ranges};
+use super::{canon_all, part, per_task, ranges};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
 use alloc::vec::Vec;
 use exactgrad_core::kernels::{canon, taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
@@ -122,9 +122,7 @@ pub(crate) fn max_pool2d(
                                     }
                                 }
                             }
-                            for v in orow.iter_mut() {
-                                *v = canon(mode, *v);
-                            }
+                            canon_all(mode, orow);
                         }
                         continue;
                     }
@@ -185,9 +183,7 @@ pub(crate) fn max_pool2d_backward(
                     gxp[at] += g[j];
                 }
             }
-            for v in gxp.iter_mut() {
-                *v = canon(mode, *v);
-            }
+            canon_all(mode, gxp);
         }
     });
     Ok(())
@@ -377,9 +373,7 @@ fn avg_backward(
                             }
                         }
                     }
-                    for v in gxp.iter_mut() {
-                        *v = canon(mode, *v);
-                    }
+                    canon_all(mode, gxp);
                 }
             })
         }
