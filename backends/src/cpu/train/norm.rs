@@ -74,12 +74,13 @@ fn sums8t<const N: usize>(
             }
         }
     }
-    let (mut at, mut bt) = ([[0.0f32; LANES]; 8], [[0.0f32; LANES]; 8]);
     for p in 0..s.p {
         let base = (p * s.q + q0) * s.r;
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut r = 0;
         #[cfg(target_arch = "x86_64")]
         if avx {
+            let (mut at, mut bt) = ([[0.0f32; LANES]; 8], [[0.0f32; LANES]; 8]);
             while r + 8 <= s.r {
                 // SAFETY: the blocks read rows `base + l·R + r … + 8` for l < 8, inside
                 // `a` and `b` (whose `P·Q·R` elements were checked above, and
