@@ -2,11 +2,13 @@
 //! of the same update written as tensor operations: a contiguous parameter takes the
 //! fused path, a transposed view of the same values the tensor-operation path, and after
 //! several steps with changing gradients (special values included) both hold the same
-//! bits, on the scalar reference and on the CPU backend at one and three threads.
+//! bits, on the scalar reference and on the CPU backend at one and three threads. In fast
+//! mode a NaN's sign and payload are not part of the promise (`docs/arithmetic.md` §6:
+//! they follow the instruction forms the compiler chose), so there a NaN matches any NaN.
 
 use exactgrad_autograd::Tensor;
 use exactgrad_backends::{ExactBackend, FastBackend, ScalarRefBackend};
-use exactgrad_core::{Backend, Philox};
+use exactgrad_core::{Backend, ComputeMode, Philox};
 use exactgrad_nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
 
 const ROWS: usize = 7;
@@ -54,10 +56,16 @@ fn check<B: Backend, O: Optimizer<B>>(b: &B, what: &str, make: impl Fn(Tensor<B>
         plain.set_grad(Some(g)).unwrap();
         of.step().unwrap();
         op.step().unwrap();
-        assert_eq!(
-            bits(&fused),
-            bits(&plain),
-            "{what} on {}: step {step} differs",
+        let (f, p) = (bits(&fused), bits(&plain));
+        let same = |(x, y): (&u32, &u32)| {
+            x == y
+                || (b.mode() == ComputeMode::Fast
+                    && f32::from_bits(*x).is_nan()
+                    && f32::from_bits(*y).is_nan())
+        };
+        assert!(
+            f.iter().zip(&p).all(same),
+            "{what} on {}: step {step} differs\n fused {f:?}\n plain {p:?}",
             b.name()
         );
     }
