@@ -128,11 +128,10 @@ impl RowMode for Fast {}
 /// `*_on` functions, whose contract is `$isa.is_supported($m::MODE)` on this CPU.
 macro_rules! on_isa {
     ($isa:expr, $m:ty, $f:ident($($arg:expr),* $(,)?)) => {
-        // SAFETY: the enclosing `*_on` function's caller guarantees that `$isa` is
-        // supported in mode `$m` on this CPU, which is exactly the target features of the
-        // instantiation chosen here: avx512f, avx2 + fma, sse2 + fma (fast mode on the
-        // 128-bit path), sse2 (exact mode there; part of every x86-64 CPU), neon or none.
-        // The kernels' own memory accesses are justified where they happen.
+        // The instantiation chosen here needs avx512f, avx2 + fma, sse2 + fma (fast mode on
+        // the 128-bit path), sse2 (exact mode there; every x86-64 CPU has it), neon or none.
+        // SAFETY: the enclosing `*_on` function's caller guarantees that `$isa` is supported
+        // in mode `$m`: exactly those features. Memory accesses are justified in the kernels.
         unsafe {
             match $isa {
                 #[cfg(target_arch = "x86_64")]

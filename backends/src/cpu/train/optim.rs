@@ -2,6 +2,8 @@
 
 use super::{part, ranges, CHUNK};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
+use crate::lane::{Exact, Fast};
+use crate::scalar::ModeSpec;
 use exactgrad_core::kernels::{canon, AdamSpec, SgdSpec};
 use exactgrad_core::ComputeMode;
 
@@ -32,9 +34,9 @@ pub(crate) fn sgd_step(
                 };
                 // The mode chosen outside the loop (see `adam_step`).
                 if exact {
-                    sgd_range::<true>(s, p, g, bf);
+                    sgd_range::<Exact>(s, p, g, bf);
                 } else {
-                    sgd_range::<false>(s, p, g, bf);
+                    sgd_range::<Fast>(s, p, g, bf);
                 }
             })
         }
@@ -42,10 +44,10 @@ pub(crate) fn sgd_step(
 }
 
 /// The SGD update of the elements of one range (`bf` empty without momentum), NaN
-/// canonicalised when `EXACT`.
+/// canonicalised in exact mode.
 #[inline(always)]
-fn sgd_range<const EXACT: bool>(s: &SgdSpec, p: &mut [f32], g: &[f32], bf: &mut [f32]) {
-    let c = |y: f32| canon(mode_of(EXACT), y);
+fn sgd_range<M: ModeSpec>(s: &SgdSpec, p: &mut [f32], g: &[f32], bf: &mut [f32]) {
+    let c = |y: f32| canon(M::MODE, y);
     let n = p.len();
     let g = &g[..n];
     if s.momentum.is_some() {
@@ -96,9 +98,9 @@ pub(crate) fn adam_step(
                 // The mode chosen outside the loop: a run-time mode inside it made LLVM
                 // store every element twice with masked stores (slow on AMD cores).
                 if exact {
-                    adam_range::<true>(s, p, g, m, v, x);
+                    adam_range::<Exact>(s, p, g, m, v, x);
                 } else {
-                    adam_range::<false>(s, p, g, m, v, x);
+                    adam_range::<Fast>(s, p, g, m, v, x);
                 }
             })
         }
@@ -106,9 +108,9 @@ pub(crate) fn adam_step(
 }
 
 /// The Adam update of the elements of one range (`x` empty without AMSGrad), NaN
-/// canonicalised when `EXACT`.
+/// canonicalised in exact mode.
 #[inline(always)]
-fn adam_range<const EXACT: bool>(
+fn adam_range<M: ModeSpec>(
     s: &AdamSpec,
     p: &mut [f32],
     g: &[f32],
@@ -116,7 +118,7 @@ fn adam_range<const EXACT: bool>(
     v: &mut [f32],
     x: &mut [f32],
 ) {
-    let c = |y: f32| canon(mode_of(EXACT), y);
+    let c = |y: f32| canon(M::MODE, y);
     let n = p.len();
     let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
     if s.amsgrad {
@@ -130,15 +132,5 @@ fn adam_range<const EXACT: bool>(
             let (np, nm, nv, _) = s.element(p[i], g[i], m[i], v[i], 0.0);
             (p[i], m[i], v[i]) = (c(np), c(nm), c(nv));
         }
-    }
-}
-
-/// The mode of a `const EXACT: bool` parameter.
-#[inline(always)]
-fn mode_of(exact: bool) -> ComputeMode {
-    if exact {
-        ComputeMode::Exact
-    } else {
-        ComputeMode::Fast
     }
 }
