@@ -33,7 +33,7 @@
 //! swapped; kept in one file so the accumulation orders of `docs/conv.md` read together.
 
 use super::pad::pad_forward;
-use super::{canon_all, fmt_pair, sum_unrecorded};
+use super::{fmt_pair, sum_unrecorded};
 use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -858,6 +858,15 @@ fn col2im_items<B: Backend>(
 }
 
 /// `∂L/∂W`: per item `g_{n, g} · cols_{n, g}ᵀ` per group, added in item order from `+0`.
+///
+/// Both operands of that product have the summed positions `(oh, ow)` as their unit
+/// stride, so one of them reaches the GEMM transposed. The product is formed as its
+/// transpose `cols_{n, g} · g_{n, g}ᵀ` (`[K, O/G]`): the same products (a product of
+/// two floats does not depend on their order) summed over the same positions in the
+/// same order, so the same bits, with the transposed operand the gradient (`O/G` rows)
+/// instead of the columns (`K = C/G·KH·KW` rows, several times more). The items'
+/// contributions are added by [`Backend::matmul_acc`] into that transpose, which is
+/// copied into the weight's layout at the end (a copy: the bits move unchanged).
 fn conv_grad_weight<B: Backend>(
     be: &B,
     gy: &Tensor<B>,
@@ -866,15 +875,16 @@ fn conv_grad_weight<B: Backend>(
 ) -> Result<Tensor<B>> {
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
-    let mut gw = be.zeros(o * k)?;
+    // The transposed weight gradient `[G, K, O/G]`, from +0.
+    let mut gwt = be.zeros(o * k)?;
     let src = ColSource::new(x, g)?;
     let (gd, sd) = (gy.read()?, src.tensor().read()?);
     let segmented = segmented_items(g);
-    if segmented > 1 {
+    if o * k > 0 && p > 0 && segmented > 1 {
         // The items' gradients `[O, items·P]` and columns `[C·KH·KW, items·P]` side by
         // side, one product whose k runs over the items, summed per item (a segment of
-        // `P` steps from +0) and added into `gw` in item order: the same sums in the same
-        // order, without a per-item `[O, C·KH·KW]` product in memory.
+        // `P` steps from +0) and added in item order: the same sums in the same order,
+        // without a product per item.
         let mut cols = be.uninit(segmented * ck * p)?;
         let mut side = be.uninit(segmented * ck * p)?;
         let mut g_side = be.uninit(segmented * o * p)?;
@@ -891,9 +901,9 @@ fn conv_grad_weight<B: Backend>(
             swap_outer(be, g_items, (items, o, p), g_side.as_mut())?;
             let spec = MatmulSpec {
                 batch: 1,
-                m: o,
+                m: ck,
                 k: items * p,
-                n: ck,
+                n: o,
                 a_offset: 0,
                 a_strides: [0, items * p, 1],
                 b_offset: 0,
@@ -902,50 +912,54 @@ fn conv_grad_weight<B: Backend>(
             be.matmul_acc(
                 &spec,
                 p,
-                &g_side.as_ref()[..items * o * p],
                 &side.as_ref()[..items * ck * p],
-                gw.as_mut(),
+                &g_side.as_ref()[..items * o * p],
+                gwt.as_mut(),
             )?;
             n0 += items;
         }
-        return Tensor::from_storage(be, gw, [o, g.c / g.groups, g.kh, g.kw].into());
-    }
-    let nb = items_per_block(g);
-    let mut cols = be.uninit(nb * ck * p)?;
-    let mut part = be.zeros(nb * o * k)?;
-    let mut n0 = 0;
-    while n0 < g.n {
-        let items = nb.min(g.n - n0);
-        for i in 0..items {
-            let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
-            src.gather(be, sd.as_ref(), g, n0 + i, c)?;
-        }
-        if o * k > 0 {
-            // b = cols_gᵀ [OH·OW, K]: element (r, c) of group gi at gi·K·P + c·P + r.
-            let spec = block_spec(
-                g,
-                items,
-                (og, p, k),
-                (gy.layout().offset + n0 * o * p, [og * p, p, 1], o * p),
-                (0, [k * p, 1, p], ck * p),
-            );
-            be.matmul(
-                &spec,
-                gd.as_ref(),
-                &cols.as_ref()[..items * ck * p],
-                &mut part.as_mut()[..items * o * k],
-            )?;
-        }
-        // The items' contributions in item order.
-        for i in 0..items {
-            let pi = &part.as_ref()[i * o * k..(i + 1) * o * k];
-            for (acc, &v) in gw.as_mut().iter_mut().zip(pi) {
-                *acc += v;
+    } else if o * k > 0 && p > 0 {
+        let nb = items_per_block(g);
+        let mut cols = be.uninit(nb * ck * p)?;
+        let mut n0 = 0;
+        while n0 < g.n {
+            let items = nb.min(g.n - n0);
+            for i in 0..items {
+                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
+                src.gather(be, sd.as_ref(), g, n0 + i, c)?;
             }
+            for i in 0..items {
+                // a = cols_g [K, P]; b = g_gᵀ [P, O/G]: element (r, c) of group gi at
+                // gi·(O/G)·P + c·P + r.
+                let spec = group_spec(
+                    g,
+                    k,
+                    p,
+                    og,
+                    i * ck * p,
+                    [k * p, p, 1],
+                    gy.layout().offset + (n0 + i) * o * p,
+                    [og * p, 1, p],
+                );
+                be.matmul_acc(
+                    &spec,
+                    p,
+                    &cols.as_ref()[..items * ck * p],
+                    gd.as_ref(),
+                    gwt.as_mut(),
+                )?;
+            }
+            n0 += items;
         }
-        n0 += items;
     }
-    canon_all(be.mode(), gw.as_mut());
+    // gw[gi, oc, r] = gwt[gi, r, oc].
+    let mut gw = be.uninit(o * k)?;
+    let layout = Layout {
+        shape: Shape::from([g.groups, og, k]),
+        strides: vec![k * og, 1, og],
+        offset: 0,
+    };
+    be.copy_strided(gwt.as_ref(), &layout, gw.as_mut())?;
     Tensor::from_storage(be, gw, [o, g.c / g.groups, g.kh, g.kw].into())
 }
 
