@@ -49,12 +49,12 @@ use std::sync::Mutex;
 
 /// Fewest multiply-adds worth a parallel chunk (a few microseconds of work).
 const MIN_CHUNK_MADDS: usize = 1 << 17;
-/// Parallel chunks aimed at when the product is large enough (a constant, so that the
-/// chunking depends only on the shape and the kernel).
-const TARGET_CHUNKS: usize = 8;
-/// Most chunks a product is cut into: `TARGET_CHUNKS`, each rounded up to whole
-/// micro-panels, never make more.
-const MAX_CHUNKS: usize = TARGET_CHUNKS;
+/// Parallel chunks aimed at per thread when the product is large enough: two, so that a
+/// thread that is descheduled for a while leaves work the other can take, and no more,
+/// since each chunk sweeps all of packed `B` for its own rows (`docs/gemm.md` §4).
+const CHUNKS_PER_THREAD: usize = 2;
+/// Most chunks a product is cut into.
+const MAX_CHUNKS: usize = 8;
 /// Capacity of the scratch tile of partial (edge) micro-tiles: at least `MR × NR`.
 const TILE_MAX: usize = 512;
 /// Most rows of a micro-tile (at least `MR`).
@@ -304,13 +304,14 @@ unsafe fn drive<K: Kernel>(
     let [_, sb1, sb2] = spec.b_strides;
     let direct = sb2 == 1 && sb1 >= n && rows_per_b <= DIRECT_B_MAX_ROWS;
 
-    // Chunks of whole rows of the batch-folded output: about TARGET_CHUNKS of them, none
-    // smaller than MIN_CHUNK_MADDS, a multiple of MR. Only the shape and the kernel
-    // decide.
+    // Chunks of whole rows of the batch-folded output: CHUNKS_PER_THREAD per thread (at
+    // most MAX_CHUNKS), none smaller than MIN_CHUNK_MADDS, a multiple of MR. The chunks
+    // decide which thread computes an output, never how: no bit depends on them.
     let total_rows = batch * m;
     let min_rows = MIN_CHUNK_MADDS.div_ceil(n * k);
+    let target = (CHUNKS_PER_THREAD * ctx.threads()).clamp(1, MAX_CHUNKS);
     let rows_per_chunk = total_rows
-        .div_ceil(TARGET_CHUNKS)
+        .div_ceil(target)
         .max(min_rows)
         .div_ceil(mr)
         * mr;
