@@ -304,17 +304,67 @@ unsafe fn drive<K: Kernel>(
     let [_, sb1, sb2] = spec.b_strides;
     let direct = sb2 == 1 && sb1 >= n && rows_per_b <= DIRECT_B_MAX_ROWS;
 
+    let a_place = match spec.a_strides {
+        [_, sa1, 1] => Some(APanel { row: sa1, step: 1 }),
+        [_, 1, sa2] => Some(APanel { row: 1, step: sa2 }),
+        _ => None,
+    };
+    let target = (CHUNKS_PER_THREAD * ctx.threads()).clamp(1, MAX_CHUNKS);
+
+    // One block of A (at most MC rows, one batch) sweeps each panel of B once, so nothing
+    // is gained by packing all of B before the products: B is packed panel by panel and
+    // k block by k block just before the tiles that read it, into a scratch panel that
+    // stays in level 1 or 2 instead of making a round trip through memory (the same copy,
+    // so the same bits). The chunks are then ranges of panels, each packing its own.
+    if !direct && batch == 1 && m <= blk.mc && npanels >= 2 {
+        let min_panels = MIN_CHUNK_MADDS.div_ceil(m * k * nr);
+        let panels_per_chunk = npanels.div_ceil(target).max(min_panels);
+        let chunks = npanels.div_ceil(panels_per_chunk);
+        let slots = ctx.threads().min(chunks).min(MAX_CHUNKS);
+        let apack_len = (m.div_ceil(mr) * mr * blk.kc.min(k)).div_ceil(LINE) * LINE;
+        let slot_len = apack_len + (blk.kc.min(k) * nr).div_ceil(LINE) * LINE;
+        let mut store =
+            buffers::buffer(&ctx.buffers, "matmul", slots * slot_len + LINE - 1, false)?;
+        let buf = line_aligned(&mut store, slots * slot_len);
+        let job = Job {
+            m,
+            k,
+            n,
+            seg,
+            blk,
+            a,
+            a_offset: spec.a_offset,
+            a_strides: spec.a_strides,
+            bpack: &[],
+            b_batch_len: 0,
+            b,
+            b_offset: spec.b_offset,
+            b_strides: spec.b_strides,
+            direct: false,
+            a_place,
+        };
+        let mut parts = buf.chunks_mut(slot_len);
+        let slot: [Mutex<&mut [f32]>; MAX_CHUNKS] =
+            core::array::from_fn(|_| Mutex::new(parts.next().unwrap_or_default()));
+        ctx.run(chunks, |ci| {
+            let mut scratch = take_slot(&slot[..slots]);
+            let (apack, bpanel) = scratch.split_at_mut(apack_len);
+            let first = ci * panels_per_chunk;
+            let panels = first..npanels.min(first + panels_per_chunk);
+            // SAFETY: `drive`'s caller guarantees `K`'s features and a one-to-one `dst`
+            // onto a buffer nothing else accesses; this chunk writes only the columns of
+            // its panels, which no other chunk writes.
+            unsafe { rows::<K>(&job, 0, m, dst, apack, panels, Some(bpanel)) };
+        });
+        return Ok(());
+    }
+
     // Chunks of whole rows of the batch-folded output: CHUNKS_PER_THREAD per thread (at
     // most MAX_CHUNKS), none smaller than MIN_CHUNK_MADDS, a multiple of MR. The chunks
     // decide which thread computes an output, never how: no bit depends on them.
     let total_rows = batch * m;
     let min_rows = MIN_CHUNK_MADDS.div_ceil(n * k);
-    let target = (CHUNKS_PER_THREAD * ctx.threads()).clamp(1, MAX_CHUNKS);
-    let rows_per_chunk = total_rows
-        .div_ceil(target)
-        .max(min_rows)
-        .div_ceil(mr)
-        * mr;
+    let rows_per_chunk = total_rows.div_ceil(target).max(min_rows).div_ceil(mr) * mr;
     let chunks = total_rows.div_ceil(rows_per_chunk);
     debug_assert!(chunks <= MAX_CHUNKS);
 
@@ -369,11 +419,7 @@ unsafe fn drive<K: Kernel>(
         b_offset: spec.b_offset,
         b_strides: spec.b_strides,
         direct,
-        a_place: match spec.a_strides {
-            [_, sa1, 1] => Some(APanel { row: sa1, step: 1 }),
-            [_, 1, sa2] => Some(APanel { row: 1, step: sa2 }),
-            _ => None,
-        },
+        a_place,
     };
 
     // The slots of packed A: a chunk takes the first free one (there is always one, as
@@ -382,44 +428,66 @@ unsafe fn drive<K: Kernel>(
     let slot: [Mutex<&mut [f32]>; MAX_CHUNKS] =
         core::array::from_fn(|_| Mutex::new(parts.next().unwrap_or_default()));
     ctx.run(chunks, |ci| {
-        let mut spins = 0u32;
-        let mut apack = loop {
-            if let Some(g) = slot[..slots].iter().find_map(|s| s.try_lock().ok()) {
-                break g;
-            }
-            spins += 1;
-            if spins < 64 {
-                core::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        };
+        let mut apack = take_slot(&slot[..slots]);
         let r0 = ci * rows_per_chunk;
         let nrows = rows_per_chunk.min(total_rows - r0);
         // SAFETY: `drive`'s caller guarantees `K`'s features and a one-to-one `dst` onto a
         // buffer nothing else accesses; this chunk writes only its rows r0 .. r0 + nrows,
         // which no other chunk writes.
-        unsafe { rows::<K>(&job, r0, nrows, dst, &mut apack) };
+        unsafe { rows::<K>(&job, r0, nrows, dst, &mut apack, 0..npanels, None) };
     });
     Ok(())
 }
 
-/// Computes output rows `r0 .. r0 + nrows` of the batch-folded product into `dst`, using
-/// `apack` (at least `MC` rounded up to `MR`, times `min(KC, k)` elements, or the chunk's
-/// rows rounded up to `MR` when fewer) as scratch.
+/// The first free slot of scratch among `slots`, waited for (there is always one soon:
+/// no more chunks run at once than there are slots); it is given back when the guard
+/// drops.
+fn take_slot<'s, 'b>(
+    slots: &'s [Mutex<&'b mut [f32]>],
+) -> std::sync::MutexGuard<'s, &'b mut [f32]> {
+    let mut spins = 0u32;
+    loop {
+        if let Some(g) = slots.iter().find_map(|s| s.try_lock().ok()) {
+            return g;
+        }
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Computes output rows `r0 .. r0 + nrows`, columns of the panels `panels`, of the
+/// batch-folded product into `dst`, using `apack` (at least `MC` rounded up to `MR`, times
+/// `min(KC, k)` elements, or the chunk's rows rounded up to `MR` when fewer) as scratch.
+/// With `jit` (at least `min(KC, k) × NR` elements; one batch) each panel of `B` is packed
+/// there, one k block at a time, just before its tiles; without, the panels are those of
+/// `job.bpack` (or `B` in place).
 ///
 /// # Safety
 /// The CPU must have `K`'s target features; `dst` must map rows `r0 .. r0 + nrows` and
 /// columns `0 .. n` one to one onto elements valid for reads and writes that nothing
 /// else accesses during the call.
-unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apack: &mut [f32]) {
+unsafe fn rows<K: Kernel>(
+    job: &Job<'_>,
+    r0: usize,
+    nrows: usize,
+    dst: Out,
+    apack: &mut [f32],
+    panels: core::ops::Range<usize>,
+    mut jit: Option<&mut [f32]>,
+) {
     let (m, k, n) = (job.m, job.k, job.n);
     let (mr, nr) = (K::MR, K::NR);
     let Blocking { kc: kcb, mc, nc } = job.blk;
-    let npanels = n.div_ceil(nr);
     let panels_per_block = nc / nr;
     // Output rows equally spaced with unit column stride (batches one after another).
     let uniform = dst.cs == 1 && dst.bs == dst.m * dst.rs;
+    // Blocks of A of equal height (at most MC, a multiple of MR), so that no short last
+    // block sweeps all of B for a few rows.
+    let mc = nrows.div_ceil(nrows.div_ceil(mc.max(1))).div_ceil(mr) * mr;
     let mut s = 0;
     while s < nrows {
         // A block: at most MC rows, inside one batch when the batches have their own B.
@@ -434,8 +502,8 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
         }
         let block_rows = e - s;
         // Column blocks of NC: the part of packed B that this block of A sweeps.
-        for jb in (0..npanels).step_by(panels_per_block) {
-            let jend = npanels.min(jb + panels_per_block);
+        for jb in panels.clone().step_by(panels_per_block) {
+            let jend = panels.end.min(jb + panels_per_block);
             // A block that serves few panels is read in place (a copy would cost about
             // as much as its products) when A has unit stride along k or along m; only
             // micro-panels with fewer than MR rows, or rows from two batches, are packed.
@@ -452,7 +520,22 @@ unsafe fn rows<K: Kernel>(job: &Job<'_>, r0: usize, nrows: usize, dst: Out, apac
                 for jp in jb..jend {
                     let j0 = jp * nr;
                     let cols = nr.min(n - j0);
-                    let (bpanel, bstep) = if job.direct && cols == nr {
+                    let (bpanel, bstep) = if let Some(scratch) = jit.as_deref_mut() {
+                        // Steps pc..pc+kc of columns j0..j0+NR of B, packed now.
+                        let part = MatmulSpec {
+                            batch: 1,
+                            m,
+                            k: kc,
+                            n,
+                            a_offset: 0,
+                            a_strides: [0; 3],
+                            b_offset: b_base + pc * job.b_strides[1],
+                            b_strides: job.b_strides,
+                        };
+                        let panel = &mut scratch[..kc * nr];
+                        pack_b::<K>(&part, job.b, 0, j0, panel);
+                        (&panel[..], nr)
+                    } else if job.direct && cols == nr {
                         // Steps pc..pc+kc of columns j0..j0+NR of B, in place.
                         let sb1 = job.b_strides[1];
                         (&job.b[b_base + pc * sb1 + j0..], sb1)

@@ -109,6 +109,8 @@ fn check<K: Kernel, M: ModeSpec>(name: &str) {
         // A transposed, few columns: computed transposed (Cᵀ = Bᵀ·Aᵀ).
         (2, K::NR + 7, 20, 5),
         (1, 2 * K::NR, 9, DIRECT_B_MAX_ROWS),
+        // One block of A over several panels: B packed panel by panel as the tiles go.
+        (1, DIRECT_B_MAX_ROWS + 2, 70, 2 * K::NR + 5),
     ];
     for blk in blocks {
         for &(batch, m, k, n) in &shapes {
