@@ -431,6 +431,23 @@ impl<B: Backend> ColSource<B> {
         }
     }
 
+    /// Gathers the columns of items `range`, one after another, into `cols` (which holds
+    /// at least that many items' columns).
+    fn gather_items(
+        &self,
+        be: &B,
+        data: &[f32],
+        g: &ConvGeom,
+        range: core::ops::Range<usize>,
+        cols: &mut [f32],
+    ) -> Result<()> {
+        let len = g.c * g.kh * g.kw * g.p();
+        for (i, n) in range.enumerate() {
+            self.gather(be, data, g, n, &mut cols[i * len..(i + 1) * len])?;
+        }
+        Ok(())
+    }
+
     /// Gathers item `n`'s columns from `data` (this source's storage).
     fn gather(&self, be: &B, data: &[f32], g: &ConvGeom, n: usize, cols: &mut [f32]) -> Result<()> {
         match self {
@@ -606,10 +623,7 @@ fn conv_forward_raw<B: Backend>(
         let mut n0 = 0;
         while n0 < g.n {
             let items = nb.min(g.n - n0);
-            for i in 0..items {
-                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
-                src.gather(be, sd.as_ref(), g, n0 + i, c)?;
-            }
+            src.gather_items(be, sd.as_ref(), g, n0..n0 + items, cols.as_mut())?;
             if og * p > 0 {
                 let spec = block_spec(
                     g,
@@ -683,10 +697,7 @@ fn conv_forward_folded<B: Backend>(
     let mut n0 = 0;
     while n0 < g.n {
         let items = fold.min(g.n - n0);
-        for i in 0..items {
-            let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
-            src.gather(be, sd.as_ref(), g, n0 + i, c)?;
-        }
+        src.gather_items(be, sd.as_ref(), g, n0..n0 + items, cols.as_mut())?;
         swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
         let w = (wd.as_ref(), w_c.layout().offset, (o, ck));
         weight_product(be, w, false, side.as_ref(), items * p, prod.as_mut())?;
@@ -891,10 +902,7 @@ fn conv_grad_weight<B: Backend>(
         let mut n0 = 0;
         while n0 < g.n {
             let items = segmented.min(g.n - n0);
-            for i in 0..items {
-                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
-                src.gather(be, sd.as_ref(), g, n0 + i, c)?;
-            }
+            src.gather_items(be, sd.as_ref(), g, n0..n0 + items, cols.as_mut())?;
             swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
             let g0 = gy.layout().offset + n0 * o * p;
             let g_items = &gd.as_ref()[g0..g0 + items * o * p];
@@ -919,37 +927,23 @@ fn conv_grad_weight<B: Backend>(
             n0 += items;
         }
     } else if o * k > 0 && p > 0 {
-        let nb = items_per_block(g);
-        let mut cols = be.uninit(nb * ck * p)?;
-        let mut n0 = 0;
-        while n0 < g.n {
-            let items = nb.min(g.n - n0);
-            for i in 0..items {
-                let c = &mut cols.as_mut()[i * ck * p..(i + 1) * ck * p];
-                src.gather(be, sd.as_ref(), g, n0 + i, c)?;
-            }
-            for i in 0..items {
-                // a = cols_g [K, P]; b = g_gᵀ [P, O/G]: element (r, c) of group gi at
-                // gi·(O/G)·P + c·P + r.
-                let spec = group_spec(
-                    g,
-                    k,
-                    p,
-                    og,
-                    i * ck * p,
-                    [k * p, p, 1],
-                    gy.layout().offset + (n0 + i) * o * p,
-                    [og * p, 1, p],
-                );
-                be.matmul_acc(
-                    &spec,
-                    p,
-                    &cols.as_ref()[..items * ck * p],
-                    gd.as_ref(),
-                    gwt.as_mut(),
-                )?;
-            }
-            n0 += items;
+        // One item at a time: each contribution is its own `matmul_acc`.
+        let mut cols = be.uninit(ck * p)?;
+        for n in 0..g.n {
+            src.gather_items(be, sd.as_ref(), g, n..n + 1, cols.as_mut())?;
+            // a = cols_g [K, P]; b = g_gᵀ [P, O/G]: element (r, c) of group gi at
+            // gi·(O/G)·P + c·P + r.
+            let spec = group_spec(
+                g,
+                k,
+                p,
+                og,
+                0,
+                [k * p, p, 1],
+                gy.layout().offset + n * o * p,
+                [og * p, 1, p],
+            );
+            be.matmul_acc(&spec, p, cols.as_ref(), gd.as_ref(), gwt.as_mut())?;
         }
     }
     // gw[gi, oc, r] = gwt[gi, r, oc].

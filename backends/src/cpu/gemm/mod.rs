@@ -304,10 +304,27 @@ unsafe fn drive<K: Kernel>(
     let [_, sb1, sb2] = spec.b_strides;
     let direct = sb2 == 1 && sb1 >= n && rows_per_b <= DIRECT_B_MAX_ROWS;
 
-    let a_place = match spec.a_strides {
-        [_, sa1, 1] => Some(APanel { row: sa1, step: 1 }),
-        [_, 1, sa2] => Some(APanel { row: 1, step: sa2 }),
-        _ => None,
+    // The product as the chunks see it; the general path below adds packed B.
+    let job = Job {
+        m,
+        k,
+        n,
+        seg,
+        blk,
+        a,
+        a_offset: spec.a_offset,
+        a_strides: spec.a_strides,
+        bpack: &[],
+        b_batch_len: 0,
+        b,
+        b_offset: spec.b_offset,
+        b_strides: spec.b_strides,
+        direct,
+        a_place: match spec.a_strides {
+            [_, sa1, 1] => Some(APanel { row: sa1, step: 1 }),
+            [_, 1, sa2] => Some(APanel { row: 1, step: sa2 }),
+            _ => None,
+        },
     };
     let target = (CHUNKS_PER_THREAD * ctx.threads()).clamp(1, MAX_CHUNKS);
 
@@ -326,26 +343,7 @@ unsafe fn drive<K: Kernel>(
         let mut store =
             buffers::buffer(&ctx.buffers, "matmul", slots * slot_len + LINE - 1, false)?;
         let buf = line_aligned(&mut store, slots * slot_len);
-        let job = Job {
-            m,
-            k,
-            n,
-            seg,
-            blk,
-            a,
-            a_offset: spec.a_offset,
-            a_strides: spec.a_strides,
-            bpack: &[],
-            b_batch_len: 0,
-            b,
-            b_offset: spec.b_offset,
-            b_strides: spec.b_strides,
-            direct: false,
-            a_place,
-        };
-        let mut parts = buf.chunks_mut(slot_len);
-        let slot: [Mutex<&mut [f32]>; MAX_CHUNKS] =
-            core::array::from_fn(|_| Mutex::new(parts.next().unwrap_or_default()));
+        let slot = slots_of(buf, slot_len);
         ctx.run(chunks, |ci| {
             let mut scratch = take_slot(&slot[..slots]);
             let (apack, bpanel) = scratch.split_at_mut(apack_len);
@@ -405,28 +403,14 @@ unsafe fn drive<K: Kernel>(
     });
 
     let job = Job {
-        m,
-        k,
-        n,
-        seg,
-        blk,
-        a,
-        a_offset: spec.a_offset,
-        a_strides: spec.a_strides,
         bpack: &bbuf[..],
         b_batch_len: if b_shared { 0 } else { b_batch_len },
-        b,
-        b_offset: spec.b_offset,
-        b_strides: spec.b_strides,
-        direct,
-        a_place,
+        ..job
     };
 
     // The slots of packed A: a chunk takes the first free one (there is always one, as
     // no more chunks run at once than there are slots) and gives it back when done.
-    let mut parts = abuf.chunks_mut(apack_len.max(1));
-    let slot: [Mutex<&mut [f32]>; MAX_CHUNKS] =
-        core::array::from_fn(|_| Mutex::new(parts.next().unwrap_or_default()));
+    let slot = slots_of(abuf, apack_len);
     ctx.run(chunks, |ci| {
         let mut apack = take_slot(&slot[..slots]);
         let r0 = ci * rows_per_chunk;
@@ -437,6 +421,13 @@ unsafe fn drive<K: Kernel>(
         unsafe { rows::<K>(&job, r0, nrows, dst, &mut apack, 0..npanels, None) };
     });
     Ok(())
+}
+
+/// `buf` cut into slots of `len` elements (empty ones past its end), each behind a lock
+/// that a chunk holds while it uses the slot.
+fn slots_of(buf: &mut [f32], len: usize) -> [Mutex<&mut [f32]>; MAX_CHUNKS] {
+    let mut parts = buf.chunks_mut(len.max(1));
+    core::array::from_fn(|_| Mutex::new(parts.next().unwrap_or_default()))
 }
 
 /// The first free slot of scratch among `slots`, waited for (there is always one soon:
