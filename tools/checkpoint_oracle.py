@@ -3,7 +3,7 @@
 
 Run with the project's venv (PyTorch 2.15.0, CPU), after writing the Rust checkpoint:
 
-    EXACTGRAD_WRITE_TESTDATA=1 cargo test --release --test oracles checkpoint_torch::our_checkpoint
+    EXACTGRAD_WRITE_TESTDATA=1 cargo test --release --test suite checkpoint_torch::our_checkpoint
     .venv/bin/python tools/checkpoint_oracle.py
 
 The model is nn.Sequential(Conv2d(1, 4, 3, padding=1), BatchNorm2d(4), ReLU(), Flatten(),

@@ -12,7 +12,7 @@
 //!   changes nothing;
 //! - every backend (`fuzz_support::check`) gives the same outcome and the same bits.
 
-use crate::fuzz_support::*;
+use super::fuzz_support::*;
 use exactgrad::nn::checkpoint::{load_state_dict_with, LoadOptions, TensorFile};
 use exactgrad::prelude::*;
 use proptest::prelude::*;

@@ -7,7 +7,7 @@
 //! overrun of the time limit, and either an error everywhere or the same bits (output,
 //! parameter gradients, running statistics) everywhere.
 
-use crate::fuzz_support::*;
+use super::fuzz_support::*;
 use exactgrad::nn::Module;
 use exactgrad::prelude::*;
 use proptest::prelude::*;

@@ -7,7 +7,7 @@
 //! overrun of the time limit, and either an error everywhere or the same bits
 //! everywhere.
 
-use crate::fuzz_support::*;
+use super::fuzz_support::*;
 use exactgrad::prelude::*;
 use proptest::prelude::*;
 

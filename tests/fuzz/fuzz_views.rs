@@ -6,8 +6,8 @@
 //! same steps (each succeeds everywhere or fails everywhere), give the same bits for
 //! every tensor made and the same gradient of the leaf, without panic or overrun.
 
-use crate::fuzz_support::programs::{ShapeProgram, Step, COMPUTE_LIMIT};
-use crate::fuzz_support::*;
+use super::fuzz_support::programs::{ShapeProgram, Step, COMPUTE_LIMIT};
+use super::fuzz_support::*;
 use exactgrad::prelude::*;
 use proptest::prelude::*;
 

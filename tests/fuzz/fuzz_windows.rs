@@ -6,7 +6,7 @@
 //! of `ExactBackend` (`fuzz_support::check`): no panic, no overrun of the time limit,
 //! and either an error everywhere or the same bits everywhere.
 
-use crate::fuzz_support::*;
+use super::fuzz_support::*;
 use exactgrad::prelude::*;
 use exactgrad::Result;
 use proptest::prelude::*;

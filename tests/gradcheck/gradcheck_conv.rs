@@ -10,7 +10,7 @@ use exactgrad::autograd::{
 };
 use proptest::prelude::*;
 
-use crate::common::*;
+use super::common::*;
 
 /// Values uniform in [-1, 1).
 fn tensor(shape: &[usize], seed: u64) -> T {

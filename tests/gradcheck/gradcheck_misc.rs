@@ -8,7 +8,7 @@ use exactgrad::autograd::Result;
 use exactgrad::prelude::*;
 use proptest::prelude::*;
 
-use crate::common::*;
+use super::common::*;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]

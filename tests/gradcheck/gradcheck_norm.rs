@@ -8,7 +8,7 @@
 use exactgrad::prelude::*;
 use proptest::prelude::*;
 
-use crate::common::*;
+use super::common::*;
 
 /// Values at least 0.3 apart: every normalisation group has a healthy variance.
 fn spread(shape: &[usize], seed: u64) -> T {

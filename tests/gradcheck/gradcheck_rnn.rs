@@ -16,7 +16,7 @@ use exactgrad::autograd::{
 use exactgrad::prelude::*;
 use proptest::prelude::*;
 
-use crate::common::*;
+use super::common::*;
 
 /// Values uniform in [-0.6, 0.6): weights of the size PyTorch initialises them to.
 fn weight(shape: &[usize], seed: u64) -> T {

@@ -1,8 +1,9 @@
 //! Gradient checks by central differences, one module per family of operations
 //! (`gradcheck_norm`, `gradcheck_attention`, `gradcheck_misc`, `gradcheck_conv`,
 //! `gradcheck_rnn`; `gradcheck` for the elementwise, reduction and view operations),
-//! with their shared helpers in `common`. One test binary: `--test gradcheck`, a module's
-//! tests by filter (`cargo test --release --test gradcheck gradcheck_conv::`).
+//! with their shared helpers in `common`. A module of the `suite` test binary
+//! (`tests/suite.rs`); a module's tests by filter (`cargo test --release --test suite
+//! gradcheck_conv::`).
 
 mod common;
 

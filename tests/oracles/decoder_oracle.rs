@@ -12,7 +12,7 @@
 //! - The hash of the parameters after that run equals the pinned value on ScalarRef and
 //!   on every ExactBackend path at 1, 3 and 8 threads.
 
-use crate::oracle_support::{compare_gradients, scaled_error};
+use super::oracle_support::{compare_gradients, scaled_error};
 use exactgrad::nn::reference::{DecoderCase, ReferenceCase, TensorFile, PINNED_HASHES};
 use exactgrad::prelude::*;
 

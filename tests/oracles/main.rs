@@ -1,8 +1,9 @@
 //! Results against the PyTorch oracles and the scalar reference: the conformance kit,
 //! the reference models and their pinned hashes, the recurrent and decoder oracles,
 //! checkpoints written by PyTorch, and the differential checks of the operators and the
-//! recurrent layers across backends. One test binary: `--test oracles`, a module's tests
-//! by filter (`cargo test --release --test oracles reference_models::`).
+//! recurrent layers across backends. A module of the `suite` test binary
+//! (`tests/suite.rs`); a module's tests by filter (`cargo test --release --test suite
+//! reference_models::`).
 
 mod oracle_support;
 

@@ -17,7 +17,7 @@
 //!   FastScalarRefBackend on every path FastBackend supports on this CPU, at 1, 2, 3 and 8
 //!   threads.
 
-use crate::oracle_support::scaled_error;
+use super::oracle_support::scaled_error;
 use exactgrad::nn::reference::load_state_dict;
 use exactgrad::nn::reference::{
     ConvNetCase, EncoderCase, GptCase, ReferenceCase, ResNetCase, TensorFile, PINNED_HASHES,

@@ -23,7 +23,7 @@
 //! - The CRNN's gradient hash equals the pinned value on ScalarRef and on every
 //!   ExactBackend path at 1, 3 and 8 threads.
 
-use crate::oracle_support::{compare_gradients, scaled_error};
+use super::oracle_support::{compare_gradients, scaled_error};
 use exactgrad::autograd::{
     CtcBatch, CtcLossOptions, CtcTargets, InterpolateMode, InterpolateOptions, InterpolateSize,
 };

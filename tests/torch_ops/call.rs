@@ -1,12 +1,12 @@
 //! Calling the operator of a case: element-wise, reductions, products, views, softmax
-//! and losses here; the convolution family in [`crate::call_conv`], normalisation and
-//! attention in [`crate::call_norm_attention`].
+//! and losses here; the convolution family in [`super::call_conv`], normalisation and
+//! attention in [`super::call_norm_attention`].
 
-use crate::call_conv::conv_call;
-use crate::call_norm_attention::norm_attention_call;
-use crate::oracle::Case;
-use crate::run::apply_view;
-use crate::T;
+use super::call_conv::conv_call;
+use super::call_norm_attention::norm_attention_call;
+use super::oracle::Case;
+use super::run::apply_view;
+use super::T;
 use exactgrad::prelude::*;
 
 /// Calls the case's operator on the (viewed) inputs.

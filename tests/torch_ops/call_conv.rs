@@ -1,7 +1,7 @@
 //! The convolution family's runners (`conv.safetensors`).
 
-use crate::oracle::Case;
-use crate::T;
+use super::oracle::Case;
+use super::T;
 use exactgrad::prelude::*;
 
 /// The convolution family's operators (`conv.safetensors`).

@@ -1,8 +1,8 @@
 //! The runners of normalisation, embedding, index_select, split/chunk and attention
 //! (`norm_attention.safetensors`).
 
-use crate::oracle::Case;
-use crate::T;
+use super::oracle::Case;
+use super::T;
 use exactgrad::prelude::*;
 
 /// The normalisation, embedding, index_select, split/chunk and attention operators

@@ -1,8 +1,8 @@
 //! Errors that PyTorch also raises: each must be an `Err` naming the operator (and the
 //! shapes or argument at fault), never a panic.
 
-use crate::run::panic_message;
-use crate::T;
+use super::run::panic_message;
+use super::T;
 use exactgrad::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

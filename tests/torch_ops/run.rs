@@ -1,9 +1,9 @@
 //! Running a case: the oracle's view language, the comparison with PyTorch's values,
 //! one case forward and backward, and all cases of one operator.
 
-use crate::call::call_op;
-use crate::oracle::{cases, parse_ints, Array, Case, TOL};
-use crate::T;
+use super::call::call_op;
+use super::oracle::{cases, parse_ints, Array, Case, TOL};
+use super::T;
 use exactgrad::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -555,7 +555,10 @@ fn compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads() {
     let out = std::process::Command::new(exe)
         .args([
             "--exact",
-            "no_crash::compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads",
+            &super::test_name(
+                module_path!(),
+                "compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads",
+            ),
             "--nocapture",
             "--test-threads=1",
         ])

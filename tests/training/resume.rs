@@ -419,7 +419,7 @@ fn resume_in_a_new_process() -> exactgrad::Result<()> {
     let status = std::process::Command::new(std::env::current_exe().expect("the test binary"))
         .args([
             "--exact",
-            "resume::resume_in_a_new_process",
+            &super::test_name(module_path!(), "resume_in_a_new_process"),
             "--test-threads",
             "1",
         ])
