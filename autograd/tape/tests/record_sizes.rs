@@ -1,5 +1,5 @@
 //! Measures the arena bytes one record of each operator takes, and prints them
-//! (`cargo test -p exactgrad-tape --test record_sizes -- --nocapture`). `docs/tape.md`
+//! (`cargo test -p exactgrad-tape --test suite record_sizes -- --nocapture`). `docs/tape.md`
 //! quotes this table for a 64-bit target.
 
 use exactgrad_tape::operators::*;

@@ -1,0 +1,21 @@
+//! The integration tests of the backends, in one test binary: each file of `tests/` is a
+//! module here, and `cargo test -p exactgrad-backends --release --test suite <module>::`
+//! runs one of them (`differential`, `gemm`, `miri_kernels`, `sampled_vector`,
+//! `unchecked_backend`).
+//!
+//! One binary instead of one per file: each file instantiates the kernels and the
+//! conformance kit for the same backends and paths, and a release build compiles those
+//! instantiations (and links the kernels) once per binary; merged, these tests build in
+//! about a third of the processor time. The exhaustive tests (`--features exhaustive`)
+//! stay binaries of their own.
+
+#[path = "differential.rs"]
+mod differential;
+#[path = "gemm.rs"]
+mod gemm;
+#[path = "miri_kernels.rs"]
+mod miri_kernels;
+#[path = "sampled_vector.rs"]
+mod sampled_vector;
+#[path = "unchecked_backend.rs"]
+mod unchecked_backend;
