@@ -169,8 +169,15 @@ impl Pool2dSpec {
         // Every index inside its plane (or `usize::MAX`, a window without taps); the first
         // one outside, in output order, is the error.
         let hw = self.h * self.w;
-        match argmax.iter().find(|&&a| a != usize::MAX && a >= hw) {
-            Some(&bad) => Err(bad_max_index(bad, hw)),
+        // `a + 1 > hw` (wrapping) is `a ≥ hw` for every index but `usize::MAX`, which wraps
+        // to 0: one comparison per index, in a branch-free pass that vectorises; the
+        // search for the first bad index runs only when there is one.
+        let bad = |a: usize| a.wrapping_add(1) > hw;
+        if !argmax.iter().fold(false, |any, &a| any | bad(a)) {
+            return Ok(());
+        }
+        match argmax.iter().find(|&&a| bad(a)) {
+            Some(&first) => Err(bad_max_index(first, hw)),
             None => Ok(()),
         }
     }

@@ -17,7 +17,8 @@
 //!
 //! `KC`, `MC` and `NC` come from the caches of the machine ([`blocking`]); they change
 //! the speed only. `B` is packed once per call (in parallel, pure data movement) into
-//! zero-padded panels `k × NR`; each chunk packs its rows of `A` into zero-padded
+//! panels `k × NR`, zero-padded up to the lanes a kernel reads; each chunk packs its rows
+//! of `A` into zero-padded
 //! micro-panels `kc × MR`. The packers read any strides — row-major, transposed or
 //! general — and write the layout the micro-kernel reads; packing is a copy, so the
 //! layout of an operand changes no bit. Padded lanes compute values that are never
@@ -49,6 +50,10 @@ use std::sync::Mutex;
 
 /// Fewest multiply-adds worth a parallel chunk (a few microseconds of work).
 const MIN_CHUNK_MADDS: usize = 1 << 17;
+
+/// Fewest packed elements of `B` (whole panels of `NR` columns) worth a parallel chunk of
+/// the transposing packer: 32 KiB of panel, a few microseconds.
+const MIN_PACK_CHUNK: usize = 1 << 13;
 /// Parallel chunks aimed at per thread when the product is large enough: two, so that a
 /// thread that is descheduled for a while leaves work the other can take, and no more,
 /// since each chunk sweeps all of packed `B` for its own rows (`docs/gemm.md` §4).
@@ -384,23 +389,44 @@ unsafe fn drive<K: Kernel>(
 
     // Pack B: panel `jp` of batch `bb` holds rows 0..k of columns jp*NR.. (zero-padded).
     let bpack = &mut bbuf[..];
-    let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
-    ctx.for_each_chunk(bpack, panels_per_chunk * panel_len, |ci, chunk| {
-        let first = ci * panels_per_chunk;
-        if sb2 == 1 && !direct {
-            // Row-major B: step by step, the chunk's panels side by side, so that each
-            // step of B is read as one run across the panels.
-            pack_b_rows::<K>(spec, b, first, npanels, chunk);
-            return;
-        }
-        for (pi, panel) in chunk.chunks_mut(panel_len).enumerate() {
-            let idx = first + pi;
-            let j0 = (idx % npanels) * nr;
-            if !direct || j0 + nr > n {
-                pack_b::<K>(spec, b, idx / npanels, j0, panel);
+    if sb2 == 1 && !direct {
+        // Row-major B: step by step, the chunk's panels side by side, so that each step
+        // of B is read as one run across the panels.
+        let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
+        ctx.for_each_chunk(bpack, panels_per_chunk * panel_len, |ci, chunk| {
+            pack_b_rows::<K>(spec, b, ci * panels_per_chunk, npanels, chunk);
+        });
+    } else {
+        // Transposed or strided B (or the partial panel of a B read in place): chunks of
+        // whole steps, which may cut a panel in pieces, so that the few panels of a
+        // narrow B (one panel for the 16 columns of a gradient's transpose) are packed by
+        // every thread.
+        let steps = (bpack.len() / nr)
+            .div_ceil(target)
+            .max(MIN_PACK_CHUNK.div_ceil(nr));
+        ctx.for_each_chunk(bpack, steps * nr, |ci, chunk| {
+            // Step `s` over all the panels is step `s % k` of panel `s / k`.
+            let mut s = ci * steps;
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                let (idx, p0) = (s / k, s % k);
+                let len = (k - p0).min(rest.len() / nr);
+                let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len * nr);
+                let j0 = (idx % npanels) * nr;
+                if !direct || j0 + nr > n {
+                    // Steps p0 .. p0 + len of the panel.
+                    let part = MatmulSpec {
+                        k: len,
+                        b_offset: spec.b_offset + p0 * spec.b_strides[1],
+                        ..*spec
+                    };
+                    pack_b::<K>(&part, b, idx / npanels, j0, piece);
+                }
+                rest = tail;
+                s += len;
             }
-        }
-    });
+        });
+    }
 
     let job = Job {
         bpack: &bbuf[..],

@@ -32,10 +32,22 @@ pub(super) fn line_aligned(buf: &mut [f32], len: usize) -> &mut [f32] {
     &mut buf[off..off + len]
 }
 
+/// The columns of a packed panel holding `cols` columns of `B` that a kernel reads: all
+/// `NR` of a full panel; of a partial one, the lanes its edge kernel runs
+/// ([`Kernel::edge_lanes`]). The packers zero the columns from `cols` up to this count and
+/// leave the rest of the panel as it was, since no kernel reads it.
+fn read_cols<K: Kernel>(cols: usize) -> usize {
+    if cols >= K::NR {
+        K::NR
+    } else {
+        K::edge_lanes(cols) * K::W
+    }
+}
+
 /// Packs the panels `first ..` (panel `idx` holds the columns `(idx % npanels)·NR ..` of
 /// the `B` of batch `idx / npanels`) of a row-major `B` into `panels` (`k × NR` each,
-/// columns past `n` zero), step by step across the panels. Writes every element of
-/// `panels`.
+/// the columns past `n` that a kernel reads zero: [`read_cols`]), step by step across the
+/// panels.
 pub(super) fn pack_b_rows<K: Kernel>(
     spec: &MatmulSpec,
     b: &[f32],
@@ -57,14 +69,14 @@ pub(super) fn pack_b_rows<K: Kernel>(
                 dst[..K::NR].copy_from_slice(&b[s..s + K::NR]);
             } else {
                 dst[..cols].copy_from_slice(&b[s..s + cols]);
-                dst[cols..].fill(0.0);
+                dst[cols..read_cols::<K>(cols)].fill(0.0);
             }
         }
     }
 }
 
 /// Packs the columns `j0 .. j0 + NR` of the `B` of batch `bb` into `panel` (`k × NR`,
-/// row-major, columns past `n` zero). Writes every element of `panel`.
+/// row-major, the columns past `n` that a kernel reads zero: [`read_cols`]).
 pub(super) fn pack_b<K: Kernel>(
     spec: &MatmulSpec,
     b: &[f32],
@@ -85,13 +97,16 @@ pub(super) fn pack_b<K: Kernel>(
                 dst[..K::NR].copy_from_slice(&b[s..s + K::NR]);
             } else {
                 dst[..cols].copy_from_slice(&b[s..s + cols]);
-                dst[cols..].fill(0.0);
+                dst[cols..read_cols::<K>(cols)].fill(0.0);
             }
         }
         return;
     }
-    if cols < nr {
-        panel.fill(0.0);
+    let read = read_cols::<K>(cols);
+    if cols < read {
+        for dst in panel.chunks_exact_mut(nr) {
+            dst[cols..read].fill(0.0);
+        }
     }
     #[cfg(target_arch = "x86_64")]
     if sb1 == 1 && cols >= 8 && k >= 8 && std::is_x86_feature_detected!("avx") {

@@ -213,7 +213,13 @@ pub(crate) unsafe fn sum<M: ModeSpec>(
     }
     debug_assert_eq!(plan.kept.numel(), out.len());
     let work = plan.red.numel().max(1);
-    let chunk = round_up((WORK_PER_CHUNK / work).max(1), 64);
+    // Whole blocks of the kernel's outputs per chunk: 64 along a contiguous kept
+    // dimension (whole tiles of vectors), 8 otherwise (the groups summed together), so
+    // that a sum into a few long outputs (a bias gradient: 16 channels of 32 K elements)
+    // still has a chunk per thread. Each output's sum is its own, so the chunks change
+    // no bit.
+    let unit = if plan.columns() { 64 } else { 8 };
+    let chunk = round_up((WORK_PER_CHUNK / work).max(1), unit);
     by_mode!(M, Mo => {
         // SAFETY: the caller guarantees `isa.is_supported(M::MODE)`, and `Mo` is `M`'s
         // concrete marker (same mode).
