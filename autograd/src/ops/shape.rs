@@ -36,6 +36,24 @@ fn reshape_error<B: Backend>(op: &'static str, x: &Tensor<B>, to: &[usize]) -> E
 fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Result<Tensor<B>> {
     super::new_zeroed(g.backend(), "slice", shape.clone(), |buf| {
         g.with_contiguous(|values| {
+            let rank = region.rank();
+            if rank > 0 && region.strides[rank - 1] == 1 {
+                // Unit stride along the last dimension: whole runs of it at a time.
+                let run = region.shape[rank - 1];
+                let outer = Layout {
+                    shape: Shape::from(&region.shape[..rank - 1]),
+                    strides: region.strides[..rank - 1].to_vec(),
+                    offset: region.offset,
+                };
+                let mut i = 0;
+                if run > 0 {
+                    outer.for_each_index(|s| {
+                        buf[s..s + run].copy_from_slice(&values[i..i + run]);
+                        i += run;
+                    });
+                }
+                return;
+            }
             let mut i = 0;
             region.for_each_index(|s| {
                 buf[s] = values[i];

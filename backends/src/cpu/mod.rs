@@ -239,7 +239,7 @@ impl ComputeContext {
 
 /// Elements per parallel chunk of the element-wise kernels (a multiple of every lane
 /// width, and a constant: chunking never depends on the thread count).
-const ELEMENTWISE_CHUNK: usize = 1 << 14;
+const ELEMENTWISE_CHUNK: usize = 1 << 13;
 
 /// The CPU backend in mode `M` ([`Exact`] or [`Fast`]): an ISA path and a compute context.
 ///

@@ -607,14 +607,16 @@ pub(crate) fn norm_backward(
                 });
             }
             NormParam::PerR => {
-                // Outputs are consecutive r; their elements lie one row apart.
+                // Outputs are consecutive r; their elements lie one row apart. Tasks of 32
+                // outputs (four AVX-512 vectors of f64 sums), so that a layer norm's
+                // 128 parameters are four tasks, not one.
                 let po = SendPtr(out.as_mut_ptr());
-                let per = 256;
+                let per = 32;
                 ranges(ctx, params, per, |k0, k1| {
                     // SAFETY: `isa` is the backend's; the task owns outputs k0..k1.
                     unsafe {
                         on_isa!(isa, {
-                            let mut acc = [0.0f64; 256];
+                            let mut acc = [0.0f64; 32];
                             let acc = &mut acc[..k1 - k0];
                             for p in 0..s.p {
                                 for q in 0..s.q {
