@@ -389,18 +389,18 @@ unsafe fn drive<K: Kernel>(
 
     // Pack B: panel `jp` of batch `bb` holds rows 0..k of columns jp*NR.. (zero-padded).
     let bpack = &mut bbuf[..];
-    if sb2 == 1 && !direct {
-        // Row-major B: step by step, the chunk's panels side by side, so that each step
-        // of B is read as one run across the panels.
-        let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
+    let panels_per_chunk = (MIN_CHUNK_MADDS / panel_len).max(1);
+    if sb2 == 1 && !direct && bpack.len() >= 2 * panels_per_chunk * panel_len {
+        // Row-major B of at least two chunks of panels: step by step, the chunk's panels
+        // side by side, so that each step of B is read as one run across the panels.
         ctx.for_each_chunk(bpack, panels_per_chunk * panel_len, |ci, chunk| {
             pack_b_rows::<K>(spec, b, ci * panels_per_chunk, npanels, chunk);
         });
     } else {
-        // Transposed or strided B (or the partial panel of a B read in place): chunks of
-        // whole steps, which may cut a panel in pieces, so that the few panels of a
-        // narrow B (one panel for the 16 columns of a gradient's transpose) are packed by
-        // every thread.
+        // A smaller row-major B, a transposed or strided one, or the partial panel of a B
+        // read in place: chunks of whole steps, which may cut a panel in pieces, so that
+        // the few panels of a small or narrow B (one panel for the 16 columns of a
+        // gradient's transpose) are packed by every thread.
         let steps = (bpack.len() / nr)
             .div_ceil(target)
             .max(MIN_PACK_CHUNK.div_ceil(nr));

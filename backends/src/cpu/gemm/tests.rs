@@ -204,31 +204,83 @@ fn check_segments<K: Kernel, M: ModeSpec>(
     }
 }
 
+/// Calls `$check::<K, M>(name)` for every kernel this CPU runs.
+macro_rules! each_kernel {
+    ($check:ident) => {{
+        $check::<ScalarExact, Exact>("scalar exact");
+        $check::<ScalarFast, Fast>("scalar fast");
+        #[cfg(target_arch = "x86_64")]
+        {
+            $check::<V128Exact, Exact>("v128 exact");
+            if std::is_x86_feature_detected!("fma") {
+                $check::<V128Fast, Fast>("v128 fast");
+                $check::<ScalarFastFma, Fast>("scalar fast fma");
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                $check::<Avx2Exact, Exact>("avx2 exact");
+                $check::<Avx2Fast, Fast>("avx2 fast");
+            }
+            if std::is_x86_feature_detected!("avx512f") {
+                $check::<Avx512Exact, Exact>("avx512 exact");
+                $check::<Avx512Fast, Fast>("avx512 fast");
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            $check::<NeonExact, Exact>("neon exact");
+            $check::<NeonFast, Fast>("neon fast");
+        }
+    }};
+}
+
 #[test]
 fn any_block_sizes_give_the_bits_of_the_definition() {
-    check::<ScalarExact, Exact>("scalar exact");
-    check::<ScalarFast, Fast>("scalar fast");
-    #[cfg(target_arch = "x86_64")]
-    {
-        check::<V128Exact, Exact>("v128 exact");
-        if std::is_x86_feature_detected!("fma") {
-            check::<V128Fast, Fast>("v128 fast");
-            check::<ScalarFastFma, Fast>("scalar fast fma");
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            check::<Avx2Exact, Exact>("avx2 exact");
-            check::<Avx2Fast, Fast>("avx2 fast");
-        }
-        if std::is_x86_feature_detected!("avx512f") {
-            check::<Avx512Exact, Exact>("avx512 exact");
-            check::<Avx512Fast, Fast>("avx512 fast");
-        }
+    each_kernel!(check);
+}
+
+/// A `B` of several chunks of panels (two batches of `128 × 1000`), row-major (packed
+/// step by step across each chunk's panels) and transposed (packed in runs of steps that
+/// cut panels), at three threads: the bits of the definition.
+fn check_large_b<K: Kernel, M: ModeSpec>(name: &str) {
+    let ctx = ComputeContext::new(3);
+    let blk = Blocking {
+        kc: 512,
+        mc: 144,
+        nc: 4096,
+    };
+    let (batch, m, k, n) = (2, DIRECT_B_MAX_ROWS + 1, 128, 1000);
+    let mut r = Philox::new(9);
+    for tb in [false, true] {
+        let (a, sa) = operand(&mut r, batch, m, k, false);
+        let (b, sb) = operand(&mut r, batch, k, n, tb);
+        let spec = MatmulSpec {
+            batch,
+            m,
+            k,
+            n,
+            a_offset: 1,
+            a_strides: sa,
+            b_offset: 2,
+            b_strides: sb,
+        };
+        let want = reference::<M>(&spec, &a, &b);
+        let mut out = vec![f32::NAN; batch * m * n];
+        // SAFETY: `each_kernel!` runs only kernels this CPU has.
+        unsafe { run::<K>(&ctx, blk, &spec, 0, &a, &b, &mut out) }.unwrap();
+        let bad = out
+            .iter()
+            .zip(&want)
+            .position(|(&x, &y)| !same(x, y, M::MODE == ComputeMode::Exact));
+        assert!(
+            bad.is_none(),
+            "{name} B transposed {tb}: element {bad:?} differs from the definition"
+        );
     }
-    #[cfg(target_arch = "aarch64")]
-    {
-        check::<NeonExact, Exact>("neon exact");
-        check::<NeonFast, Fast>("neon fast");
-    }
+}
+
+#[test]
+fn a_large_b_gives_the_bits_of_the_definition() {
+    each_kernel!(check_large_b);
 }
 
 #[test]
