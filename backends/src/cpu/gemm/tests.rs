@@ -40,6 +40,30 @@ fn operand(
     )
 }
 
+/// Random operands of the product `(batch, m, k, n)` (`A` of `a_batches` matrices, `B`
+/// of `b_batches`, each shared by every batch when 1, either transposed) and its spec,
+/// with the offsets 1 and 2.
+fn product(
+    r: &mut Philox,
+    (batch, m, k, n): (usize, usize, usize, usize),
+    (a_batches, b_batches): (usize, usize),
+    (ta, tb): (bool, bool),
+) -> (Vec<f32>, Vec<f32>, MatmulSpec) {
+    let (a, sa) = operand(r, a_batches, m, k, ta);
+    let (b, sb) = operand(r, b_batches, k, n, tb);
+    let spec = MatmulSpec {
+        batch,
+        m,
+        k,
+        n,
+        a_offset: 1,
+        a_strides: sa,
+        b_offset: 2,
+        b_strides: sb,
+    };
+    (a, b, spec)
+}
+
 /// The batched product by the three-loop definition, with the mode's output.
 fn reference<M: ModeSpec>(spec: &MatmulSpec, a: &[f32], b: &[f32]) -> Vec<f32> {
     let MatmulSpec { batch, m, k, n, .. } = *spec;
@@ -120,18 +144,11 @@ fn check<K: Kernel, M: ModeSpec>(name: &str) {
                 (false, true, 2),
                 (true, true, 0),
             ] {
-                let (a, sa) = operand(&mut r, if share == 1 { 1 } else { batch }, m, k, ta);
-                let (b, sb) = operand(&mut r, if share == 2 { 1 } else { batch }, k, n, tb);
-                let spec = MatmulSpec {
-                    batch,
-                    m,
-                    k,
-                    n,
-                    a_offset: 1,
-                    a_strides: sa,
-                    b_offset: 2,
-                    b_strides: sb,
-                };
+                let batches = (
+                    if share == 1 { 1 } else { batch },
+                    if share == 2 { 1 } else { batch },
+                );
+                let (a, b, spec) = product(&mut r, (batch, m, k, n), batches, (ta, tb));
                 let want = reference::<M>(&spec, &a, &b);
                 for ctx in &contexts {
                     let mut out = vec![f32::NAN; batch * m * n];
@@ -251,18 +268,7 @@ fn check_large_b<K: Kernel, M: ModeSpec>(name: &str) {
     let (batch, m, k, n) = (2, DIRECT_B_MAX_ROWS + 1, 128, 1000);
     let mut r = Philox::new(9);
     for tb in [false, true] {
-        let (a, sa) = operand(&mut r, batch, m, k, false);
-        let (b, sb) = operand(&mut r, batch, k, n, tb);
-        let spec = MatmulSpec {
-            batch,
-            m,
-            k,
-            n,
-            a_offset: 1,
-            a_strides: sa,
-            b_offset: 2,
-            b_strides: sb,
-        };
+        let (a, b, spec) = product(&mut r, (batch, m, k, n), (batch, batch), (false, tb));
         let want = reference::<M>(&spec, &a, &b);
         let mut out = vec![f32::NAN; batch * m * n];
         // SAFETY: `each_kernel!` runs only kernels this CPU has.
