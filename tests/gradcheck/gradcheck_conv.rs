@@ -3,6 +3,10 @@
 //! weights and strided/transposed/broadcast input views; the orders of `docs/conv.md`
 //! (conv2d and conv_transpose2d) checked bit for bit against direct loops; and the errors
 //! of bad arguments.
+//!
+//! Over 800 lines because the direct loops that write each order of `docs/conv.md` out
+//! stand beside the checks that compare with them; one file per family of operators, as
+//! the other modules of this subject.
 
 use exactgrad::autograd::{
     AvgPool2dOptions, BackwardOptions, Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions,

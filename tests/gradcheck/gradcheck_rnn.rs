@@ -7,6 +7,10 @@
 //! impossible alignments under zero_infinity, also on raw (unnormalised)
 //! log-probabilities, whose gradient is the true partial derivative (`docs/ctc.md` §4);
 //! and the errors of bad arguments.
+//!
+//! Over 800 lines because the recurrent steps written with the element-wise operators
+//! (the bit-for-bit references) stand beside the checks that use them; one file per
+//! family of operators, as the other modules of this subject.
 
 use exactgrad::autograd::Result;
 use exactgrad::autograd::{
