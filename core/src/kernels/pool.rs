@@ -170,8 +170,8 @@ impl Pool2dSpec {
         // one outside, in output order, is the error.
         let hw = self.h * self.w;
         // `a + 1 > hw` (wrapping) is `a ≥ hw` for every index but `usize::MAX`, which wraps
-        // to 0: one comparison per index, in a branch-free pass that vectorises; the
-        // search for the first bad index runs only when there is one.
+        // to 0: one comparison per index in a branch-free pass; the search for the first
+        // bad index runs only when there is one.
         let bad = |a: usize| a.wrapping_add(1) > hw;
         if !argmax.iter().fold(false, |any, &a| any | bad(a)) {
             return Ok(());

@@ -18,12 +18,12 @@
 //! `KC`, `MC` and `NC` come from the caches of the machine ([`blocking`]); they change
 //! the speed only. `B` is packed once per call (in parallel, pure data movement) into
 //! panels `k × NR`, zero-padded up to the lanes a kernel reads; each chunk packs its rows
-//! of `A` into zero-padded
-//! micro-panels `kc × MR`. The packers read any strides — row-major, transposed or
-//! general — and write the layout the micro-kernel reads; packing is a copy, so the
-//! layout of an operand changes no bit. Padded lanes compute values that are never
-//! stored. The packing buffers come from the compute context's buffer pool, one for `B`
-//! and one per thread that can run a chunk, so a training loop reuses them.
+//! of `A` into zero-padded micro-panels `kc × MR`. The packers read any strides —
+//! row-major, transposed or general — and write the layout the micro-kernel reads;
+//! packing is a copy, so the layout of an operand changes no bit. Padded lanes compute
+//! values that are never stored. The packing buffers come from the compute context's
+//! buffer pool, one for `B` and one per thread that can run a chunk, so a training loop
+//! reuses them.
 //!
 //! The files: this one holds the driver (the choice of orientation, the chunks, the
 //! blocks and the tiles); `kernel.rs` the micro-kernels; `pack.rs` the packers;
