@@ -654,16 +654,30 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
                 reason: "the allocator refused the row table",
             })?;
         walk([&outer, &outer_b], |[ia, ib]| rows.push((ia, ib)));
-        let rows_per_chunk = ELEMENTWISE_CHUNK.div_ceil(inner).max(1);
-        self.ctx
-            .for_each_chunk(out, rows_per_chunk * inner, |ci, o| {
-                for (r, orow) in o.chunks_mut(inner).enumerate() {
-                    let (ia, ib) = rows[ci * rows_per_chunk + r];
-                    // SAFETY: `isa_` is the backend's, supported in this mode on this CPU
-                    // (the invariant of `CpuBackend::isa`).
-                    unsafe { binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, orow) };
-                }
-            });
+        // Chunks of whole rows, or of ELEMENTWISE_CHUNK elements when a row is longer (a
+        // same-shape operation coalesces into one row, which would otherwise be one task).
+        let chunk = if inner >= ELEMENTWISE_CHUNK {
+            ELEMENTWISE_CHUNK
+        } else {
+            ELEMENTWISE_CHUNK.div_ceil(inner) * inner
+        };
+        self.ctx.for_each_chunk(out, chunk, |ci, o| {
+            // Element `at` of the output is element `at % inner` of row `at / inner`.
+            let mut at = ci * chunk;
+            let mut rest = o;
+            while !rest.is_empty() {
+                let (r, j) = (at / inner, at % inner);
+                let len = (inner - j).min(rest.len());
+                let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len);
+                let (ia, ib) = rows[r];
+                let (ia, ib) = (ia + j * sa_in, ib + j * sb_in);
+                // SAFETY: `isa_` is the backend's, supported in this mode on this CPU
+                // (the invariant of `CpuBackend::isa`).
+                unsafe { binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, piece) };
+                rest = tail;
+                at += len;
+            }
+        });
         Ok(())
     }
 
