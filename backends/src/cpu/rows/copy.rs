@@ -44,6 +44,14 @@ pub(crate) fn copy_strided<M: ModeSpec>(
         rows = round_up(rows, COPY_TILE);
     }
     let base = layout.offset;
+    if !tiled && n > WORK_PER_CHUNK {
+        // Rows longer than a chunk (a contiguous copy coalesces into one row): chunks of
+        // WORK_PER_CHUNK elements that cut the rows, so that it is not one task.
+        ctx.for_each_chunk(out, WORK_PER_CHUNK, |ci, o| {
+            copy_pieces(src, &d, base, ci * WORK_PER_CHUNK, o);
+        });
+        return;
+    }
     ctx.for_each_chunk(out, rows * n, |ci, o| {
         if tiled {
             copy_tiles(src, &d, base, ci * rows, o);
@@ -70,6 +78,34 @@ fn copy_rows(src: &[f32], d: &Dims<1>, base: usize, first_row: usize, out: &mut 
                 }
             }
         }
+        rows.next();
+    }
+}
+
+/// Elements `first..` of a strided copy whose rows are not transposed (as many as fill
+/// `out`), which may start and end inside a row.
+fn copy_pieces(src: &[f32], d: &Dims<1>, base: usize, first: usize, out: &mut [f32]) {
+    let (n, [s]) = d.inner();
+    let mut j = first % n;
+    let mut rows = RowWalk::at(d, [base], first / n);
+    let mut rest = out;
+    while !rest.is_empty() {
+        let len = (n - j).min(rest.len());
+        let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len);
+        let o = rows.off[0] + j * s;
+        match s {
+            1 => piece.copy_from_slice(&src[o..o + len]),
+            0 => piece.fill(src[o]),
+            _ => {
+                // Inside the row, whose last index was checked by `storage_extent`.
+                let run = &src[o..=o + (len - 1) * s];
+                for (t, v) in piece.iter_mut().enumerate() {
+                    *v = run[t * s];
+                }
+            }
+        }
+        rest = tail;
+        j = 0;
         rows.next();
     }
 }
