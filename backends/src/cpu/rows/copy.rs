@@ -44,46 +44,26 @@ pub(crate) fn copy_strided<M: ModeSpec>(
         rows = round_up(rows, COPY_TILE);
     }
     let base = layout.offset;
-    if !tiled && n > WORK_PER_CHUNK {
-        // Rows longer than a chunk (a contiguous copy coalesces into one row): chunks of
-        // WORK_PER_CHUNK elements that cut the rows, so that it is not one task.
-        ctx.for_each_chunk(out, WORK_PER_CHUNK, |ci, o| {
-            copy_pieces(src, &d, base, ci * WORK_PER_CHUNK, o);
+    if tiled {
+        ctx.for_each_chunk(out, rows * n, |ci, o| {
+            copy_tiles(src, &d, base, ci * rows, o);
         });
         return;
     }
-    ctx.for_each_chunk(out, rows * n, |ci, o| {
-        if tiled {
-            copy_tiles(src, &d, base, ci * rows, o);
-        } else {
-            copy_rows(src, &d, base, ci * rows, o);
-        }
+    // Chunks of whole rows, or of WORK_PER_CHUNK elements that cut rows longer than that
+    // (a contiguous copy coalesces into one row, which would otherwise be one task).
+    let chunk = if n > WORK_PER_CHUNK {
+        WORK_PER_CHUNK
+    } else {
+        rows * n
+    };
+    ctx.for_each_chunk(out, chunk, |ci, o| {
+        copy_pieces(src, &d, base, ci * chunk, o);
     });
 }
 
-/// Rows `first_row..` of a strided copy (as many as fill `out`).
-fn copy_rows(src: &[f32], d: &Dims<1>, base: usize, first_row: usize, out: &mut [f32]) {
-    let (n, [s]) = d.inner();
-    let mut rows = RowWalk::at(d, [base], first_row);
-    for orow in out.chunks_mut(n) {
-        let o = rows.off[0];
-        match s {
-            1 => orow.copy_from_slice(&src[o..o + n]),
-            0 => orow.fill(src[o]),
-            _ => {
-                // The last index was checked by `storage_extent` at entry.
-                let row = &src[o..=o + (n - 1) * s];
-                for (j, v) in orow.iter_mut().enumerate() {
-                    *v = row[j * s];
-                }
-            }
-        }
-        rows.next();
-    }
-}
-
 /// Elements `first..` of a strided copy whose rows are not transposed (as many as fill
-/// `out`), which may start and end inside a row.
+/// `out`): whole rows, or pieces of rows that may start and end inside one.
 fn copy_pieces(src: &[f32], d: &Dims<1>, base: usize, first: usize, out: &mut [f32]) {
     let (n, [s]) = d.inner();
     let mut j = first % n;
