@@ -2,6 +2,12 @@
 //! depthwise) by im2col and the canonical GEMM, and `conv_transpose2d` (their adjoint,
 //! the same kernels in swapped roles), with their backward rules.
 //!
+//! Over 800 lines on purpose: the transposed convolution is the adjoint of the
+//! convolution computed by the same private pieces (the column source, the grouped GEMM
+//! specs, the folded and segmented products, col2im of a block of items), and the orders
+//! that `docs/conv.md` §1 and §6 fix for both are easier to check against each other in
+//! one file; pooling and padding live in their own files.
+//!
 //! The orders of every sum are written down in `docs/conv.md` §1 (normative):
 //!
 //! - **im2col** gathers, for one batch item, the column matrix `[C·KH·KW, OH·OW]` (row
@@ -930,7 +936,7 @@ fn conv_grad_weight<B: Backend>(
         // One item at a time: each contribution is its own `matmul_acc`.
         let mut cols = be.uninit(ck * p)?;
         for n in 0..g.n {
-            src.gather_items(be, sd.as_ref(), g, n..n + 1, cols.as_mut())?;
+            src.gather(be, sd.as_ref(), g, n, cols.as_mut())?;
             // a = cols_g [K, P]; b = g_gᵀ [P, O/G]: element (r, c) of group gi at
             // gi·(O/G)·P + c·P + r.
             let spec = group_spec(

@@ -1,6 +1,10 @@
 //! `ExactBackend` and `FastBackend`: SIMD kernels on the best ISA path of the machine (or
 //! a path chosen by the caller), with a thread pool per compute context.
 //!
+//! Over 800 lines on purpose: this is the one implementation of the CPU paths — every
+//! kernel's dispatch — next to the ISA and compute-context types it dispatches on; the
+//! kernels themselves live in the submodules.
+//!
 //! Every kernel is written once, generic over a `simd::SimdLane` and the mode's
 //! multiply-add, and instantiated per ISA path inside a function compiled with that
 //! path's `#[target_feature]`. Work is split over independent outputs in chunks whose
@@ -18,10 +22,7 @@
 //! `threads.rs` the thread pool of a compute context; `buffers.rs` the buffer pool.
 //!
 //! The kernels receive their arguments checked ([`exactgrad_core::Checked`]): the
-//! implementation of [`exactgrad_core::BackendImpl`] here only dispatches. Over 800 lines
-//! on purpose: this is the one implementation of the CPU paths — every kernel's dispatch —
-//! next to the ISA and compute-context types it dispatches on; the kernels themselves live
-//! in the submodules.
+//! implementation of [`exactgrad_core::BackendImpl`] here only dispatches.
 
 mod buffers;
 pub mod elementwise;
@@ -234,6 +235,27 @@ impl ComputeContext {
             let c = unsafe { core::slice::from_raw_parts_mut(b.0.add(s), n) };
             f(i, c);
         });
+    }
+}
+
+/// Runs `f(r, at, piece)` for the pieces of `out` cut at the ends of rows of `row`
+/// elements laid end to end, `out` starting at element `first` of them: `piece` is the
+/// elements `at..` of row `r` (the first and the last piece may be parts of rows).
+pub(crate) fn for_each_piece(
+    out: &mut [f32],
+    first: usize,
+    row: usize,
+    mut f: impl FnMut(usize, usize, &mut [f32]),
+) {
+    let mut pos = first;
+    let mut rest = out;
+    while !rest.is_empty() {
+        let (r, at) = (pos / row, pos % row);
+        let len = (row - at).min(rest.len());
+        let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len);
+        f(r, at, piece);
+        rest = tail;
+        pos += len;
     }
 }
 
@@ -662,21 +684,13 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
             ELEMENTWISE_CHUNK.div_ceil(inner) * inner
         };
         self.ctx.for_each_chunk(out, chunk, |ci, o| {
-            // Element `at` of the output is element `at % inner` of row `at / inner`.
-            let mut at = ci * chunk;
-            let mut rest = o;
-            while !rest.is_empty() {
-                let (r, j) = (at / inner, at % inner);
-                let len = (inner - j).min(rest.len());
-                let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len);
+            for_each_piece(o, ci * chunk, inner, |r, j, piece| {
                 let (ia, ib) = rows[r];
                 let (ia, ib) = (ia + j * sa_in, ib + j * sb_in);
                 // SAFETY: `isa_` is the backend's, supported in this mode on this CPU
                 // (the invariant of `CpuBackend::isa`).
                 unsafe { binary_row::<M>(isa_, op, a, ia, sa_in, b, ib, sb_in, piece) };
-                rest = tail;
-                at += len;
-            }
+            });
         });
         Ok(())
     }

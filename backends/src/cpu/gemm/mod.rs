@@ -37,7 +37,7 @@ mod pack;
 mod tests;
 
 use super::buffers;
-use super::{ComputeContext, Isa, SendPtr};
+use super::{for_each_piece, ComputeContext, Isa, SendPtr};
 use crate::scalar::ModeSpec;
 use blocking::Blocking;
 use exactgrad_core::backend::MatmulSpec;
@@ -405,16 +405,12 @@ unsafe fn drive<K: Kernel>(
             .div_ceil(target)
             .max(MIN_PACK_CHUNK.div_ceil(nr));
         ctx.for_each_chunk(bpack, steps * nr, |ci, chunk| {
-            // Step `s` over all the panels is step `s % k` of panel `s / k`.
-            let mut s = ci * steps;
-            let mut rest = chunk;
-            while !rest.is_empty() {
-                let (idx, p0) = (s / k, s % k);
-                let len = (k - p0).min(rest.len() / nr);
-                let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len * nr);
+            // Pieces of panels (`k · NR` elements each), a whole number of steps each.
+            for_each_piece(chunk, ci * steps * nr, panel_len, |idx, at, piece| {
                 let j0 = (idx % npanels) * nr;
                 if !direct || j0 + nr > n {
                     // Steps p0 .. p0 + len of the panel.
+                    let (p0, len) = (at / nr, piece.len() / nr);
                     let part = MatmulSpec {
                         k: len,
                         b_offset: spec.b_offset + p0 * spec.b_strides[1],
@@ -422,9 +418,7 @@ unsafe fn drive<K: Kernel>(
                     };
                     pack_b::<K>(&part, b, idx / npanels, j0, piece);
                 }
-                rest = tail;
-                s += len;
-            }
+            });
         });
     }
 

@@ -3,7 +3,7 @@
 
 use super::dims::{round_up, Dims, RowWalk};
 use super::WORK_PER_CHUNK;
-use crate::cpu::{ComputeContext, Isa};
+use crate::cpu::{for_each_piece, ComputeContext, Isa};
 use crate::scalar::ModeSpec;
 use crate::scalar_ref::RefKernels;
 use exactgrad_core::Layout;
@@ -66,12 +66,9 @@ pub(crate) fn copy_strided<M: ModeSpec>(
 /// `out`): whole rows, or pieces of rows that may start and end inside one.
 fn copy_pieces(src: &[f32], d: &Dims<1>, base: usize, first: usize, out: &mut [f32]) {
     let (n, [s]) = d.inner();
-    let mut j = first % n;
     let mut rows = RowWalk::at(d, [base], first / n);
-    let mut rest = out;
-    while !rest.is_empty() {
-        let len = (n - j).min(rest.len());
-        let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len);
+    for_each_piece(out, first, n, |_, j, piece| {
+        let len = piece.len();
         let o = rows.off[0] + j * s;
         match s {
             1 => piece.copy_from_slice(&src[o..o + len]),
@@ -84,10 +81,8 @@ fn copy_pieces(src: &[f32], d: &Dims<1>, base: usize, first: usize, out: &mut [f
                 }
             }
         }
-        rest = tail;
-        j = 0;
         rows.next();
-    }
+    });
 }
 
 /// Rows `first_row..` of a transposing copy, in tiles of [`COPY_TILE`]² elements so that

@@ -58,11 +58,9 @@ fn sum_columns<L: RowSum, M: ModeSpec>(x: &[f32], p: &SumPlan, first: usize, out
                     let src = x.as_ptr().wrapping_add(base + red.off[0] + t * sr);
                     let mut j = 0;
                     while j + w <= tile {
-                        // SAFETY: `acc[j..j+w]` lies in the tile (j + w <= tile <=
-                        // SUM_TILE), and `src + j..src + j + w` are elements of the layout
-                        // (outputs of this tile at one reduced index), whose extent `sum`
-                        // checked against `x.len()`; the lane's target features are those
-                        // of the instantiation that called this kernel.
+                        // SAFETY: acc[j..j+w] is in the tile (j + w <= tile <= SUM_TILE);
+                        // src + j.. + w are layout elements (extent checked by `sum`); the
+                        // lane's features are those of the calling instantiation.
                         unsafe { L::add_wide(acc.as_mut_ptr().add(j), src.add(j)) };
                         j += w;
                     }
