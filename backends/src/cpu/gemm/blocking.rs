@@ -155,6 +155,15 @@ pub(crate) fn blocking(caches: Caches, core: Core, tile: Tile) -> Blocking {
 
 /// This machine's caches and core kind, read once.
 pub(crate) fn machine() -> (Caches, Core) {
+    if cfg!(miri) {
+        // Miri cannot run CPUID (inline assembly): the defaults of an unknown core.
+        let unknown = Caches {
+            l1d: 0,
+            l2: 0,
+            l3: 0,
+        };
+        return (unknown, Core::Other);
+    }
     static M: std::sync::OnceLock<(Caches, Core)> = std::sync::OnceLock::new();
     *M.get_or_init(detect)
 }
