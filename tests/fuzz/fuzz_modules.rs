@@ -439,3 +439,37 @@ fn oversized_modules_are_refused() {
         }
     }
 }
+
+/// A regression case: a rank-5 weight of 5s read through a strided view (a leaf of 6250
+/// elements for an operand of 3125) with a dilation far past the input.
+#[test]
+fn a_strided_weight_of_the_largest_small_shape() {
+    let case = ModuleCase {
+        spec: Spec::ConvFrom {
+            w: Operand {
+                shape: vec![5, 5, 5, 5, 4],
+                view: View::Strided,
+                fill: Fill::Normal,
+                seed: 100044253997,
+            },
+            b: Some(Operand {
+                shape: vec![4, 5],
+                view: View::Plain,
+                fill: Fill::Special,
+                seed: 192614791828191267,
+            }),
+            opts: Conv2dOptions {
+                stride: [4, 1],
+                padding: [0, 0],
+                dilation: [(1 << 61) + 1, 1],
+                groups: 2,
+            },
+        },
+        seed: 3139713876772713895,
+        n: 1,
+        hw: [2, 3],
+        fill: Fill::Normal,
+        view: View::Plain,
+    };
+    check(case).unwrap();
+}
