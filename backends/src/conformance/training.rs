@@ -170,7 +170,13 @@ fn pool_spec(rng: &mut Philox, big: bool, dilated: bool) -> Pool2dSpec {
 
 fn col_spec(rng: &mut Philox, big: bool) -> Col2imSpec {
     let c = below(rng, if big { 12 } else { 4 });
-    let (h, w) = (1 + below(rng, 14), 1 + below(rng, 14));
+    // One case in four is a wide, short image (16 to 41 columns), so that rows of the
+    // columns are long enough for the vector copies of a backend's im2col and col2im.
+    let (h, w) = if below(rng, 4) == 0 {
+        (1 + below(rng, 6), 16 + below(rng, 26))
+    } else {
+        (1 + below(rng, 14), 1 + below(rng, 14))
+    };
     let (kh, kw) = (1 + below(rng, 4), 1 + below(rng, 4));
     let stride = [1 + below(rng, 3), 1 + below(rng, 3)];
     let padding = [below(rng, 3), below(rng, 3)];

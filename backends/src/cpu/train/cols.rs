@@ -86,11 +86,7 @@ pub(crate) fn col2im(
     let (h, w, kh, kw) = (s.h, s.w, s.kh, s.kw);
     let p = s.oh * s.ow;
     let pi = SendPtr(image.as_mut_ptr());
-    let plane_len = if s.stride[1] == 1 {
-        padded_len(s, [0, s.padding[1]])
-    } else {
-        None
-    };
+    let plane_len = padded_len(s, [s.padding[0], s.padding[1]]);
     ranges(ctx, s.c, per_task(kh * kw * p), |c0, c1| {
         with_plane(plane_len, |mut buf| {
             // SAFETY: `isa` is the backend's; the task owns channels c0..c1 of `image`; the
@@ -201,12 +197,11 @@ fn with_plane<R>(len: Option<usize>, f: impl FnOnce(Option<&mut [f32]>) -> R) ->
     })
 }
 
-/// col2im of one channel with unit column stride into `padded` (`H × (W + 2·pw)`
-/// elements), a plane whose rows are widened by the column padding on both sides, so
-/// that every row of a tap adds all its `OW` columns with no bounds to compute (the
-/// additions that land in the padding are dropped when the plane is copied out). Each
-/// element receives the same additions in the same order as in `col2im`'s general loop,
-/// so the bits are the same.
+/// col2im of one channel into `padded` (`(H + 2·ph) × (W + 2·pw)` elements), the plane
+/// with its padding written out, so that every row of a tap adds all its `OW` columns
+/// with no bounds to compute (the additions that land in the padding are dropped when the
+/// plane is copied out). Each element receives the same additions in the same order as
+/// in `col2im`'s general loop, so the bits are the same.
 #[inline(always)]
 fn col2im_padded(
     s: &Col2imSpec,
@@ -215,31 +210,39 @@ fn col2im_padded(
     plane: &mut [f32],
     padded: &mut [f32],
 ) {
-    let (h, w, kh, kw, ow, pw) = (s.h, s.w, s.kh, s.kw, s.ow, s.padding[1]);
+    let (h, w, kh, kw, ow) = (s.h, s.w, s.kh, s.kw, s.ow);
+    let (ph, pw) = (s.padding[0], s.padding[1]);
     let wp = w + 2 * pw;
-    let padded = &mut padded[..h * wp];
+    let padded = &mut padded[..(h + 2 * ph) * wp];
     padded.fill(0.0);
     let p = s.oh * ow;
-    for i in (0..kh).rev() {
+    // No output columns: no tap adds anything (and `ow − 1` below needs one).
+    let taps = if ow == 0 { 0 } else { kh };
+    for i in (0..taps).rev() {
         for j in (0..kw).rev() {
             let src = &rows[(i * kw + j) * p..(i * kw + j + 1) * p];
-            // Output column x lands on widened column x + j·dw, which is below
-            // OW + (KW − 1)·dw = W + 2·pw.
-            let off = j * s.dilation[1];
-            for y in 0..s.oh {
-                let Some(r) = Col2imSpec::source(y, i, s.stride[0], s.dilation[0], s.padding[0], h)
-                else {
-                    continue;
-                };
-                let dst = &mut padded[r * wp + off..r * wp + off + ow];
-                for (d, &v) in dst.iter_mut().zip(&src[y * ow..(y + 1) * ow]) {
-                    *d += v;
+            // Output (y, x) lands on widened row y·sh + i·dh and column x·sw + j·dw,
+            // below H + 2·ph and W + 2·pw (the spec's check: the last tap of the last
+            // window lies inside the padded input).
+            let (off, sw) = (j * s.dilation[1], s.stride[1]);
+            for (y, srow) in src.chunks_exact(ow).enumerate() {
+                let r = y * s.stride[0] + i * s.dilation[0];
+                let dst = &mut padded[r * wp + off..r * wp + off + (ow - 1) * sw + 1];
+                if sw == 1 {
+                    add_run(dst, srow);
+                } else {
+                    for (x, &v) in srow.iter().enumerate() {
+                        dst[x * sw] += v;
+                    }
                 }
             }
         }
     }
-    for (row, prow) in plane.chunks_exact_mut(w).zip(padded.chunks_exact(wp)) {
-        row.copy_from_slice(&prow[pw..pw + w]);
+    for (row, prow) in plane
+        .chunks_exact_mut(w)
+        .zip(padded[ph * wp..].chunks_exact(wp))
+    {
+        copy_run(row, &prow[pw..pw + w]);
         canon_all(mode, row);
     }
 }
@@ -277,23 +280,133 @@ impl PaddedPlane<'_> {
         if self.channel != Some(c) {
             padded.fill(0.0);
             for (r, src) in plane.chunks_exact(s.w).enumerate() {
-                padded[(r + ph) * wp + pw..(r + ph) * wp + pw + s.w].copy_from_slice(src);
+                copy_run(&mut padded[(r + ph) * wp + pw..][..s.w], src);
             }
             self.channel = Some(c);
         }
         // Output (y, x) reads padded row y·sh + i·dh, column x·sw + j·dw: inside the
         // padded plane, as the output size makes the last tap end at its border.
         let (sw, ow) = (s.stride[1], s.ow);
+        if sw == 1 {
+            // Output row y is the run at base0 + y·step: for the common widths, one
+            // fixed-size copy per row.
+            let (base0, step) = (i * s.dilation[0] * wp + j * s.dilation[1], s.stride[0] * wp);
+            let o = &mut o[..s.oh * ow];
+            match ow {
+                4 => return copy_rows::<4>(o, padded, base0, step),
+                8 => return copy_rows::<8>(o, padded, base0, step),
+                16 => return copy_rows::<16>(o, padded, base0, step),
+                32 => return copy_rows::<32>(o, padded, base0, step),
+                _ => {}
+            }
+        }
         for (y, orow) in o.chunks_exact_mut(ow.max(1)).take(s.oh).enumerate() {
             let base = (y * s.stride[0] + i * s.dilation[0]) * wp + j * s.dilation[1];
             if sw == 1 {
-                orow.copy_from_slice(&padded[base..base + ow]);
+                copy_run(orow, &padded[base..base + ow]);
+            } else if sw == 2 && base + 2 * ow <= padded.len() {
+                copy_even(orow, &padded[base..base + 2 * ow]);
             } else {
-                for (x, v) in orow.iter_mut().enumerate() {
-                    *v = padded[base + x * sw];
+                let src = &padded[base..base + (ow - 1) * sw + 1];
+                for (v, &x) in orow.iter_mut().zip(src.iter().step_by(sw)) {
+                    *v = x;
                 }
             }
         }
         true
+    }
+}
+
+/// Copies `src` into `dst` (of the same length) in blocks of 16, 8 and 4 elements, inline:
+/// the runs of a convolution's rows are short (4 to 32 elements at CIFAR sizes), where a
+/// call of the C library's `memcpy` costs more than the copy.
+#[inline(always)]
+fn copy_run(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "copy_run: lengths");
+    let mut d = dst.chunks_exact_mut(16);
+    let mut s = src.chunks_exact(16);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let v: [f32; 16] = s.try_into().expect("16 elements");
+        d.copy_from_slice(&v);
+    }
+    let (mut d, mut s) = (d.into_remainder(), s.remainder());
+    if d.len() >= 8 {
+        let v: [f32; 8] = s[..8].try_into().expect("8 elements");
+        d[..8].copy_from_slice(&v);
+        (d, s) = (&mut d[8..], &s[8..]);
+    }
+    if d.len() >= 4 {
+        let v: [f32; 4] = s[..4].try_into().expect("4 elements");
+        d[..4].copy_from_slice(&v);
+        (d, s) = (&mut d[4..], &s[4..]);
+    }
+    // At most three elements, one by one (a loop would be turned back into a call).
+    if let Some(v) = s.first() {
+        d[0] = *v;
+    }
+    if let Some(v) = s.get(1) {
+        d[1] = *v;
+    }
+    if let Some(v) = s.get(2) {
+        d[2] = *v;
+    }
+}
+
+/// Copies the elements of `src` at even positions into `dst` (`src` holds `2 · dst.len()`):
+/// a column stride of 2, eight outputs from sixteen inputs at a time, which the compiler
+/// turns into vector loads and shuffles.
+#[inline(always)]
+fn copy_even(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(src.len(), 2 * dst.len(), "copy_even: lengths");
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(16);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let s: &[f32; 16] = s.try_into().expect("16 elements");
+        let v: [f32; 8] = core::array::from_fn(|t| s[2 * t]);
+        d.copy_from_slice(&v);
+    }
+    for (v, pair) in d
+        .into_remainder()
+        .iter_mut()
+        .zip(s.remainder().chunks_exact(2))
+    {
+        *v = pair[0];
+    }
+}
+
+/// The rows of one tap of im2col with unit column stride and `OW` output columns: output
+/// row `y` (`OW` elements of `o`) is the run of the padded plane at `base0 + y · step`.
+/// Returns `true` (the row of columns is written).
+#[inline(always)]
+fn copy_rows<const OW: usize>(o: &mut [f32], padded: &[f32], base0: usize, step: usize) -> bool {
+    for (y, orow) in o.chunks_exact_mut(OW).enumerate() {
+        let b = base0 + y * step;
+        let src: [f32; OW] = padded[b..b + OW].try_into().expect("OW elements");
+        orow.copy_from_slice(&src);
+    }
+    true
+}
+
+/// `dst[t] += src[t]` for the elements of a row (each addition the one of the general
+/// loop, so the same bits), in blocks of 8 and 4 elements, inline.
+#[inline(always)]
+fn add_run(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "add_run: lengths");
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let a: [f32; 8] = (&*d).try_into().expect("8 elements");
+        let b: [f32; 8] = s.try_into().expect("8 elements");
+        d.copy_from_slice(&core::array::from_fn::<f32, 8, _>(|t| a[t] + b[t]));
+    }
+    let (mut d, mut s) = (d.into_remainder(), s.remainder());
+    if d.len() >= 4 {
+        let a: [f32; 4] = d[..4].try_into().expect("4 elements");
+        let b: [f32; 4] = s[..4].try_into().expect("4 elements");
+        d[..4].copy_from_slice(&core::array::from_fn::<f32, 4, _>(|t| a[t] + b[t]));
+        (d, s) = (&mut d[4..], &s[4..]);
+    }
+    for (d, &v) in d.iter_mut().zip(s) {
+        *d += v;
     }
 }
