@@ -3,7 +3,7 @@
 
 use super::dims::{round_up, Dims, RowWalk};
 use super::WORK_PER_CHUNK;
-use crate::cpu::{for_each_piece, ComputeContext, Isa};
+use crate::cpu::{copy_run, for_each_piece, ComputeContext, Isa};
 use crate::scalar::ModeSpec;
 use crate::scalar_ref::RefKernels;
 use exactgrad_core::Layout;
@@ -62,6 +62,9 @@ pub(crate) fn copy_strided<M: ModeSpec>(
     });
 }
 
+/// Longest contiguous piece copied inline rather than by the C library's `memcpy`.
+const SHORT_PIECE: usize = 64;
+
 /// Elements `first..` of a strided copy whose rows are not transposed (as many as fill
 /// `out`): whole rows, or pieces of rows that may start and end inside one.
 fn copy_pieces(src: &[f32], d: &Dims<1>, base: usize, first: usize, out: &mut [f32]) {
@@ -71,6 +74,8 @@ fn copy_pieces(src: &[f32], d: &Dims<1>, base: usize, first: usize, out: &mut [f
         let len = piece.len();
         let o = rows.off[0] + j * s;
         match s {
+            // Short pieces (a convolution's output planes at CIFAR sizes) inline.
+            1 if len <= SHORT_PIECE => copy_run(piece, &src[o..o + len]),
             1 => piece.copy_from_slice(&src[o..o + len]),
             0 => piece.fill(src[o]),
             _ => {

@@ -1,7 +1,7 @@
 //! im2col and col2im (reference: `exactgrad_core::kernels::pool`, `Col2imSpec`).
 
 use super::{canon_all, part, per_task, ranges};
-use crate::cpu::{ComputeContext, Isa, SendPtr};
+use crate::cpu::{copy_run, ComputeContext, Isa, SendPtr};
 use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::ComputeMode;
 
@@ -314,41 +314,6 @@ impl PaddedPlane<'_> {
             }
         }
         true
-    }
-}
-
-/// Copies `src` into `dst` (of the same length) in blocks of 16, 8 and 4 elements, inline:
-/// the runs of a convolution's rows are short (4 to 32 elements at CIFAR sizes), where a
-/// call of the C library's `memcpy` costs more than the copy.
-#[inline(always)]
-fn copy_run(dst: &mut [f32], src: &[f32]) {
-    assert_eq!(dst.len(), src.len(), "copy_run: lengths");
-    let mut d = dst.chunks_exact_mut(16);
-    let mut s = src.chunks_exact(16);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let v: [f32; 16] = s.try_into().expect("16 elements");
-        d.copy_from_slice(&v);
-    }
-    let (mut d, mut s) = (d.into_remainder(), s.remainder());
-    if d.len() >= 8 {
-        let v: [f32; 8] = s[..8].try_into().expect("8 elements");
-        d[..8].copy_from_slice(&v);
-        (d, s) = (&mut d[8..], &s[8..]);
-    }
-    if d.len() >= 4 {
-        let v: [f32; 4] = s[..4].try_into().expect("4 elements");
-        d[..4].copy_from_slice(&v);
-        (d, s) = (&mut d[4..], &s[4..]);
-    }
-    // At most three elements, one by one (a loop would be turned back into a call).
-    if let Some(v) = s.first() {
-        d[0] = *v;
-    }
-    if let Some(v) = s.get(1) {
-        d[1] = *v;
-    }
-    if let Some(v) = s.get(2) {
-        d[2] = *v;
     }
 }
 
