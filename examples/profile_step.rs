@@ -1,9 +1,9 @@
-//! Runs a training step of `benches/models.rs` (the conv net, the encoder, ResNet-18 or
-//! the GPT) in a loop, for a profiler, and prints the time of each step and the median
-//! and least CPU time of the process per step.
+//! Runs a training step of `benches/models.rs` (the conv net, the encoder, the CRNN,
+//! ResNet-18 or the GPT) in a loop, for a profiler, and prints the time of each step and
+//! the median and least CPU time of the process per step.
 //!
 //! ```text
-//! cargo run --release --example profile_step -- conv_net|encoder|resnet18|gpt exact|fast THREADS [STEPS]
+//! cargo run --release --example profile_step -- conv_net|encoder|crnn|resnet18|gpt exact|fast THREADS [STEPS]
 //! ```
 //!
 //! For perf, build it with the `profiling` profile (the release profile with debug
@@ -28,7 +28,8 @@
 
 use exactgrad::nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
 use exactgrad::nn::reference::{
-    ConvNetCase, ConvNetConfig, EncoderCase, EncoderConfig, GptCase, ReferenceCase, ResNetCase,
+    ConvNetCase, ConvNetConfig, CrnnCase, CrnnConfig, EncoderCase, EncoderConfig, GptCase,
+    ReferenceCase, ResNetCase,
 };
 use exactgrad::prelude::*;
 use std::error::Error;
@@ -73,6 +74,22 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
             };
             let case = EncoderCase::random(backend, config, 8, 64, 4)?;
             let mut opt = Adam::new(case.parameters(), AdamConfig::new(1e-3))?;
+            Box::new(move || {
+                case.forward_backward()?;
+                opt.step()
+            })
+        }
+        "crnn" => {
+            // The CRNN of `benches/models.rs`: 1×32×128 line images, batch 8, plain SGD.
+            let config = CrnnConfig {
+                c1: 16,
+                c2: 32,
+                height: 32,
+                hidden: 64,
+                classes: 11,
+            };
+            let case = CrnnCase::random(backend, config, 8, 128, (5, 10), 5)?;
+            let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01))?;
             Box::new(move || {
                 case.forward_backward()?;
                 opt.step()
@@ -138,14 +155,14 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: profile_step conv_net|encoder|resnet18|gpt exact|fast THREADS [STEPS]";
+    let usage = "usage: profile_step conv_net|encoder|crnn|resnet18|gpt exact|fast THREADS [STEPS]";
     let (Some(model), Some(mode), Some(threads)) = (args.first(), args.get(1), args.get(2)) else {
         eprintln!("{usage}");
         return ExitCode::from(2);
     };
     let threads: usize = threads.parse().unwrap_or(0);
     let steps: usize = args.get(3).map_or(Ok(10), |s| s.parse()).unwrap_or(0);
-    if !["conv_net", "encoder", "resnet18", "gpt"].contains(&model.as_str())
+    if !["conv_net", "encoder", "crnn", "resnet18", "gpt"].contains(&model.as_str())
         || threads == 0
         || steps == 0
     {
