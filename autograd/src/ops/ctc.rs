@@ -140,7 +140,15 @@ fn log_sum_exp(terms: impl Iterator<Item = f64> + Clone) -> f64 {
     }
     let mut s = 0.0f64;
     for a in terms {
-        s += exp64(a - m);
+        // The maximum's term is exp64(0) = 1 exactly and a term more than 745.14 below
+        // it is 0 (both checked by the tests), so neither needs the polynomial; a NaN
+        // (∞ − ∞) still goes to exp64.
+        let d = a - m;
+        if d == 0.0 {
+            s += 1.0;
+        } else if d >= -745.14 || d.is_nan() {
+            s += exp64(d);
+        }
     }
     m + ln_f64(s)
 }
@@ -590,6 +598,19 @@ mod tests {
         // Subnormal results.
         let tiny = exp64(-740.0);
         assert!(tiny > 0.0 && ((tiny - (-740.0f64).exp()) / (-740.0f64).exp()).abs() < 1e-10);
+    }
+
+    #[test]
+    fn the_shortcuts_of_log_sum_exp_give_exp64s_values() {
+        // log_sum_exp adds 1 for the maximum's term and nothing for a term 745.14 or more
+        // below it, instead of calling exp64: the same bits only if exp64 gives exactly
+        // these values there.
+        assert_eq!(exp64(0.0).to_bits(), 1.0f64.to_bits());
+        assert_eq!(exp64(-0.0).to_bits(), 1.0f64.to_bits());
+        for d in [-745.1400000000001, -746.0, -1e300, f64::NEG_INFINITY] {
+            assert_eq!(exp64(d).to_bits(), 0.0f64.to_bits(), "{d}");
+        }
+        assert!(log_sum_exp([f64::INFINITY, 0.0].into_iter()).is_nan());
     }
 
     #[test]
