@@ -48,8 +48,8 @@ use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
 use exactgrad::nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
 use exactgrad::nn::reference::{
-    ConvNetCase, ConvNetConfig, CrnnCase, CrnnConfig, EncoderCase, EncoderConfig, GptCase,
-    ReferenceCase, ResNetCase,
+    ConvNetCase, ConvNetConfig, CrnnCase, EncoderCase, EncoderConfig, GptCase, ReferenceCase,
+    ResNetCase,
 };
 use exactgrad::prelude::*;
 use std::cell::RefCell;
@@ -69,19 +69,6 @@ const ENC_BATCH: usize = 8;
 const ENC_SEQ: usize = 64;
 const CONV_BATCH: usize = 32;
 const CONV_HW: [usize; 2] = [32, 32];
-
-/// The CRNN of the benches: 1×32×128 line images, LSTM(256, 64, 2 layers,
-/// bidirectional), 11 classes (blank and labels 1…10).
-const CRNN: CrnnConfig = CrnnConfig {
-    c1: 16,
-    c2: 32,
-    height: 32,
-    hidden: 64,
-    classes: 11,
-};
-const CRNN_BATCH: usize = 8;
-const CRNN_WIDTH: usize = 128;
-const CRNN_TARGETS: (usize, usize) = (5, 10);
 
 /// The calling thread's CPU time in ns, or `None` where it is not available. At one
 /// thread this is the CPU time of the work, which other processes on a loaded machine do
@@ -382,7 +369,7 @@ fn run<B: Backend>(
         c,
         &label,
         || {
-            let case = CrnnCase::random(b, CRNN, CRNN_BATCH, CRNN_WIDTH, CRNN_TARGETS, 5).unwrap();
+            let case = CrnnCase::bench(b).unwrap();
             let input = case.input.clone();
             (case, Some(input))
         },

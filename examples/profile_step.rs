@@ -28,8 +28,8 @@
 
 use exactgrad::nn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig};
 use exactgrad::nn::reference::{
-    ConvNetCase, ConvNetConfig, CrnnCase, CrnnConfig, EncoderCase, EncoderConfig, GptCase,
-    ReferenceCase, ResNetCase,
+    ConvNetCase, ConvNetConfig, CrnnCase, EncoderCase, EncoderConfig, GptCase, ReferenceCase,
+    ResNetCase,
 };
 use exactgrad::prelude::*;
 use std::error::Error;
@@ -80,15 +80,7 @@ fn run<B: Backend>(backend: &B, model: &str, steps: usize) -> Result<(), Box<dyn
             })
         }
         "crnn" => {
-            // The CRNN of `benches/models.rs`: 1×32×128 line images, batch 8, plain SGD.
-            let config = CrnnConfig {
-                c1: 16,
-                c2: 32,
-                height: 32,
-                hidden: 64,
-                classes: 11,
-            };
-            let case = CrnnCase::random(backend, config, 8, 128, (5, 10), 5)?;
+            let case = CrnnCase::bench(backend)?;
             let mut opt = Sgd::new(case.parameters(), SgdConfig::new(0.01))?;
             Box::new(move || {
                 case.forward_backward()?;

@@ -19,7 +19,8 @@
 //! [`crate::elementwise`]); `gemm/` the blocked GEMM and its block sizes; `rows/` the row
 //! kernels (strided copy, select, sums, softmax); `train/` the training kernels, one file
 //! per family of `exactgrad_core::kernels`; `recurrent.rs` the fused LSTM and GRU cells;
-//! `threads.rs` the thread pool of a compute context; `buffers.rs` the buffer pool.
+//! `threads.rs` the thread pool of a compute context; `buffers.rs` the buffer pool;
+//! `runs.rs` the cutting of buffers into pieces of rows and the short-run copies.
 //!
 //! The kernels receive their arguments checked ([`exactgrad_core::Checked`]): the
 //! implementation of [`exactgrad_core::BackendImpl`] here only dispatches.
@@ -29,6 +30,7 @@ pub mod elementwise;
 mod gemm;
 mod recurrent;
 mod rows;
+mod runs;
 pub(crate) mod simd;
 mod simd64;
 mod threads;
@@ -55,6 +57,7 @@ use exactgrad_core::backend::{
 };
 use exactgrad_core::Result;
 use exactgrad_core::{BackendImpl, BinaryOp, ComputeMode, Layout, UnaryOp};
+pub(crate) use runs::{add_run, copy_run, for_each_piece};
 
 /// An instruction-set path of the CPU backends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -235,62 +238,6 @@ impl ComputeContext {
             let c = unsafe { core::slice::from_raw_parts_mut(b.0.add(s), n) };
             f(i, c);
         });
-    }
-}
-
-/// Copies `src` into `dst` (of the same length) in blocks of 16, 8 and 4 elements, inline:
-/// for short runs (a convolution's rows at CIFAR sizes are 4 to 32 elements), where a call
-/// of the C library's `memcpy` costs more than the copy.
-#[inline(always)]
-pub(crate) fn copy_run(dst: &mut [f32], src: &[f32]) {
-    assert_eq!(dst.len(), src.len(), "copy_run: lengths");
-    let mut d = dst.chunks_exact_mut(16);
-    let mut s = src.chunks_exact(16);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let v: [f32; 16] = s.try_into().expect("16 elements");
-        d.copy_from_slice(&v);
-    }
-    let (mut d, mut s) = (d.into_remainder(), s.remainder());
-    if d.len() >= 8 {
-        let v: [f32; 8] = s[..8].try_into().expect("8 elements");
-        d[..8].copy_from_slice(&v);
-        (d, s) = (&mut d[8..], &s[8..]);
-    }
-    if d.len() >= 4 {
-        let v: [f32; 4] = s[..4].try_into().expect("4 elements");
-        d[..4].copy_from_slice(&v);
-        (d, s) = (&mut d[4..], &s[4..]);
-    }
-    // At most three elements, one by one (a loop would be turned back into a call).
-    if let Some(v) = s.first() {
-        d[0] = *v;
-    }
-    if let Some(v) = s.get(1) {
-        d[1] = *v;
-    }
-    if let Some(v) = s.get(2) {
-        d[2] = *v;
-    }
-}
-
-/// Runs `f(r, at, piece)` for the pieces of `out` cut at the ends of rows of `row`
-/// elements laid end to end, `out` starting at element `first` of them: `piece` is the
-/// elements `at..` of row `r` (the first and the last piece may be parts of rows).
-pub(crate) fn for_each_piece(
-    out: &mut [f32],
-    first: usize,
-    row: usize,
-    mut f: impl FnMut(usize, usize, &mut [f32]),
-) {
-    let mut pos = first;
-    let mut rest = out;
-    while !rest.is_empty() {
-        let (r, at) = (pos / row, pos % row);
-        let len = (row - at).min(rest.len());
-        let (piece, tail) = core::mem::take(&mut rest).split_at_mut(len);
-        f(r, at, piece);
-        rest = tail;
-        pos += len;
     }
 }
 

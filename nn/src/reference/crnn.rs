@@ -173,6 +173,20 @@ impl<B: Backend> CrnnCase<B> {
         })
     }
 
+    /// The case of the benches' CRNN step: conv 1→16 and 16→32 over 1×32×128 line images,
+    /// a two-layer bidirectional LSTM of 64, 11 classes (blank and labels 1…10), a batch
+    /// of 8 with target lengths 5 to 10, from seed 5.
+    pub fn bench(backend: &B) -> Result<Self> {
+        let config = CrnnConfig {
+            c1: 16,
+            c2: 32,
+            height: 32,
+            hidden: 64,
+            classes: 11,
+        };
+        Self::random(backend, config, 8, 128, (5, 10), 5)
+    }
+
     /// A model initialised from `Philox::new(seed)`, a batch of `batch` standard normal
     /// images `height × width` and, from the same stream, target lengths uniform in
     /// `target_lengths` (inclusive) and labels uniform in `1..classes`; every input

@@ -1,7 +1,7 @@
 //! im2col and col2im (reference: `exactgrad_core::kernels::pool`, `Col2imSpec`).
 
 use super::{canon_all, part, per_task, ranges};
-use crate::cpu::{copy_run, ComputeContext, Isa, SendPtr};
+use crate::cpu::{add_run, copy_run, ComputeContext, Isa, SendPtr};
 use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::ComputeMode;
 
@@ -292,12 +292,14 @@ impl PaddedPlane<'_> {
             // fixed-size copy per row.
             let (base0, step) = (i * s.dilation[0] * wp + j * s.dilation[1], s.stride[0] * wp);
             let o = &mut o[..s.oh * ow];
-            match ow {
-                4 => return copy_rows::<4>(o, padded, base0, step),
-                8 => return copy_rows::<8>(o, padded, base0, step),
-                16 => return copy_rows::<16>(o, padded, base0, step),
-                32 => return copy_rows::<32>(o, padded, base0, step),
-                _ => {}
+            if matches!(ow, 4 | 8 | 16 | 32) {
+                match ow {
+                    4 => copy_rows::<4>(o, padded, base0, step),
+                    8 => copy_rows::<8>(o, padded, base0, step),
+                    16 => copy_rows::<16>(o, padded, base0, step),
+                    _ => copy_rows::<32>(o, padded, base0, step),
+                }
+                return true;
             }
         }
         for (y, orow) in o.chunks_exact_mut(ow.max(1)).take(s.oh).enumerate() {
@@ -341,37 +343,11 @@ fn copy_even(dst: &mut [f32], src: &[f32]) {
 
 /// The rows of one tap of im2col with unit column stride and `OW` output columns: output
 /// row `y` (`OW` elements of `o`) is the run of the padded plane at `base0 + y · step`.
-/// Returns `true` (the row of columns is written).
 #[inline(always)]
-fn copy_rows<const OW: usize>(o: &mut [f32], padded: &[f32], base0: usize, step: usize) -> bool {
+fn copy_rows<const OW: usize>(o: &mut [f32], padded: &[f32], base0: usize, step: usize) {
     for (y, orow) in o.chunks_exact_mut(OW).enumerate() {
         let b = base0 + y * step;
         let src: [f32; OW] = padded[b..b + OW].try_into().expect("OW elements");
         orow.copy_from_slice(&src);
-    }
-    true
-}
-
-/// `dst[t] += src[t]` for the elements of a row (each addition the one of the general
-/// loop, so the same bits), in blocks of 8 and 4 elements, inline.
-#[inline(always)]
-fn add_run(dst: &mut [f32], src: &[f32]) {
-    assert_eq!(dst.len(), src.len(), "add_run: lengths");
-    let mut d = dst.chunks_exact_mut(8);
-    let mut s = src.chunks_exact(8);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let a: [f32; 8] = (&*d).try_into().expect("8 elements");
-        let b: [f32; 8] = s.try_into().expect("8 elements");
-        d.copy_from_slice(&core::array::from_fn::<f32, 8, _>(|t| a[t] + b[t]));
-    }
-    let (mut d, mut s) = (d.into_remainder(), s.remainder());
-    if d.len() >= 4 {
-        let a: [f32; 4] = d[..4].try_into().expect("4 elements");
-        let b: [f32; 4] = s[..4].try_into().expect("4 elements");
-        d[..4].copy_from_slice(&core::array::from_fn::<f32, 4, _>(|t| a[t] + b[t]));
-        (d, s) = (&mut d[4..], &s[4..]);
-    }
-    for (d, &v) in d.iter_mut().zip(s) {
-        *d += v;
     }
 }
