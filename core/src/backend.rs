@@ -35,9 +35,18 @@ use crate::recurrent::{
     LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
 };
 use crate::shape::{Layout, MAX_ELEMENTS};
+pub use crate::view::{HostViews, ViewFamily, ViewLen};
+use alloc::borrow::Cow;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Debug;
+use core::ops::Range;
+
+/// A shared view of backend `B`'s storage (`&'a [f32]` on a host backend).
+pub type ViewOf<'a, B> = <<B as BackendImpl>::Views as ViewFamily>::View<'a>;
+
+/// An exclusive view of backend `B`'s storage (`&'a mut [f32]` on a host backend).
+pub type ViewMutOf<'a, B> = <<B as BackendImpl>::Views as ViewFamily>::ViewMut<'a>;
 
 /// The length and overflow checks, defined in [`crate::check`] (re-exported here, where
 /// they were first defined).
@@ -218,12 +227,12 @@ impl<A> core::ops::Deref for Checked<A> {
 macro_rules! kernel_args {
     ($(
         $(#[$doc:meta])*
-        $name:ident<$a:lifetime> { $($field:ident: $ty:ty),* $(,)? }
+        $name:ident<$a:lifetime, $f:ident> { $($field:ident: $ty:ty),* $(,)? }
     )*) => {$(
         $(#[$doc])*
         #[derive(Debug)]
         #[allow(missing_docs)]
-        pub struct $name<$a> {
+        pub struct $name<$a, $f: ViewFamily = HostViews> {
             $(pub $field: $ty,)*
         }
     )*};
@@ -231,100 +240,100 @@ macro_rules! kernel_args {
 
 kernel_args! {
     /// The arguments of [`Backend::copy_strided`].
-    CopyStridedArgs<'a> { src: &'a [f32], layout: &'a Layout, out: &'a mut [f32] }
+    CopyStridedArgs<'a, F> { src: F::View<'a>, layout: &'a Layout, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::unary`].
-    UnaryArgs<'a> { op: UnaryOp, x: &'a [f32], out: &'a mut [f32] }
+    UnaryArgs<'a, F> { op: UnaryOp, x: F::View<'a>, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::unary_backward`].
-    UnaryBackwardArgs<'a> { op: UnaryOp, x: &'a [f32], y: &'a [f32], g: &'a [f32], out: &'a mut [f32] }
+    UnaryBackwardArgs<'a, F> { op: UnaryOp, x: F::View<'a>, y: F::View<'a>, g: F::View<'a>, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::binary`].
-    BinaryArgs<'a> {
-        op: BinaryOp, a: &'a [f32], la: &'a Layout, b: &'a [f32], lb: &'a Layout,
-        out: &'a mut [f32],
+    BinaryArgs<'a, F> {
+        op: BinaryOp, a: F::View<'a>, la: &'a Layout, b: F::View<'a>, lb: &'a Layout,
+        out: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::select`].
-    SelectArgs<'a> {
-        cond: &'a [f32], lc: &'a Layout, a: &'a [f32], la: &'a Layout, b: &'a [f32],
-        lb: &'a Layout, out: &'a mut [f32],
+    SelectArgs<'a, F> {
+        cond: F::View<'a>, lc: &'a Layout, a: F::View<'a>, la: &'a Layout, b: F::View<'a>,
+        lb: &'a Layout, out: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::sum`].
-    SumArgs<'a> { x: &'a [f32], layout: &'a Layout, reduce: &'a [bool], out: &'a mut [f32] }
+    SumArgs<'a, F> { x: F::View<'a>, layout: &'a Layout, reduce: &'a [bool], out: F::ViewMut<'a> }
     /// The arguments of [`Backend::matmul`].
-    MatmulArgs<'a> { spec: &'a MatmulSpec, a: &'a [f32], b: &'a [f32], out: &'a mut [f32] }
+    MatmulArgs<'a, F> { spec: &'a MatmulSpec, a: F::View<'a>, b: F::View<'a>, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::matmul_acc`].
-    MatmulAccArgs<'a> {
-        spec: &'a MatmulSpec, seg: usize, a: &'a [f32], b: &'a [f32], out: &'a mut [f32],
+    MatmulAccArgs<'a, F> {
+        spec: &'a MatmulSpec, seg: usize, a: F::View<'a>, b: F::View<'a>, out: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::softmax`].
-    SoftmaxArgs<'a> { x: &'a [f32], rows: usize, cols: usize, log: bool, out: &'a mut [f32] }
+    SoftmaxArgs<'a, F> { x: F::View<'a>, rows: usize, cols: usize, log: bool, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::softmax_backward`].
-    SoftmaxBackwardArgs<'a> {
-        y: &'a [f32], g: &'a [f32], rows: usize, cols: usize, log: bool, out: &'a mut [f32],
+    SoftmaxBackwardArgs<'a, F> {
+        y: F::View<'a>, g: F::View<'a>, rows: usize, cols: usize, log: bool, out: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::lstm_cell`].
-    LstmCellArgs<'a> { shape: CellShape, inputs: LstmCellInputs<'a>, outputs: LstmCellOutputs<'a> }
+    LstmCellArgs<'a, F> { shape: CellShape, inputs: LstmCellInputs<'a, F>, outputs: LstmCellOutputs<'a, F> }
     /// The arguments of [`Backend::lstm_cell_backward`].
-    LstmCellBackwardArgs<'a> {
-        shape: CellShape, inputs: LstmCellGradInputs<'a>, outputs: LstmCellGradOutputs<'a>,
+    LstmCellBackwardArgs<'a, F> {
+        shape: CellShape, inputs: LstmCellGradInputs<'a, F>, outputs: LstmCellGradOutputs<'a, F>,
     }
     /// The arguments of [`Backend::gru_cell`].
-    GruCellArgs<'a> { shape: CellShape, inputs: GruCellInputs<'a>, outputs: GruCellOutputs<'a> }
+    GruCellArgs<'a, F> { shape: CellShape, inputs: GruCellInputs<'a, F>, outputs: GruCellOutputs<'a, F> }
     /// The arguments of [`Backend::gru_cell_backward`].
-    GruCellBackwardArgs<'a> {
-        shape: CellShape, inputs: GruCellGradInputs<'a>, outputs: GruCellGradOutputs<'a>,
+    GruCellBackwardArgs<'a, F> {
+        shape: CellShape, inputs: GruCellGradInputs<'a, F>, outputs: GruCellGradOutputs<'a, F>,
     }
     /// The arguments of [`Backend::norm_stats`].
-    NormStatsArgs<'a> {
-        spec: &'a NormSpec, x: &'a [f32], mean: &'a mut [f32], corr: &'a mut [f32],
-        sq_sum: &'a mut [f32],
+    NormStatsArgs<'a, F> {
+        spec: &'a NormSpec, x: F::View<'a>, mean: F::ViewMut<'a>, corr: F::ViewMut<'a>,
+        sq_sum: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::norm_forward`].
-    NormForwardArgs<'a> {
-        spec: &'a NormSpec, x: &'a [f32], stats: &'a NormStats<'a>, weight: Option<&'a [f32]>,
-        bias: Option<&'a [f32]>, out: &'a mut [f32],
+    NormForwardArgs<'a, F> {
+        spec: &'a NormSpec, x: F::View<'a>, stats: &'a NormStats<'a, F>, weight: Option<F::View<'a>>,
+        bias: Option<F::View<'a>>, out: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::norm_backward`].
-    NormBackwardArgs<'a> {
-        spec: &'a NormSpec, x: &'a [f32], g: &'a [f32], stats: &'a NormStats<'a>,
-        weight: Option<&'a [f32]>, stats_depend: bool, grads: NormGrads<'a>,
+    NormBackwardArgs<'a, F> {
+        spec: &'a NormSpec, x: F::View<'a>, g: F::View<'a>, stats: &'a NormStats<'a, F>,
+        weight: Option<F::View<'a>>, stats_depend: bool, grads: NormGrads<'a, F>,
     }
     /// The arguments of [`Backend::max_pool2d`].
-    MaxPool2dArgs<'a> {
-        spec: &'a Pool2dSpec, x: &'a [f32], out: &'a mut [f32], argmax: &'a mut [usize],
+    MaxPool2dArgs<'a, F> {
+        spec: &'a Pool2dSpec, x: F::View<'a>, out: F::ViewMut<'a>, argmax: &'a mut [usize],
     }
     /// The arguments of [`Backend::max_pool2d_backward`].
-    MaxPool2dBackwardArgs<'a> {
-        spec: &'a Pool2dSpec, argmax: &'a [usize], g: &'a [f32], gx: &'a mut [f32],
+    MaxPool2dBackwardArgs<'a, F> {
+        spec: &'a Pool2dSpec, argmax: &'a [usize], g: F::View<'a>, gx: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::avg_pool2d`].
-    AvgPool2dArgs<'a> { spec: &'a AvgPool2dSpec, x: &'a [f32], out: &'a mut [f32] }
+    AvgPool2dArgs<'a, F> { spec: &'a AvgPool2dSpec, x: F::View<'a>, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::avg_pool2d_backward`].
-    AvgPool2dBackwardArgs<'a> { spec: &'a AvgPool2dSpec, g: &'a [f32], gx: &'a mut [f32] }
+    AvgPool2dBackwardArgs<'a, F> { spec: &'a AvgPool2dSpec, g: F::View<'a>, gx: F::ViewMut<'a> }
     /// The arguments of [`Backend::adaptive_avg_pool2d`].
-    AdaptiveAvgPool2dArgs<'a> { spec: &'a AdaptivePool2dSpec, x: &'a [f32], out: &'a mut [f32] }
+    AdaptiveAvgPool2dArgs<'a, F> { spec: &'a AdaptivePool2dSpec, x: F::View<'a>, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::adaptive_avg_pool2d_backward`].
-    AdaptiveAvgPool2dBackwardArgs<'a> {
-        spec: &'a AdaptivePool2dSpec, g: &'a [f32], gx: &'a mut [f32],
+    AdaptiveAvgPool2dBackwardArgs<'a, F> {
+        spec: &'a AdaptivePool2dSpec, g: F::View<'a>, gx: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::im2col`].
-    Im2colArgs<'a> { spec: &'a Col2imSpec, image: &'a [f32], cols: &'a mut [f32] }
+    Im2colArgs<'a, F> { spec: &'a Col2imSpec, image: F::View<'a>, cols: F::ViewMut<'a> }
     /// The arguments of [`Backend::col2im`].
-    Col2imArgs<'a> { spec: &'a Col2imSpec, cols: &'a [f32], image: &'a mut [f32] }
+    Col2imArgs<'a, F> { spec: &'a Col2imSpec, cols: F::View<'a>, image: F::ViewMut<'a> }
     /// The arguments of [`Backend::attention_scores`].
-    AttentionScoresArgs<'a> {
-        spec: &'a AttentionScoresSpec, scores: &'a mut [f32],
-        mask: Option<(ScoreMask, &'a [f32], &'a Layout)>,
+    AttentionScoresArgs<'a, F> {
+        spec: &'a AttentionScoresSpec, scores: F::ViewMut<'a>,
+        mask: Option<(ScoreMask, F::View<'a>, &'a Layout)>,
     }
     /// The arguments of [`Backend::dropout_mask`].
-    DropoutMaskArgs<'a> { key: u64, p: f32, scale: f32, start: u64, out: &'a mut [f32] }
+    DropoutMaskArgs<'a, F> { key: u64, p: f32, scale: f32, start: u64, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::sgd_step`].
-    SgdStepArgs<'a> {
-        spec: &'a SgdSpec, param: &'a mut [f32], grad: &'a [f32],
-        momentum_buffer: &'a mut [f32],
+    SgdStepArgs<'a, F> {
+        spec: &'a SgdSpec, param: F::ViewMut<'a>, grad: F::View<'a>,
+        momentum_buffer: F::ViewMut<'a>,
     }
     /// The arguments of [`Backend::adam_step`].
-    AdamStepArgs<'a> {
-        spec: &'a AdamSpec, param: &'a mut [f32], grad: &'a [f32], exp_avg: &'a mut [f32],
-        exp_avg_sq: &'a mut [f32], max_exp_avg_sq: &'a mut [f32],
+    AdamStepArgs<'a, F> {
+        spec: &'a AdamSpec, param: F::ViewMut<'a>, grad: F::View<'a>, exp_avg: F::ViewMut<'a>,
+        exp_avg_sq: F::ViewMut<'a>, max_exp_avg_sq: F::ViewMut<'a>,
     }
 }
 
@@ -344,8 +353,77 @@ kernel_args! {
 /// training kernels have default bodies, the reference definitions of
 /// [`crate::recurrent`] and [`crate::kernels`].
 pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
-    /// An owned buffer of f32 elements.
-    type Storage: AsRef<[f32]> + AsMut<[f32]> + Send + Sync + Debug + 'static;
+    /// An owned buffer of f32 elements: host memory ([`HostViews`]) or a device's.
+    type Storage: Send + Sync + Debug + 'static;
+
+    /// The views kernels take of [`BackendImpl::Storage`]: [`HostViews`] (slices) on a
+    /// host backend.
+    type Views: ViewFamily;
+
+    /// A shared view of all of `s`.
+    fn view(s: &Self::Storage) -> ViewOf<'_, Self>;
+
+    /// An exclusive view of all of `s`.
+    fn view_mut(s: &mut Self::Storage) -> ViewMutOf<'_, Self>;
+
+    /// The number of elements `s` holds.
+    fn storage_len(s: &Self::Storage) -> usize {
+        Self::view(s).len()
+    }
+
+    /// The elements of `s` as a vector on the host (a copy on a host backend, a download
+    /// on a device).
+    fn storage_to_vec(s: &Self::Storage) -> Result<Vec<f32>> {
+        Ok(Self::to_host(Self::view(s))?.into_owned())
+    }
+
+    /// The elements `range` of `v` ([`ViewFamily::slice`]).
+    fn slice<'a>(v: ViewOf<'a, Self>, range: Range<usize>) -> ViewOf<'a, Self> {
+        Self::Views::slice(v, range)
+    }
+
+    /// The elements `range` of `v`, exclusively ([`ViewFamily::slice_mut`]).
+    fn slice_mut<'a>(v: ViewMutOf<'a, Self>, range: Range<usize>) -> ViewMutOf<'a, Self> {
+        Self::Views::slice_mut(v, range)
+    }
+
+    /// `v` split at element `mid`, both parts exclusive ([`ViewFamily::split_at_mut`]).
+    fn split_at_mut(
+        v: ViewMutOf<'_, Self>,
+        mid: usize,
+    ) -> (ViewMutOf<'_, Self>, ViewMutOf<'_, Self>) {
+        Self::Views::split_at_mut(v, mid)
+    }
+
+    /// A shorter exclusive borrow of `v` ([`ViewFamily::reborrow`]).
+    fn reborrow<'s>(v: &'s mut ViewMutOf<'_, Self>) -> ViewMutOf<'s, Self> {
+        Self::Views::reborrow(v)
+    }
+
+    /// A shared view of what `v` holds ([`ViewFamily::freeze`]).
+    fn freeze<'s>(v: &'s ViewMutOf<'_, Self>) -> ViewOf<'s, Self> {
+        Self::Views::freeze(v)
+    }
+
+    /// `v` with a shorter lifetime ([`ViewFamily::shorten`]).
+    fn shorten<'s, 'a: 's>(v: ViewOf<'a, Self>) -> ViewOf<'s, Self> {
+        Self::Views::shorten(v)
+    }
+
+    /// `v` with a shorter lifetime, exclusively ([`ViewFamily::shorten_mut`]).
+    fn shorten_mut<'s, 'a: 's>(v: ViewMutOf<'a, Self>) -> ViewMutOf<'s, Self> {
+        Self::Views::shorten_mut(v)
+    }
+
+    /// The elements of `v` on the host ([`ViewFamily::to_host`]).
+    fn to_host(v: ViewOf<'_, Self>) -> Result<Cow<'_, [f32]>> {
+        Self::Views::to_host(v)
+    }
+
+    /// Runs `f` on the elements of `v` as a host slice ([`ViewFamily::with_host_mut`]).
+    fn with_host_mut<R>(v: ViewMutOf<'_, Self>, f: impl FnOnce(&mut [f32]) -> R) -> Result<R> {
+        Self::Views::with_host_mut(v, f)
+    }
 
     /// A short name for reports, such as `scalar-ref` or `exact/avx2`.
     fn name(&self) -> String;
@@ -374,36 +452,36 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
     }
 
     /// [`Backend::copy_strided`] on checked arguments.
-    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()>;
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::unary`] on checked arguments.
-    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()>;
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::unary_backward`] on checked arguments.
-    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()>;
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::binary`] on checked arguments.
-    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()>;
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::select`] on checked arguments.
-    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()>;
+    fn select_impl(&self, args: Checked<SelectArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::sum`] on checked arguments.
-    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()>;
+    fn sum_impl(&self, args: Checked<SumArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::matmul`] on checked arguments.
-    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()>;
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::matmul_acc`] on checked arguments. The default body is the reference
     /// definition: each segment's product by [`BackendImpl::matmul_impl`] into a scratch
     /// buffer, added into `out` in segment order.
-    fn matmul_acc_impl(&self, args: Checked<MatmulAccArgs<'_>>) -> Result<()> {
+    fn matmul_acc_impl(&self, args: Checked<MatmulAccArgs<'_, Self::Views>>) -> Result<()> {
         let MatmulAccArgs {
             spec,
             seg,
             a,
             b,
-            out,
+            mut out,
         } = args.into_inner();
         if !out.is_empty() && spec.k > 0 {
             let mut part = self.uninit(out.len())?;
@@ -419,25 +497,32 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
                 };
                 self.matmul_impl(Checked::new(MatmulArgs {
                     spec: &sub,
-                    a,
-                    b,
-                    out: part.as_mut(),
+                    a: Self::shorten(a),
+                    b: Self::shorten(b),
+                    out: Self::view_mut(&mut part),
                 }))?;
-                for (o, &p) in out.iter_mut().zip(part.as_ref()) {
-                    *o += p;
-                }
+                let p = Self::to_host(Self::view(&part))?;
+                Self::with_host_mut(Self::reborrow(&mut out), |out| {
+                    for (o, &p) in out.iter_mut().zip(p.iter()) {
+                        *o += p;
+                    }
+                })?;
             }
         }
-        out.iter_mut()
-            .for_each(|o| *o = kernels::canon(self.mode(), *o));
-        Ok(())
+        let mode = self.mode();
+        Self::with_host_mut(out, |out| {
+            out.iter_mut().for_each(|o| *o = kernels::canon(mode, *o))
+        })
     }
 
     /// [`Backend::softmax`] on checked arguments.
-    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()>;
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_, Self::Views>>) -> Result<()>;
 
     /// [`Backend::softmax_backward`] on checked arguments.
-    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()>;
+    fn softmax_backward_impl(
+        &self,
+        args: Checked<SoftmaxBackwardArgs<'_, Self::Views>>,
+    ) -> Result<()>;
 
     // ----- recurrent cells (docs/recurrent.md) -------------------------------------------
     //
@@ -446,23 +531,29 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
     // element-wise kernels; a backend may fuse them but must give the same bits.
 
     /// [`Backend::lstm_cell`] on checked arguments.
-    fn lstm_cell_impl(&self, args: Checked<LstmCellArgs<'_>>) -> Result<()> {
-        crate::recurrent::lstm_cell(self, args)
+    fn lstm_cell_impl(&self, args: Checked<LstmCellArgs<'_, Self::Views>>) -> Result<()> {
+        crate::recurrent::lstm_cell::<Self>(self, args)
     }
 
     /// [`Backend::lstm_cell_backward`] on checked arguments.
-    fn lstm_cell_backward_impl(&self, args: Checked<LstmCellBackwardArgs<'_>>) -> Result<()> {
-        crate::recurrent::lstm_cell_backward(self, args)
+    fn lstm_cell_backward_impl(
+        &self,
+        args: Checked<LstmCellBackwardArgs<'_, Self::Views>>,
+    ) -> Result<()> {
+        crate::recurrent::lstm_cell_backward::<Self>(self, args)
     }
 
     /// [`Backend::gru_cell`] on checked arguments.
-    fn gru_cell_impl(&self, args: Checked<GruCellArgs<'_>>) -> Result<()> {
-        crate::recurrent::gru_cell(self, args)
+    fn gru_cell_impl(&self, args: Checked<GruCellArgs<'_, Self::Views>>) -> Result<()> {
+        crate::recurrent::gru_cell::<Self>(self, args)
     }
 
     /// [`Backend::gru_cell_backward`] on checked arguments.
-    fn gru_cell_backward_impl(&self, args: Checked<GruCellBackwardArgs<'_>>) -> Result<()> {
-        crate::recurrent::gru_cell_backward(self, args)
+    fn gru_cell_backward_impl(
+        &self,
+        args: Checked<GruCellBackwardArgs<'_, Self::Views>>,
+    ) -> Result<()> {
+        crate::recurrent::gru_cell_backward::<Self>(self, args)
     }
 
     // ----- training kernels (`crate::kernels`) -----------------------------------------
@@ -471,7 +562,7 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
     // does not override a kernel computes exactly these bits.
 
     /// [`Backend::norm_stats`] on checked arguments.
-    fn norm_stats_impl(&self, args: Checked<NormStatsArgs<'_>>) -> Result<()> {
+    fn norm_stats_impl(&self, args: Checked<NormStatsArgs<'_, Self::Views>>) -> Result<()> {
         let NormStatsArgs {
             spec,
             x,
@@ -479,12 +570,19 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
             corr,
             sq_sum,
         } = args.into_inner();
-        kernels::norm_stats(self.mode(), spec, x, mean, corr, sq_sum);
+        let (mode, x) = (self.mode(), Self::to_host(x)?);
+        Self::with_host_mut(mean, |mean| {
+            Self::with_host_mut(corr, |corr| {
+                Self::with_host_mut(sq_sum, |sq_sum| {
+                    kernels::norm_stats(mode, spec, &x, mean, corr, sq_sum)
+                })
+            })
+        })???;
         Ok(())
     }
 
     /// [`Backend::norm_forward`] on checked arguments.
-    fn norm_forward_impl(&self, args: Checked<NormForwardArgs<'_>>) -> Result<()> {
+    fn norm_forward_impl(&self, args: Checked<NormForwardArgs<'_, Self::Views>>) -> Result<()> {
         let NormForwardArgs {
             spec,
             x,
@@ -493,12 +591,31 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
             bias,
             out,
         } = args.into_inner();
-        kernels::norm_forward(self.mode(), spec, x, stats, weight, bias, out);
-        Ok(())
+        let x = Self::to_host(x)?;
+        let (mean, corr, rstd) = host_stats::<Self>(stats)?;
+        let stats = NormStats {
+            mean: &mean[..],
+            corr: &corr[..],
+            rstd: &rstd[..],
+        };
+        let weight = weight.map(Self::to_host).transpose()?;
+        let bias = bias.map(Self::to_host).transpose()?;
+        let mode = self.mode();
+        Self::with_host_mut(out, |out| {
+            kernels::norm_forward(
+                mode,
+                spec,
+                &x,
+                &stats,
+                weight.as_deref(),
+                bias.as_deref(),
+                out,
+            )
+        })
     }
 
     /// [`Backend::norm_backward`] on checked arguments.
-    fn norm_backward_impl(&self, args: Checked<NormBackwardArgs<'_>>) -> Result<()> {
+    fn norm_backward_impl(&self, args: Checked<NormBackwardArgs<'_, Self::Views>>) -> Result<()> {
         let NormBackwardArgs {
             spec,
             x,
@@ -508,88 +625,128 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
             stats_depend,
             grads,
         } = args.into_inner();
-        kernels::norm_backward(self.mode(), spec, x, g, stats, weight, stats_depend, grads);
+        let (x, g) = (Self::to_host(x)?, Self::to_host(g)?);
+        let (mean, corr, rstd) = host_stats::<Self>(stats)?;
+        let stats = NormStats {
+            mean: &mean[..],
+            corr: &corr[..],
+            rstd: &rstd[..],
+        };
+        let weight = weight.map(Self::to_host).transpose()?;
+        let mode = self.mode();
+        with_opt_host_mut::<Self, _>(grads.dx, |dx| {
+            with_opt_host_mut::<Self, _>(grads.dw, |dw| {
+                with_opt_host_mut::<Self, _>(grads.db, |db| {
+                    let grads = NormGrads { dx, dw, db };
+                    let w = weight.as_deref();
+                    kernels::norm_backward(mode, spec, &x, &g, &stats, w, stats_depend, grads)
+                })
+            })
+        })???;
         Ok(())
     }
 
     /// [`Backend::max_pool2d`] on checked arguments.
-    fn max_pool2d_impl(&self, args: Checked<MaxPool2dArgs<'_>>) -> Result<()> {
+    fn max_pool2d_impl(&self, args: Checked<MaxPool2dArgs<'_, Self::Views>>) -> Result<()> {
         let MaxPool2dArgs {
             spec,
             x,
             out,
             argmax,
         } = args.into_inner();
-        kernels::max_pool2d(self.mode(), spec, x, out, argmax);
-        Ok(())
+        let (mode, x) = (self.mode(), Self::to_host(x)?);
+        Self::with_host_mut(out, |out| kernels::max_pool2d(mode, spec, &x, out, argmax))
     }
 
     /// [`Backend::max_pool2d_backward`] on checked arguments.
-    fn max_pool2d_backward_impl(&self, args: Checked<MaxPool2dBackwardArgs<'_>>) -> Result<()> {
+    fn max_pool2d_backward_impl(
+        &self,
+        args: Checked<MaxPool2dBackwardArgs<'_, Self::Views>>,
+    ) -> Result<()> {
         let MaxPool2dBackwardArgs {
             spec,
             argmax,
             g,
             gx,
         } = args.into_inner();
-        kernels::max_pool2d_backward(self.mode(), spec, argmax, g, gx);
-        Ok(())
+        let (mode, g) = (self.mode(), Self::to_host(g)?);
+        Self::with_host_mut(gx, |gx| {
+            kernels::max_pool2d_backward(mode, spec, argmax, &g, gx)
+        })
     }
 
     /// [`Backend::avg_pool2d`] on checked arguments.
-    fn avg_pool2d_impl(&self, args: Checked<AvgPool2dArgs<'_>>) -> Result<()> {
+    fn avg_pool2d_impl(&self, args: Checked<AvgPool2dArgs<'_, Self::Views>>) -> Result<()> {
         let AvgPool2dArgs { spec, x, out } = args.into_inner();
-        kernels::avg_pool2d(self.mode(), spec, x, out);
-        Ok(())
+        let (mode, x) = (self.mode(), Self::to_host(x)?);
+        Self::with_host_mut(out, |out| kernels::avg_pool2d(mode, spec, &x, out))
     }
 
     /// [`Backend::avg_pool2d_backward`] on checked arguments.
-    fn avg_pool2d_backward_impl(&self, args: Checked<AvgPool2dBackwardArgs<'_>>) -> Result<()> {
+    fn avg_pool2d_backward_impl(
+        &self,
+        args: Checked<AvgPool2dBackwardArgs<'_, Self::Views>>,
+    ) -> Result<()> {
         let AvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
-        kernels::avg_pool2d_backward(self.mode(), spec, g, gx);
-        Ok(())
+        let (mode, g) = (self.mode(), Self::to_host(g)?);
+        Self::with_host_mut(gx, |gx| kernels::avg_pool2d_backward(mode, spec, &g, gx))
     }
 
     /// [`Backend::adaptive_avg_pool2d`] on checked arguments.
-    fn adaptive_avg_pool2d_impl(&self, args: Checked<AdaptiveAvgPool2dArgs<'_>>) -> Result<()> {
+    fn adaptive_avg_pool2d_impl(
+        &self,
+        args: Checked<AdaptiveAvgPool2dArgs<'_, Self::Views>>,
+    ) -> Result<()> {
         let AdaptiveAvgPool2dArgs { spec, x, out } = args.into_inner();
-        kernels::adaptive_avg_pool2d(self.mode(), spec, x, out);
-        Ok(())
+        let (mode, x) = (self.mode(), Self::to_host(x)?);
+        Self::with_host_mut(out, |out| kernels::adaptive_avg_pool2d(mode, spec, &x, out))
     }
 
     /// [`Backend::adaptive_avg_pool2d_backward`] on checked arguments.
     fn adaptive_avg_pool2d_backward_impl(
         &self,
-        args: Checked<AdaptiveAvgPool2dBackwardArgs<'_>>,
+        args: Checked<AdaptiveAvgPool2dBackwardArgs<'_, Self::Views>>,
     ) -> Result<()> {
         let AdaptiveAvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
-        kernels::adaptive_avg_pool2d_backward(self.mode(), spec, g, gx);
-        Ok(())
+        let (mode, g) = (self.mode(), Self::to_host(g)?);
+        Self::with_host_mut(gx, |gx| {
+            kernels::adaptive_avg_pool2d_backward(mode, spec, &g, gx)
+        })
     }
 
     /// [`Backend::im2col`] on checked arguments.
-    fn im2col_impl(&self, args: Checked<Im2colArgs<'_>>) -> Result<()> {
+    fn im2col_impl(&self, args: Checked<Im2colArgs<'_, Self::Views>>) -> Result<()> {
         let Im2colArgs { spec, image, cols } = args.into_inner();
-        kernels::im2col(spec, image, cols);
-        Ok(())
+        let image = Self::to_host(image)?;
+        Self::with_host_mut(cols, |cols| kernels::im2col(spec, &image, cols))
     }
 
     /// [`Backend::col2im`] on checked arguments.
-    fn col2im_impl(&self, args: Checked<Col2imArgs<'_>>) -> Result<()> {
+    fn col2im_impl(&self, args: Checked<Col2imArgs<'_, Self::Views>>) -> Result<()> {
         let Col2imArgs { spec, cols, image } = args.into_inner();
-        kernels::col2im(self.mode(), spec, cols, image);
-        Ok(())
+        let (mode, cols) = (self.mode(), Self::to_host(cols)?);
+        Self::with_host_mut(image, |image| kernels::col2im(mode, spec, &cols, image))
     }
 
     /// [`Backend::attention_scores`] on checked arguments.
-    fn attention_scores_impl(&self, args: Checked<AttentionScoresArgs<'_>>) -> Result<()> {
+    fn attention_scores_impl(
+        &self,
+        args: Checked<AttentionScoresArgs<'_, Self::Views>>,
+    ) -> Result<()> {
         let AttentionScoresArgs { spec, scores, mask } = args.into_inner();
-        kernels::attention_scores(self.mode(), spec, scores, mask);
-        Ok(())
+        let mode = self.mode();
+        let mask = match mask {
+            Some((kind, m, lay)) => Some((kind, Self::to_host(m)?, lay)),
+            None => None,
+        };
+        Self::with_host_mut(scores, |scores| {
+            let mask = mask.as_ref().map(|(kind, m, lay)| (*kind, &**m, *lay));
+            kernels::attention_scores(mode, spec, scores, mask)
+        })
     }
 
     /// [`Backend::dropout_mask`] on checked arguments.
-    fn dropout_mask_impl(&self, args: Checked<DropoutMaskArgs<'_>>) -> Result<()> {
+    fn dropout_mask_impl(&self, args: Checked<DropoutMaskArgs<'_, Self::Views>>) -> Result<()> {
         let DropoutMaskArgs {
             key,
             p,
@@ -597,24 +754,27 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
             start,
             out,
         } = args.into_inner();
-        kernels::dropout_mask(key, p, scale, start, out);
-        Ok(())
+        Self::with_host_mut(out, |out| kernels::dropout_mask(key, p, scale, start, out))
     }
 
     /// [`Backend::sgd_step`] on checked arguments.
-    fn sgd_step_impl(&self, args: Checked<SgdStepArgs<'_>>) -> Result<()> {
+    fn sgd_step_impl(&self, args: Checked<SgdStepArgs<'_, Self::Views>>) -> Result<()> {
         let SgdStepArgs {
             spec,
             param,
             grad,
             momentum_buffer,
         } = args.into_inner();
-        kernels::sgd_step(self.mode(), spec, param, grad, momentum_buffer);
-        Ok(())
+        let (mode, grad) = (self.mode(), Self::to_host(grad)?);
+        Self::with_host_mut(param, |param| {
+            Self::with_host_mut(momentum_buffer, |m| {
+                kernels::sgd_step(mode, spec, param, &grad, m)
+            })
+        })?
     }
 
     /// [`Backend::adam_step`] on checked arguments.
-    fn adam_step_impl(&self, args: Checked<AdamStepArgs<'_>>) -> Result<()> {
+    fn adam_step_impl(&self, args: Checked<AdamStepArgs<'_, Self::Views>>) -> Result<()> {
         let AdamStepArgs {
             spec,
             param,
@@ -623,16 +783,41 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
             exp_avg_sq,
             max_exp_avg_sq,
         } = args.into_inner();
-        kernels::adam_step(
-            self.mode(),
-            spec,
-            param,
-            grad,
-            exp_avg,
-            exp_avg_sq,
-            max_exp_avg_sq,
-        );
+        let (mode, grad) = (self.mode(), Self::to_host(grad)?);
+        Self::with_host_mut(param, |param| {
+            Self::with_host_mut(exp_avg, |m| {
+                Self::with_host_mut(exp_avg_sq, |v| {
+                    Self::with_host_mut(max_exp_avg_sq, |vmax| {
+                        kernels::adam_step(mode, spec, param, &grad, m, v, vmax)
+                    })
+                })
+            })
+        })????;
         Ok(())
+    }
+}
+
+/// The three statistics of a normalisation on the host (borrowed on a host backend).
+type HostStats<'a> = (Cow<'a, [f32]>, Cow<'a, [f32]>, Cow<'a, [f32]>);
+
+/// `stats` on the host, for the reference bodies.
+fn host_stats<'a, B: BackendImpl>(stats: &NormStats<'a, B::Views>) -> Result<HostStats<'a>> {
+    Ok((
+        B::to_host(stats.mean)?,
+        B::to_host(stats.corr)?,
+        B::to_host(stats.rstd)?,
+    ))
+}
+
+/// Runs `f` on an optional output as a host slice ([`BackendImpl::with_host_mut`]), or on
+/// `None`.
+fn with_opt_host_mut<B: BackendImpl, R>(
+    v: Option<ViewMutOf<'_, B>>,
+    f: impl FnOnce(Option<&mut [f32]>) -> R,
+) -> Result<R> {
+    match v {
+        Some(v) => B::with_host_mut(v, |v| f(Some(v))),
+        None => Ok(f(None)),
     }
 }
 
@@ -665,45 +850,31 @@ mod sealed {
 /// arguments that passed reach the backend's `*_impl` method, as [`Checked`] arguments.
 /// The checks are those of [`crate::check`], the spec types' `check*` methods
 /// ([`MatmulSpec::check`], [`crate::kernels`]) and [`crate::recurrent`]'s.
-pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
-    /// An owned buffer of f32 elements.
-    type Storage: AsRef<[f32]> + AsMut<[f32]> + Send + Sync + Debug + 'static;
-
-    /// A short name for reports, such as `scalar-ref` or `exact/avx2`.
-    fn name(&self) -> String;
-
-    /// The arithmetic contract this backend's kernels follow.
-    fn mode(&self) -> ComputeMode;
-
-    /// A zero-filled buffer of `len` elements; an [`Error::Alloc`] or [`Error::TooLarge`]
-    /// when the memory cannot be obtained.
-    fn zeros(&self, len: usize) -> Result<Self::Storage>;
-
-    /// A buffer of `len` elements whose values are unspecified (but initialised), for an
-    /// output that a kernel overwrites completely.
-    fn uninit(&self, len: usize) -> Result<Self::Storage>;
-
-    /// A buffer holding `data`.
-    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Self::Storage>;
-
-    /// The pool that keeps this backend's released buffers for reuse (statistics, trim,
-    /// limit: [`crate::memory`]), or `None` for a backend that leaves every buffer to the
-    /// system allocator.
-    fn memory(&self) -> Option<&dyn crate::memory::MemoryPool>;
-
+pub trait Backend: BackendImpl + sealed::Sealed {
     /// Gathers the elements of `src` under `layout` into `out` in row-major order.
     /// Copies bits exactly (no canonicalisation).
-    fn copy_strided(&self, src: &[f32], layout: &Layout, out: &mut [f32]) -> Result<()> {
+    fn copy_strided(
+        &self,
+        src: ViewOf<'_, Self>,
+        layout: &Layout,
+        out: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         check::copy_strided(src.len(), layout, out.len())?;
-        self.backend_impl()
-            .copy_strided_impl(Checked::new(CopyStridedArgs { src, layout, out }))
+        self.copy_strided_impl(Checked::new(CopyStridedArgs {
+            src: Self::shorten(src),
+            layout,
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// `out[i] = op(x[i])` over contiguous slices of equal length.
-    fn unary(&self, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn unary(&self, op: UnaryOp, x: ViewOf<'_, Self>, out: ViewMutOf<'_, Self>) -> Result<()> {
         check::unary(x.len(), out.len())?;
-        self.backend_impl()
-            .unary_impl(Checked::new(UnaryArgs { op, x, out }))
+        self.unary_impl(Checked::new(UnaryArgs {
+            op,
+            x: Self::shorten(x),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// The backward rule of `op`: `out[i] = g[i] · op'(…)`, given the forward input `x`
@@ -711,14 +882,19 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn unary_backward(
         &self,
         op: UnaryOp,
-        x: &[f32],
-        y: &[f32],
-        g: &[f32],
-        out: &mut [f32],
+        x: ViewOf<'_, Self>,
+        y: ViewOf<'_, Self>,
+        g: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         check::unary_backward(x.len(), y.len(), g.len(), out.len())?;
-        self.backend_impl()
-            .unary_backward_impl(Checked::new(UnaryBackwardArgs { op, x, y, g, out }))
+        self.unary_backward_impl(Checked::new(UnaryBackwardArgs {
+            op,
+            x: Self::shorten(x),
+            y: Self::shorten(y),
+            g: Self::shorten(g),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// `out = op(a, b)` where `la` and `lb` are layouts already broadcast to the output
@@ -726,20 +902,20 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn binary(
         &self,
         op: BinaryOp,
-        a: &[f32],
+        a: ViewOf<'_, Self>,
         la: &Layout,
-        b: &[f32],
+        b: ViewOf<'_, Self>,
         lb: &Layout,
-        out: &mut [f32],
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         check::binary(op.name(), a.len(), la, b.len(), lb, out.len())?;
-        self.backend_impl().binary_impl(Checked::new(BinaryArgs {
+        self.binary_impl(Checked::new(BinaryArgs {
             op,
-            a,
+            a: Self::shorten(a),
             la,
-            b,
+            b: Self::shorten(b),
             lb,
-            out,
+            out: Self::shorten_mut(out),
         }))
     }
 
@@ -747,23 +923,23 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     #[allow(clippy::too_many_arguments)]
     fn select(
         &self,
-        cond: &[f32],
+        cond: ViewOf<'_, Self>,
         lc: &Layout,
-        a: &[f32],
+        a: ViewOf<'_, Self>,
         la: &Layout,
-        b: &[f32],
+        b: ViewOf<'_, Self>,
         lb: &Layout,
-        out: &mut [f32],
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         check::select(cond.len(), lc, a.len(), la, b.len(), lb, out.len())?;
-        self.backend_impl().select_impl(Checked::new(SelectArgs {
-            cond,
+        self.select_impl(Checked::new(SelectArgs {
+            cond: Self::shorten(cond),
             lc,
-            a,
+            a: Self::shorten(a),
             la,
-            b,
+            b: Self::shorten(b),
             lb,
-            out,
+            out: Self::shorten_mut(out),
         }))
     }
 
@@ -771,23 +947,39 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     /// remaining dimensions row-major into `out`. Each output accumulates in f64, its
     /// reduced elements in increasing row-major order of their index, from +0, rounded
     /// once to f32.
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+    fn sum(
+        &self,
+        x: ViewOf<'_, Self>,
+        layout: &Layout,
+        reduce: &[bool],
+        out: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         check::sum(x.len(), layout, reduce, out.len())?;
-        self.backend_impl().sum_impl(Checked::new(SumArgs {
-            x,
+        self.sum_impl(Checked::new(SumArgs {
+            x: Self::shorten(x),
             layout,
             reduce,
-            out,
+            out: Self::shorten_mut(out),
         }))
     }
 
     /// The batched matrix product of [`MatmulSpec`]: each output is one f32 accumulator
     /// starting at +0, `k` increasing; exact mode rounds the product and the sum
     /// separately, fast mode may fuse them.
-    fn matmul(&self, spec: &MatmulSpec, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+    fn matmul(
+        &self,
+        spec: &MatmulSpec,
+        a: ViewOf<'_, Self>,
+        b: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         spec.check(a.len(), b.len(), out.len())?;
-        self.backend_impl()
-            .matmul_impl(Checked::new(MatmulArgs { spec, a, b, out }))
+        self.matmul_impl(Checked::new(MatmulArgs {
+            spec,
+            a: Self::shorten(a),
+            b: Self::shorten(b),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// Adds to `out` the products of [`MatmulSpec`] over consecutive segments of `seg`
@@ -800,9 +992,9 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         &self,
         spec: &MatmulSpec,
         seg: usize,
-        a: &[f32],
-        b: &[f32],
-        out: &mut [f32],
+        a: ViewOf<'_, Self>,
+        b: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check(a.len(), b.len(), out.len())?;
         if seg == 0 || !spec.k.is_multiple_of(seg) {
@@ -815,32 +1007,31 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
                 ),
             ));
         }
-        self.backend_impl()
-            .matmul_acc_impl(Checked::new(MatmulAccArgs {
-                spec,
-                seg,
-                a,
-                b,
-                out,
-            }))
+        self.matmul_acc_impl(Checked::new(MatmulAccArgs {
+            spec,
+            seg,
+            a: Self::shorten(a),
+            b: Self::shorten(b),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// Softmax (or log-softmax when `log`) of each row of a contiguous `rows × cols` `x`.
     fn softmax(
         &self,
-        x: &[f32],
+        x: ViewOf<'_, Self>,
         rows: usize,
         cols: usize,
         log: bool,
-        out: &mut [f32],
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         check::softmax("softmax", x.len(), rows, cols, out.len())?;
-        self.backend_impl().softmax_impl(Checked::new(SoftmaxArgs {
-            x,
+        self.softmax_impl(Checked::new(SoftmaxArgs {
+            x: Self::shorten(x),
             rows,
             cols,
             log,
-            out,
+            out: Self::shorten_mut(out),
         }))
     }
 
@@ -849,69 +1040,66 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     #[allow(clippy::too_many_arguments)]
     fn softmax_backward(
         &self,
-        y: &[f32],
-        g: &[f32],
+        y: ViewOf<'_, Self>,
+        g: ViewOf<'_, Self>,
         rows: usize,
         cols: usize,
         log: bool,
-        out: &mut [f32],
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         check::softmax_backward(y.len(), g.len(), rows, cols, out.len())?;
-        self.backend_impl()
-            .softmax_backward_impl(Checked::new(SoftmaxBackwardArgs {
-                y,
-                g,
-                rows,
-                cols,
-                log,
-                out,
-            }))
+        self.softmax_backward_impl(Checked::new(SoftmaxBackwardArgs {
+            y: Self::shorten(y),
+            g: Self::shorten(g),
+            rows,
+            cols,
+            log,
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// One LSTM step (`docs/recurrent.md` §2): gate sums, activations, `c_t` and `h_t`
     /// from the step's two products and biases.
-    fn lstm_cell(
+    fn lstm_cell<'a>(
         &self,
         shape: CellShape,
-        inputs: LstmCellInputs<'_>,
-        outputs: LstmCellOutputs<'_>,
+        inputs: LstmCellInputs<'a, Self::Views>,
+        outputs: LstmCellOutputs<'a, Self::Views>,
     ) -> Result<()> {
         recurrent::check_lstm_cell(shape, &inputs, &outputs)?;
-        self.backend_impl()
-            .lstm_cell_impl(Checked::new(LstmCellArgs {
-                shape,
-                inputs,
-                outputs,
-            }))
+        self.lstm_cell_impl(Checked::new(LstmCellArgs {
+            shape,
+            inputs,
+            outputs,
+        }))
     }
 
     /// The backward rule of [`Backend::lstm_cell`] (`docs/recurrent.md` §2): the gradient
     /// of the gate pre-activations and of `c_{t−1}`.
-    fn lstm_cell_backward(
+    fn lstm_cell_backward<'a>(
         &self,
         shape: CellShape,
-        inputs: LstmCellGradInputs<'_>,
-        outputs: LstmCellGradOutputs<'_>,
+        inputs: LstmCellGradInputs<'a, Self::Views>,
+        outputs: LstmCellGradOutputs<'a, Self::Views>,
     ) -> Result<()> {
         recurrent::check_lstm_cell_backward(shape, &inputs, &outputs)?;
-        self.backend_impl()
-            .lstm_cell_backward_impl(Checked::new(LstmCellBackwardArgs {
-                shape,
-                inputs,
-                outputs,
-            }))
+        self.lstm_cell_backward_impl(Checked::new(LstmCellBackwardArgs {
+            shape,
+            inputs,
+            outputs,
+        }))
     }
 
     /// One GRU step (`docs/recurrent.md` §3): `r`, `z`, `n` and `h_t` from the step's two
     /// products and biases.
-    fn gru_cell(
+    fn gru_cell<'a>(
         &self,
         shape: CellShape,
-        inputs: GruCellInputs<'_>,
-        outputs: GruCellOutputs<'_>,
+        inputs: GruCellInputs<'a, Self::Views>,
+        outputs: GruCellOutputs<'a, Self::Views>,
     ) -> Result<()> {
         recurrent::check_gru_cell(shape, &inputs, &outputs)?;
-        self.backend_impl().gru_cell_impl(Checked::new(GruCellArgs {
+        self.gru_cell_impl(Checked::new(GruCellArgs {
             shape,
             inputs,
             outputs,
@@ -920,19 +1108,18 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
 
     /// The backward rule of [`Backend::gru_cell`] (`docs/recurrent.md` §3): the gradients
     /// of both products' pre-activations and the direct part of the gradient of `h_{t−1}`.
-    fn gru_cell_backward(
+    fn gru_cell_backward<'a>(
         &self,
         shape: CellShape,
-        inputs: GruCellGradInputs<'_>,
-        outputs: GruCellGradOutputs<'_>,
+        inputs: GruCellGradInputs<'a, Self::Views>,
+        outputs: GruCellGradOutputs<'a, Self::Views>,
     ) -> Result<()> {
         recurrent::check_gru_cell_backward(shape, &inputs, &outputs)?;
-        self.backend_impl()
-            .gru_cell_backward_impl(Checked::new(GruCellBackwardArgs {
-                shape,
-                inputs,
-                outputs,
-            }))
+        self.gru_cell_backward_impl(Checked::new(GruCellBackwardArgs {
+            shape,
+            inputs,
+            outputs,
+        }))
     }
 
     /// Normalisation statistics per group of a contiguous `[P, Q, R]` `x`
@@ -941,20 +1128,19 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn norm_stats(
         &self,
         spec: &NormSpec,
-        x: &[f32],
-        mean: &mut [f32],
-        corr: &mut [f32],
-        sq_sum: &mut [f32],
+        x: ViewOf<'_, Self>,
+        mean: ViewMutOf<'_, Self>,
+        corr: ViewMutOf<'_, Self>,
+        sq_sum: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check_stats(x.len(), mean.len(), corr.len(), sq_sum.len())?;
-        self.backend_impl()
-            .norm_stats_impl(Checked::new(NormStatsArgs {
-                spec,
-                x,
-                mean,
-                corr,
-                sq_sum,
-            }))
+        self.norm_stats_impl(Checked::new(NormStatsArgs {
+            spec,
+            x: Self::shorten(x),
+            mean: Self::shorten_mut(mean),
+            corr: Self::shorten_mut(corr),
+            sq_sum: Self::shorten_mut(sq_sum),
+        }))
     }
 
     /// Normalisation output `y = ((((x ⊖ μ) ⊖ c) ⊗ r) ⊗ w) ⊕ b` (`docs/arithmetic.md` §5,
@@ -962,28 +1148,27 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn norm_forward(
         &self,
         spec: &NormSpec,
-        x: &[f32],
-        stats: &NormStats<'_>,
-        weight: Option<&[f32]>,
-        bias: Option<&[f32]>,
-        out: &mut [f32],
+        x: ViewOf<'_, Self>,
+        stats: &NormStats<'_, Self::Views>,
+        weight: Option<ViewOf<'_, Self>>,
+        bias: Option<ViewOf<'_, Self>>,
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check_forward(
             x.len(),
             stats,
-            weight.map(<[f32]>::len),
-            bias.map(<[f32]>::len),
+            weight.map(|w| w.len()),
+            bias.map(|w| w.len()),
             out.len(),
         )?;
-        self.backend_impl()
-            .norm_forward_impl(Checked::new(NormForwardArgs {
-                spec,
-                x,
-                stats,
-                weight,
-                bias,
-                out,
-            }))
+        self.norm_forward_impl(Checked::new(NormForwardArgs {
+            spec,
+            x: Self::shorten(x),
+            stats: &stats.shorten(),
+            weight: weight.map(Self::shorten),
+            bias: bias.map(Self::shorten),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// Normalisation backward (`docs/arithmetic.md` §5): the gradients asked for in
@@ -993,24 +1178,23 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn norm_backward(
         &self,
         spec: &NormSpec,
-        x: &[f32],
-        g: &[f32],
-        stats: &NormStats<'_>,
-        weight: Option<&[f32]>,
+        x: ViewOf<'_, Self>,
+        g: ViewOf<'_, Self>,
+        stats: &NormStats<'_, Self::Views>,
+        weight: Option<ViewOf<'_, Self>>,
         stats_depend: bool,
-        grads: NormGrads<'_>,
+        grads: NormGrads<'_, Self::Views>,
     ) -> Result<()> {
-        spec.check_backward(x.len(), g.len(), stats, weight.map(<[f32]>::len), &grads)?;
-        self.backend_impl()
-            .norm_backward_impl(Checked::new(NormBackwardArgs {
-                spec,
-                x,
-                g,
-                stats,
-                weight,
-                stats_depend,
-                grads,
-            }))
+        spec.check_backward(x.len(), g.len(), stats, weight.map(|w| w.len()), &grads)?;
+        self.norm_backward_impl(Checked::new(NormBackwardArgs {
+            spec,
+            x: Self::shorten(x),
+            g: Self::shorten(g),
+            stats: &stats.shorten(),
+            weight: weight.map(Self::shorten),
+            stats_depend,
+            grads: grads.shorten(),
+        }))
     }
 
     /// 2-D max pooling of contiguous planes (`docs/conv.md` §2): the maxima and, per
@@ -1019,18 +1203,17 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn max_pool2d(
         &self,
         spec: &Pool2dSpec,
-        x: &[f32],
-        out: &mut [f32],
+        x: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
         argmax: &mut [usize],
     ) -> Result<()> {
         spec.check_max(x.len(), out.len(), argmax.len())?;
-        self.backend_impl()
-            .max_pool2d_impl(Checked::new(MaxPool2dArgs {
-                spec,
-                x,
-                out,
-                argmax,
-            }))
+        self.max_pool2d_impl(Checked::new(MaxPool2dArgs {
+            spec,
+            x: Self::shorten(x),
+            out: Self::shorten_mut(out),
+            argmax,
+        }))
     }
 
     /// The backward rule of [`Backend::max_pool2d`]: `gx` (overwritten) from `+0`, each
@@ -1039,75 +1222,108 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         &self,
         spec: &Pool2dSpec,
         argmax: &[usize],
-        g: &[f32],
-        gx: &mut [f32],
+        g: ViewOf<'_, Self>,
+        gx: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check_max_backward(argmax, g.len(), gx.len())?;
-        self.backend_impl()
-            .max_pool2d_backward_impl(Checked::new(MaxPool2dBackwardArgs {
-                spec,
-                argmax,
-                g,
-                gx,
-            }))
+        self.max_pool2d_backward_impl(Checked::new(MaxPool2dBackwardArgs {
+            spec,
+            argmax,
+            g: Self::shorten(g),
+            gx: Self::shorten_mut(gx),
+        }))
     }
 
     /// 2-D average pooling of contiguous planes (`docs/conv.md` §2).
-    fn avg_pool2d(&self, spec: &AvgPool2dSpec, x: &[f32], out: &mut [f32]) -> Result<()> {
+    fn avg_pool2d(
+        &self,
+        spec: &AvgPool2dSpec,
+        x: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         spec.check("avg_pool2d", x.len(), out.len())?;
-        self.backend_impl()
-            .avg_pool2d_impl(Checked::new(AvgPool2dArgs { spec, x, out }))
+        self.avg_pool2d_impl(Checked::new(AvgPool2dArgs {
+            spec,
+            x: Self::shorten(x),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// The backward rule of [`Backend::avg_pool2d`]; `gx` is overwritten.
-    fn avg_pool2d_backward(&self, spec: &AvgPool2dSpec, g: &[f32], gx: &mut [f32]) -> Result<()> {
+    fn avg_pool2d_backward(
+        &self,
+        spec: &AvgPool2dSpec,
+        g: ViewOf<'_, Self>,
+        gx: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         spec.check("avg_pool2d_backward", gx.len(), g.len())?;
-        self.backend_impl()
-            .avg_pool2d_backward_impl(Checked::new(AvgPool2dBackwardArgs { spec, g, gx }))
+        self.avg_pool2d_backward_impl(Checked::new(AvgPool2dBackwardArgs {
+            spec,
+            g: Self::shorten(g),
+            gx: Self::shorten_mut(gx),
+        }))
     }
 
     /// 2-D adaptive average pooling of contiguous planes (`docs/conv.md` §2).
     fn adaptive_avg_pool2d(
         &self,
         spec: &AdaptivePool2dSpec,
-        x: &[f32],
-        out: &mut [f32],
+        x: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check("adaptive_avg_pool2d", x.len(), out.len())?;
-        self.backend_impl()
-            .adaptive_avg_pool2d_impl(Checked::new(AdaptiveAvgPool2dArgs { spec, x, out }))
+        self.adaptive_avg_pool2d_impl(Checked::new(AdaptiveAvgPool2dArgs {
+            spec,
+            x: Self::shorten(x),
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// The backward rule of [`Backend::adaptive_avg_pool2d`]; `gx` is overwritten.
     fn adaptive_avg_pool2d_backward(
         &self,
         spec: &AdaptivePool2dSpec,
-        g: &[f32],
-        gx: &mut [f32],
+        g: ViewOf<'_, Self>,
+        gx: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check("adaptive_avg_pool2d_backward", gx.len(), g.len())?;
-        self.backend_impl()
-            .adaptive_avg_pool2d_backward_impl(Checked::new(AdaptiveAvgPool2dBackwardArgs {
-                spec,
-                g,
-                gx,
-            }))
+        self.adaptive_avg_pool2d_backward_impl(Checked::new(AdaptiveAvgPool2dBackwardArgs {
+            spec,
+            g: Self::shorten(g),
+            gx: Self::shorten_mut(gx),
+        }))
     }
 
     /// im2col of one contiguous item `[C, H, W]` into `cols` `[C·KH·KW, OH·OW]`
     /// (`docs/conv.md` §1), `+0` in the padding; copies bits.
-    fn im2col(&self, spec: &Col2imSpec, image: &[f32], cols: &mut [f32]) -> Result<()> {
+    fn im2col(
+        &self,
+        spec: &Col2imSpec,
+        image: ViewOf<'_, Self>,
+        cols: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         spec.check("im2col", image.len(), cols.len())?;
-        self.backend_impl()
-            .im2col_impl(Checked::new(Im2colArgs { spec, image, cols }))
+        self.im2col_impl(Checked::new(Im2colArgs {
+            spec,
+            image: Self::shorten(image),
+            cols: Self::shorten_mut(cols),
+        }))
     }
 
     /// col2im of one item (`docs/conv.md` §1): `image` (overwritten) from `+0`, each
     /// element adding its column gradients in increasing column order.
-    fn col2im(&self, spec: &Col2imSpec, cols: &[f32], image: &mut [f32]) -> Result<()> {
+    fn col2im(
+        &self,
+        spec: &Col2imSpec,
+        cols: ViewOf<'_, Self>,
+        image: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
         spec.check("col2im", image.len(), cols.len())?;
-        self.backend_impl()
-            .col2im_impl(Checked::new(Col2imArgs { spec, cols, image }))
+        self.col2im_impl(Checked::new(Col2imArgs {
+            spec,
+            cols: Self::shorten(cols),
+            image: Self::shorten_mut(image),
+        }))
     }
 
     /// The attention scores of `docs/arithmetic.md` §5 in place: `scores` holds the
@@ -1116,12 +1332,15 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn attention_scores(
         &self,
         spec: &AttentionScoresSpec,
-        scores: &mut [f32],
-        mask: Option<(ScoreMask, &[f32], &Layout)>,
+        scores: ViewMutOf<'_, Self>,
+        mask: Option<(ScoreMask, ViewOf<'_, Self>, &Layout)>,
     ) -> Result<()> {
-        spec.check(scores.len(), mask.map(|(_, m, l)| (m, l)))?;
-        self.backend_impl()
-            .attention_scores_impl(Checked::new(AttentionScoresArgs { spec, scores, mask }))
+        spec.check(scores.len(), mask.map(|(_, m, l)| (m.len(), l)))?;
+        self.attention_scores_impl(Checked::new(AttentionScoresArgs {
+            spec,
+            scores: Self::shorten_mut(scores),
+            mask: mask.map(|(k, m, l)| (k, Self::shorten(m), l)),
+        }))
     }
 
     /// The dropout mask of `docs/arithmetic.md` §5 for elements `start …` of the stream of
@@ -1132,17 +1351,16 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
         p: f32,
         scale: f32,
         start: u64,
-        out: &mut [f32],
+        out: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         kernels::check_dropout(p)?;
-        self.backend_impl()
-            .dropout_mask_impl(Checked::new(DropoutMaskArgs {
-                key,
-                p,
-                scale,
-                start,
-                out,
-            }))
+        self.dropout_mask_impl(Checked::new(DropoutMaskArgs {
+            key,
+            p,
+            scale,
+            start,
+            out: Self::shorten_mut(out),
+        }))
     }
 
     /// One fused SGD update of `param` in place ([`SgdSpec`]); `momentum_buffer` is
@@ -1150,16 +1368,16 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn sgd_step(
         &self,
         spec: &SgdSpec,
-        param: &mut [f32],
-        grad: &[f32],
-        momentum_buffer: &mut [f32],
+        param: ViewMutOf<'_, Self>,
+        grad: ViewOf<'_, Self>,
+        momentum_buffer: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check(param.len(), grad.len(), momentum_buffer.len())?;
-        self.backend_impl().sgd_step_impl(Checked::new(SgdStepArgs {
+        self.sgd_step_impl(Checked::new(SgdStepArgs {
             spec,
-            param,
-            grad,
-            momentum_buffer,
+            param: Self::shorten_mut(param),
+            grad: Self::shorten(grad),
+            momentum_buffer: Self::shorten_mut(momentum_buffer),
         }))
     }
 
@@ -1168,11 +1386,11 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
     fn adam_step(
         &self,
         spec: &AdamSpec,
-        param: &mut [f32],
-        grad: &[f32],
-        exp_avg: &mut [f32],
-        exp_avg_sq: &mut [f32],
-        max_exp_avg_sq: &mut [f32],
+        param: ViewMutOf<'_, Self>,
+        grad: ViewOf<'_, Self>,
+        exp_avg: ViewMutOf<'_, Self>,
+        exp_avg_sq: ViewMutOf<'_, Self>,
+        max_exp_avg_sq: ViewMutOf<'_, Self>,
     ) -> Result<()> {
         spec.check(
             param.len(),
@@ -1181,47 +1399,20 @@ pub trait Backend: Clone + Send + Sync + Debug + 'static + sealed::Sealed {
             exp_avg_sq.len(),
             max_exp_avg_sq.len(),
         )?;
-        self.backend_impl()
-            .adam_step_impl(Checked::new(AdamStepArgs {
-                spec,
-                param,
-                grad,
-                exp_avg,
-                exp_avg_sq,
-                max_exp_avg_sq,
-            }))
+        self.adam_step_impl(Checked::new(AdamStepArgs {
+            spec,
+            param: Self::shorten_mut(param),
+            grad: Self::shorten(grad),
+            exp_avg: Self::shorten_mut(exp_avg),
+            exp_avg_sq: Self::shorten_mut(exp_avg_sq),
+            max_exp_avg_sq: Self::shorten_mut(max_exp_avg_sq),
+        }))
     }
 }
 
 /// The one implementation of [`Backend`]: the storage and the backend's identity; the
 /// kernels are the trait's own (checked) bodies.
-impl<B: BackendImpl> Backend for B {
-    type Storage = B::Storage;
-
-    fn name(&self) -> String {
-        BackendImpl::name(self)
-    }
-
-    fn mode(&self) -> ComputeMode {
-        BackendImpl::mode(self)
-    }
-
-    fn zeros(&self, len: usize) -> Result<Self::Storage> {
-        BackendImpl::zeros(self, len)
-    }
-
-    fn uninit(&self, len: usize) -> Result<Self::Storage> {
-        BackendImpl::uninit(self, len)
-    }
-
-    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Self::Storage> {
-        BackendImpl::storage_from_vec(self, data)
-    }
-
-    fn memory(&self) -> Option<&dyn crate::memory::MemoryPool> {
-        BackendImpl::memory(self)
-    }
-}
+impl<B: BackendImpl> Backend for B {}
 
 #[cfg(test)]
 mod tests {

@@ -28,9 +28,11 @@ pub mod recurrent;
 pub mod rng;
 #[cfg(feature = "alloc")]
 pub mod shape;
+#[cfg(feature = "alloc")]
+pub mod view;
 
 #[cfg(feature = "alloc")]
-pub use backend::{Backend, BackendImpl, Checked};
+pub use backend::{Backend, BackendImpl, Checked, ViewMutOf, ViewOf};
 pub use error::{Error, Result};
 pub use hash::GradHasher;
 pub use memory::{MemoryPool, PoolStats};
@@ -39,6 +41,8 @@ pub use ops::{BackwardReads, BinaryOp, UnaryOp};
 pub use rng::Philox;
 #[cfg(feature = "alloc")]
 pub use shape::{Layout, Shape, MAX_ELEMENTS};
+#[cfg(feature = "alloc")]
+pub use view::{HostViews, ViewFamily, ViewLen};
 
 /// The canonical NaN that exact mode writes for every NaN result (bit pattern 0x7FC00000).
 pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);

@@ -26,15 +26,15 @@
 //! [`Checked`] arguments.
 
 use crate::backend::{
-    try_zeroed_vec, Backend, Checked, GruCellArgs, GruCellBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs,
+    Backend, Checked, GruCellArgs, GruCellBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
+    ViewMutOf, ViewOf,
 };
 use crate::check::{check_len, checked_mul};
 use crate::error::Result;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::{Layout, Shape};
+use crate::view::{HostViews, ViewFamily, ViewLen};
 use alloc::vec;
-use alloc::vec::Vec;
 
 /// The sizes of one recurrent step: `batch` rows of `hidden` units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,125 +56,125 @@ impl CellShape {
 
 /// The inputs of [`Backend::lstm_cell`].
 #[derive(Clone, Copy, Debug)]
-pub struct LstmCellInputs<'a> {
+pub struct LstmCellInputs<'a, F: ViewFamily = HostViews> {
     /// `x_t · W_ihᵀ`, `[batch, 4·hidden]` (blocks `i, f, g, o`).
-    pub xg: &'a [f32],
+    pub xg: F::View<'a>,
     /// `h_{t−1} · W_hhᵀ`, `[batch, 4·hidden]`.
-    pub hg: &'a [f32],
+    pub hg: F::View<'a>,
     /// `b_ih`, `[4·hidden]`, if the layer has input biases.
-    pub bias_ih: Option<&'a [f32]>,
+    pub bias_ih: Option<F::View<'a>>,
     /// `b_hh`, `[4·hidden]`, if the layer has recurrent biases.
-    pub bias_hh: Option<&'a [f32]>,
+    pub bias_hh: Option<F::View<'a>>,
     /// The previous cell state `c_{t−1}`, `[batch, hidden]`.
-    pub c_prev: &'a [f32],
+    pub c_prev: F::View<'a>,
 }
 
 /// The outputs of [`Backend::lstm_cell`] (every element is written).
 #[derive(Debug)]
-pub struct LstmCellOutputs<'a> {
+pub struct LstmCellOutputs<'a, F: ViewFamily = HostViews> {
     /// The activated gates `i, f, g, o`, `[batch, 4·hidden]` (kept for the backward pass).
-    pub gates: &'a mut [f32],
+    pub gates: F::ViewMut<'a>,
     /// The new cell state `c_t`, `[batch, hidden]`.
-    pub c: &'a mut [f32],
+    pub c: F::ViewMut<'a>,
     /// The new hidden state `h_t`, `[batch, hidden]`.
-    pub h: &'a mut [f32],
+    pub h: F::ViewMut<'a>,
 }
 
 /// The inputs of [`Backend::lstm_cell_backward`].
 #[derive(Clone, Copy, Debug)]
-pub struct LstmCellGradInputs<'a> {
+pub struct LstmCellGradInputs<'a, F: ViewFamily = HostViews> {
     /// The activated gates of the step, `[batch, 4·hidden]`.
-    pub gates: &'a [f32],
+    pub gates: F::View<'a>,
     /// `c_{t−1}`, `[batch, hidden]`.
-    pub c_prev: &'a [f32],
+    pub c_prev: F::View<'a>,
     /// `c_t`, `[batch, hidden]`.
-    pub c: &'a [f32],
+    pub c: F::View<'a>,
     /// The gradient of the step's output `h_t` from the layer's output, `[batch, hidden]`.
-    pub dy: &'a [f32],
+    pub dy: F::View<'a>,
     /// The gradient of `h_t` from the next step (`δ_{t+1} · W_hh`), `[batch, hidden]`.
-    pub dh_next: &'a [f32],
+    pub dh_next: F::View<'a>,
     /// The gradient of `c_t` from the next step (or from `c_n`), `[batch, hidden]`.
-    pub dc_next: &'a [f32],
+    pub dc_next: F::View<'a>,
 }
 
 /// The outputs of [`Backend::lstm_cell_backward`] (every element is written).
 #[derive(Debug)]
-pub struct LstmCellGradOutputs<'a> {
+pub struct LstmCellGradOutputs<'a, F: ViewFamily = HostViews> {
     /// The gradient `δ_t` of the gate pre-activations, `[batch, 4·hidden]`.
-    pub dgates: &'a mut [f32],
+    pub dgates: F::ViewMut<'a>,
     /// The gradient of `c_{t−1}`, `[batch, hidden]`.
-    pub dc_prev: &'a mut [f32],
+    pub dc_prev: F::ViewMut<'a>,
 }
 
 /// The inputs of [`Backend::gru_cell`].
 #[derive(Clone, Copy, Debug)]
-pub struct GruCellInputs<'a> {
+pub struct GruCellInputs<'a, F: ViewFamily = HostViews> {
     /// `x_t · W_ihᵀ`, `[batch, 3·hidden]` (blocks `r, z, n`).
-    pub xg: &'a [f32],
+    pub xg: F::View<'a>,
     /// `h_{t−1} · W_hhᵀ`, `[batch, 3·hidden]`.
-    pub hg: &'a [f32],
+    pub hg: F::View<'a>,
     /// `b_ih`, `[3·hidden]`, if the layer has input biases.
-    pub bias_ih: Option<&'a [f32]>,
+    pub bias_ih: Option<F::View<'a>>,
     /// `b_hh`, `[3·hidden]`, if the layer has recurrent biases.
-    pub bias_hh: Option<&'a [f32]>,
+    pub bias_hh: Option<F::View<'a>>,
     /// `h_{t−1}`, `[batch, hidden]`.
-    pub h_prev: &'a [f32],
+    pub h_prev: F::View<'a>,
 }
 
 /// The outputs of [`Backend::gru_cell`] (every element is written).
 #[derive(Debug)]
-pub struct GruCellOutputs<'a> {
+pub struct GruCellOutputs<'a, F: ViewFamily = HostViews> {
     /// `r, z, n` and `hn = (h_{t−1}·W_hnᵀ) ⊕ b_hn`, `[batch, 4·hidden]` (kept for the
     /// backward pass).
-    pub gates: &'a mut [f32],
+    pub gates: F::ViewMut<'a>,
     /// The new hidden state `h_t`, `[batch, hidden]`.
-    pub h: &'a mut [f32],
+    pub h: F::ViewMut<'a>,
 }
 
 /// The inputs of [`Backend::gru_cell_backward`].
 #[derive(Clone, Copy, Debug)]
-pub struct GruCellGradInputs<'a> {
+pub struct GruCellGradInputs<'a, F: ViewFamily = HostViews> {
     /// The gates kept by the forward step, `[batch, 4·hidden]`.
-    pub gates: &'a [f32],
+    pub gates: F::View<'a>,
     /// `h_{t−1}`, `[batch, hidden]`.
-    pub h_prev: &'a [f32],
+    pub h_prev: F::View<'a>,
     /// The gradient of `h_t` from the layer's output, `[batch, hidden]`.
-    pub dy: &'a [f32],
+    pub dy: F::View<'a>,
     /// The gradient of `h_t` from the next step, `[batch, hidden]`.
-    pub dh_next: &'a [f32],
+    pub dh_next: F::View<'a>,
 }
 
 /// The outputs of [`Backend::gru_cell_backward`] (every element is written).
 #[derive(Debug)]
-pub struct GruCellGradOutputs<'a> {
+pub struct GruCellGradOutputs<'a, F: ViewFamily = HostViews> {
     /// The gradient of `x_t·W_ihᵀ ⊕ b_ih`, `[batch, 3·hidden]`.
-    pub dxg: &'a mut [f32],
+    pub dxg: F::ViewMut<'a>,
     /// The gradient of `h_{t−1}·W_hhᵀ ⊕ b_hh`, `[batch, 3·hidden]` (the `n` block is
     /// the `xg` one times `r`).
-    pub dhg: &'a mut [f32],
+    pub dhg: F::ViewMut<'a>,
     /// The direct part of the gradient of `h_{t−1}`: `dh ⊗ z`, `[batch, hidden]`.
-    pub dh_prev: &'a mut [f32],
+    pub dh_prev: F::ViewMut<'a>,
 }
 
-fn check_bias(op: &'static str, arg: &'static str, b: Option<&[f32]>, len: usize) -> Result<()> {
+fn check_bias(op: &'static str, arg: &'static str, b: Option<usize>, len: usize) -> Result<()> {
     match b {
-        Some(b) => check_len(op, arg, b.len(), len),
+        Some(b) => check_len(op, arg, b, len),
         None => Ok(()),
     }
 }
 
 /// Checks the buffers of [`Backend::lstm_cell`] against `shape`.
-pub fn check_lstm_cell(
+pub fn check_lstm_cell<F: ViewFamily>(
     shape: CellShape,
-    i: &LstmCellInputs<'_>,
-    o: &LstmCellOutputs<'_>,
+    i: &LstmCellInputs<'_, F>,
+    o: &LstmCellOutputs<'_, F>,
 ) -> Result<()> {
     let op = "lstm_cell";
     let (bh, bg) = shape.sizes(op, 4)?;
     check_len(op, "xg", i.xg.len(), bg)?;
     check_len(op, "hg", i.hg.len(), bg)?;
-    check_bias(op, "bias_ih", i.bias_ih, 4 * shape.hidden)?;
-    check_bias(op, "bias_hh", i.bias_hh, 4 * shape.hidden)?;
+    check_bias(op, "bias_ih", i.bias_ih.map(|b| b.len()), 4 * shape.hidden)?;
+    check_bias(op, "bias_hh", i.bias_hh.map(|b| b.len()), 4 * shape.hidden)?;
     check_len(op, "c_prev", i.c_prev.len(), bh)?;
     check_len(op, "gates", o.gates.len(), bg)?;
     check_len(op, "c", o.c.len(), bh)?;
@@ -182,10 +182,10 @@ pub fn check_lstm_cell(
 }
 
 /// Checks the buffers of [`Backend::lstm_cell_backward`] against `shape`.
-pub fn check_lstm_cell_backward(
+pub fn check_lstm_cell_backward<F: ViewFamily>(
     shape: CellShape,
-    i: &LstmCellGradInputs<'_>,
-    o: &LstmCellGradOutputs<'_>,
+    i: &LstmCellGradInputs<'_, F>,
+    o: &LstmCellGradOutputs<'_, F>,
 ) -> Result<()> {
     let op = "lstm_cell_backward";
     let (bh, bg) = shape.sizes(op, 4)?;
@@ -204,28 +204,28 @@ pub fn check_lstm_cell_backward(
 }
 
 /// Checks the buffers of [`Backend::gru_cell`] against `shape`.
-pub fn check_gru_cell(
+pub fn check_gru_cell<F: ViewFamily>(
     shape: CellShape,
-    i: &GruCellInputs<'_>,
-    o: &GruCellOutputs<'_>,
+    i: &GruCellInputs<'_, F>,
+    o: &GruCellOutputs<'_, F>,
 ) -> Result<()> {
     let op = "gru_cell";
     let (bh, bg) = shape.sizes(op, 3)?;
     let (_, b4) = shape.sizes(op, 4)?;
     check_len(op, "xg", i.xg.len(), bg)?;
     check_len(op, "hg", i.hg.len(), bg)?;
-    check_bias(op, "bias_ih", i.bias_ih, 3 * shape.hidden)?;
-    check_bias(op, "bias_hh", i.bias_hh, 3 * shape.hidden)?;
+    check_bias(op, "bias_ih", i.bias_ih.map(|b| b.len()), 3 * shape.hidden)?;
+    check_bias(op, "bias_hh", i.bias_hh.map(|b| b.len()), 3 * shape.hidden)?;
     check_len(op, "h_prev", i.h_prev.len(), bh)?;
     check_len(op, "gates", o.gates.len(), b4)?;
     check_len(op, "h", o.h.len(), bh)
 }
 
 /// Checks the buffers of [`Backend::gru_cell_backward`] against `shape`.
-pub fn check_gru_cell_backward(
+pub fn check_gru_cell_backward<F: ViewFamily>(
     shape: CellShape,
-    i: &GruCellGradInputs<'_>,
-    o: &GruCellGradOutputs<'_>,
+    i: &GruCellGradInputs<'_, F>,
+    o: &GruCellGradOutputs<'_, F>,
 ) -> Result<()> {
     let op = "gru_cell_backward";
     let (bh, bg) = shape.sizes(op, 3)?;
@@ -271,19 +271,19 @@ fn mat(rows: usize, cols: usize) -> Layout {
 }
 
 /// A scratch buffer of `n` elements (zero-filled, fallible).
-fn scratch(op: &'static str, n: usize) -> Result<Vec<f32>> {
-    try_zeroed_vec(op, n)
+fn scratch<B: Backend>(b: &B, n: usize) -> Result<B::Storage> {
+    b.zeros(n)
 }
 
 /// `out = x ⊕ bias` (bias repeated on every row), or `x` itself without a bias (as
 /// `x ⊗ 1`, which keeps every value and writes NaN as the mode's kernels do).
 fn add_bias<B: Backend>(
     b: &B,
-    x: &[f32],
-    bias: Option<&[f32]>,
+    x: ViewOf<'_, B>,
+    bias: Option<ViewOf<'_, B>>,
     rows: usize,
     cols: usize,
-    out: &mut [f32],
+    out: ViewMutOf<'_, B>,
 ) -> Result<()> {
     match bias {
         Some(bias) => b.binary(
@@ -303,8 +303,8 @@ fn add_bias<B: Backend>(
 fn activate_block<B: Backend>(
     b: &B,
     op: UnaryOp,
-    src: &[f32],
-    dst: &mut [f32],
+    src: ViewOf<'_, B>,
+    mut dst: ViewMutOf<'_, B>,
     shape: CellShape,
     width: usize,
     k: usize,
@@ -312,7 +312,8 @@ fn activate_block<B: Backend>(
     let h = shape.hidden;
     for r in 0..shape.batch {
         let s = r * width + k * h;
-        b.unary(op, &src[s..s + h], &mut dst[s..s + h])?;
+        let d = B::slice_mut(B::reborrow(&mut dst), s..s + h);
+        b.unary(op, B::slice(src, s..s + h), d)?;
     }
     Ok(())
 }
@@ -324,11 +325,11 @@ fn activate_block<B: Backend>(
 fn backward_block<B: Backend>(
     b: &B,
     op: UnaryOp,
-    y: &[f32],
+    y: ViewOf<'_, B>,
     wy: usize,
     ky: usize,
-    g: &[f32],
-    dst: &mut [f32],
+    g: ViewOf<'_, B>,
+    mut dst: ViewMutOf<'_, B>,
     wd: usize,
     kd: usize,
     shape: CellShape,
@@ -336,48 +337,77 @@ fn backward_block<B: Backend>(
     let h = shape.hidden;
     for r in 0..shape.batch {
         let (sy, sd, sg) = (r * wy + ky * h, r * wd + kd * h, r * h);
-        let yr = &y[sy..sy + h];
-        b.unary_backward(op, yr, yr, &g[sg..sg + h], &mut dst[sd..sd + h])?;
+        let yr = B::slice(y, sy..sy + h);
+        let d = B::slice_mut(B::reborrow(&mut dst), sd..sd + h);
+        b.unary_backward(op, yr, yr, B::slice(g, sg..sg + h), d)?;
     }
     Ok(())
 }
 
+/// Copies row `r` of the contiguous `[rows, h]` buffer `src` into elements
+/// `at .. at + h` of `dst` (bits unchanged).
+fn copy_row<B: Backend>(
+    b: &B,
+    src: ViewOf<'_, B>,
+    r: usize,
+    h: usize,
+    dst: &mut ViewMutOf<'_, B>,
+    at: usize,
+) -> Result<()> {
+    let d = B::slice_mut(B::reborrow(dst), at..at + h);
+    b.copy_strided(B::slice(src, r * h..(r + 1) * h), &mat(1, h), d)
+}
+
 /// The reference definition of [`Backend::lstm_cell`] (`docs/recurrent.md` §2), written
 /// with the backend's element-wise kernels.
-pub fn lstm_cell<B: Backend>(b: &B, args: Checked<LstmCellArgs<'_>>) -> Result<()> {
+pub fn lstm_cell<B: Backend>(b: &B, args: Checked<LstmCellArgs<'_, B::Views>>) -> Result<()> {
     let LstmCellArgs {
         shape,
         inputs: i,
-        outputs: o,
+        outputs: mut o,
     } = args.into_inner();
-    let op = "lstm_cell";
     let (n, h) = (shape.batch, shape.hidden);
     let w = 4 * h;
     let m = mat(n, w);
-    let mut px = scratch(op, n * w)?;
-    let mut ph = scratch(op, n * w)?;
-    add_bias(b, i.xg, i.bias_ih, n, w, &mut px)?;
-    add_bias(b, i.hg, i.bias_hh, n, w, &mut ph)?;
-    let mut pre = scratch(op, n * w)?;
-    b.binary(BinaryOp::Add, &px, &m, &ph, &m, &mut pre)?;
+    let mut px = scratch(b, n * w)?;
+    let mut ph = scratch(b, n * w)?;
+    add_bias(b, i.xg, i.bias_ih, n, w, B::view_mut(&mut px))?;
+    add_bias(b, i.hg, i.bias_hh, n, w, B::view_mut(&mut ph))?;
+    let mut pre = scratch(b, n * w)?;
+    b.binary(
+        BinaryOp::Add,
+        B::view(&px),
+        &m,
+        B::view(&ph),
+        &m,
+        B::view_mut(&mut pre),
+    )?;
     for (k, act) in [
         (0, UnaryOp::Sigmoid),
         (1, UnaryOp::Sigmoid),
         (2, UnaryOp::Tanh),
         (3, UnaryOp::Sigmoid),
     ] {
-        activate_block(b, act, &pre, o.gates, shape, w, k)?;
+        activate_block(
+            b,
+            act,
+            B::view(&pre),
+            B::reborrow(&mut o.gates),
+            shape,
+            w,
+            k,
+        )?;
     }
-    let g = &*o.gates;
-    let mut fc = scratch(op, n * h)?;
-    let mut ig = scratch(op, n * h)?;
+    let g = B::freeze(&o.gates);
+    let mut fc = scratch(b, n * h)?;
+    let mut ig = scratch(b, n * h)?;
     b.binary(
         BinaryOp::Mul,
         g,
         &block(n, h, w, h),
         i.c_prev,
         &mat(n, h),
-        &mut fc,
+        B::view_mut(&mut fc),
     )?;
     b.binary(
         BinaryOp::Mul,
@@ -385,16 +415,23 @@ pub fn lstm_cell<B: Backend>(b: &B, args: Checked<LstmCellArgs<'_>>) -> Result<(
         &block(n, h, w, 0),
         g,
         &block(n, h, w, 2 * h),
-        &mut ig,
+        B::view_mut(&mut ig),
     )?;
-    b.binary(BinaryOp::Add, &fc, &mat(n, h), &ig, &mat(n, h), o.c)?;
-    let mut tc = scratch(op, n * h)?;
-    b.unary(UnaryOp::Tanh, o.c, &mut tc)?;
+    b.binary(
+        BinaryOp::Add,
+        B::view(&fc),
+        &mat(n, h),
+        B::view(&ig),
+        &mat(n, h),
+        B::reborrow(&mut o.c),
+    )?;
+    let mut tc = scratch(b, n * h)?;
+    b.unary(UnaryOp::Tanh, B::freeze(&o.c), B::view_mut(&mut tc))?;
     b.binary(
         BinaryOp::Mul,
         g,
         &block(n, h, w, 3 * h),
-        &tc,
+        B::view(&tc),
         &mat(n, h),
         o.h,
     )
@@ -403,138 +440,187 @@ pub fn lstm_cell<B: Backend>(b: &B, args: Checked<LstmCellArgs<'_>>) -> Result<(
 /// The reference definition of [`Backend::lstm_cell_backward`] (`docs/recurrent.md` §2).
 pub fn lstm_cell_backward<B: Backend>(
     b: &B,
-    args: Checked<LstmCellBackwardArgs<'_>>,
+    args: Checked<LstmCellBackwardArgs<'_, B::Views>>,
 ) -> Result<()> {
     let LstmCellBackwardArgs {
         shape,
         inputs: i,
-        outputs: o,
+        outputs: mut o,
     } = args.into_inner();
-    let op = "lstm_cell_backward";
     let (n, h) = (shape.batch, shape.hidden);
     let w = 4 * h;
     let mh = mat(n, h);
     let gate = |k: usize| block(n, h, w, k * h);
-    let mut dh = scratch(op, n * h)?;
-    b.binary(BinaryOp::Add, i.dy, &mh, i.dh_next, &mh, &mut dh)?;
-    let mut tc = scratch(op, n * h)?;
-    b.unary(UnaryOp::Tanh, i.c, &mut tc)?;
+    let mut dh = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Add,
+        i.dy,
+        &mh,
+        i.dh_next,
+        &mh,
+        B::view_mut(&mut dh),
+    )?;
+    let mut tc = scratch(b, n * h)?;
+    b.unary(UnaryOp::Tanh, i.c, B::view_mut(&mut tc))?;
+    let (dh, tc) = (B::view(&dh), B::view(&tc));
     // dc = dc_next ⊕ tanh'((dh ⊗ o), tc)
-    let mut u = scratch(op, n * h)?;
-    b.binary(BinaryOp::Mul, &dh, &mh, i.gates, &gate(3), &mut u)?;
-    let mut v = scratch(op, n * h)?;
-    b.unary_backward(UnaryOp::Tanh, &tc, &tc, &u, &mut v)?;
-    let mut dc = scratch(op, n * h)?;
-    b.binary(BinaryOp::Add, i.dc_next, &mh, &v, &mh, &mut dc)?;
+    let mut u = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Mul,
+        dh,
+        &mh,
+        i.gates,
+        &gate(3),
+        B::view_mut(&mut u),
+    )?;
+    let mut v = scratch(b, n * h)?;
+    b.unary_backward(UnaryOp::Tanh, tc, tc, B::view(&u), B::view_mut(&mut v))?;
+    let mut dc = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Add,
+        i.dc_next,
+        &mh,
+        B::view(&v),
+        &mh,
+        B::view_mut(&mut dc),
+    )?;
+    let dc = B::view(&dc);
     // The four gate gradients: (factor ⊗ other) through the activation's backward rule.
-    let mut t = scratch(op, n * h)?;
-    b.binary(BinaryOp::Mul, &dh, &mh, &tc, &mh, &mut t)?;
+    let mut t = scratch(b, n * h)?;
+    let dg = &mut o.dgates;
+    b.binary(BinaryOp::Mul, dh, &mh, tc, &mh, B::view_mut(&mut t))?;
+    let (sig, tanh) = (UnaryOp::Sigmoid, UnaryOp::Tanh);
     backward_block(
         b,
-        UnaryOp::Sigmoid,
+        sig,
         i.gates,
         w,
         3,
-        &t,
-        o.dgates,
+        B::view(&t),
+        B::reborrow(dg),
         w,
         3,
         shape,
     )?;
-    b.binary(BinaryOp::Mul, &dc, &mh, i.gates, &gate(2), &mut t)?;
+    b.binary(
+        BinaryOp::Mul,
+        dc,
+        &mh,
+        i.gates,
+        &gate(2),
+        B::view_mut(&mut t),
+    )?;
     backward_block(
         b,
-        UnaryOp::Sigmoid,
+        sig,
         i.gates,
         w,
         0,
-        &t,
-        o.dgates,
+        B::view(&t),
+        B::reborrow(dg),
         w,
         0,
         shape,
     )?;
-    b.binary(BinaryOp::Mul, &dc, &mh, i.c_prev, &mh, &mut t)?;
+    b.binary(BinaryOp::Mul, dc, &mh, i.c_prev, &mh, B::view_mut(&mut t))?;
     backward_block(
         b,
-        UnaryOp::Sigmoid,
+        sig,
         i.gates,
         w,
         1,
-        &t,
-        o.dgates,
+        B::view(&t),
+        B::reborrow(dg),
         w,
         1,
         shape,
     )?;
-    b.binary(BinaryOp::Mul, &dc, &mh, i.gates, &gate(0), &mut t)?;
-    backward_block(b, UnaryOp::Tanh, i.gates, w, 2, &t, o.dgates, w, 2, shape)?;
-    b.binary(BinaryOp::Mul, &dc, &mh, i.gates, &gate(1), o.dc_prev)
+    b.binary(
+        BinaryOp::Mul,
+        dc,
+        &mh,
+        i.gates,
+        &gate(0),
+        B::view_mut(&mut t),
+    )?;
+    backward_block(
+        b,
+        tanh,
+        i.gates,
+        w,
+        2,
+        B::view(&t),
+        B::reborrow(dg),
+        w,
+        2,
+        shape,
+    )?;
+    b.binary(BinaryOp::Mul, dc, &mh, i.gates, &gate(1), o.dc_prev)
 }
 
 /// The reference definition of [`Backend::gru_cell`] (`docs/recurrent.md` §3).
-pub fn gru_cell<B: Backend>(b: &B, args: Checked<GruCellArgs<'_>>) -> Result<()> {
+pub fn gru_cell<B: Backend>(b: &B, args: Checked<GruCellArgs<'_, B::Views>>) -> Result<()> {
     let GruCellArgs {
         shape,
         inputs: i,
-        outputs: o,
+        outputs: mut o,
     } = args.into_inner();
-    let op = "gru_cell";
     let (n, h) = (shape.batch, shape.hidden);
     let (w3, w4) = (3 * h, 4 * h);
     let mh = mat(n, h);
-    let mut px = scratch(op, n * w3)?;
-    let mut ph = scratch(op, n * w3)?;
-    add_bias(b, i.xg, i.bias_ih, n, w3, &mut px)?;
-    add_bias(b, i.hg, i.bias_hh, n, w3, &mut ph)?;
+    let mut px = scratch(b, n * w3)?;
+    let mut ph = scratch(b, n * w3)?;
+    add_bias(b, i.xg, i.bias_ih, n, w3, B::view_mut(&mut px))?;
+    add_bias(b, i.hg, i.bias_hh, n, w3, B::view_mut(&mut ph))?;
+    let (px, ph) = (B::view(&px), B::view(&ph));
     // r and z: σ(px ⊕ ph) on the first two blocks.
-    let mut pre = scratch(op, n * 2 * h)?;
+    let mut pre = scratch(b, n * 2 * h)?;
     b.binary(
         BinaryOp::Add,
-        &px,
+        px,
         &block(n, 2 * h, w3, 0),
-        &ph,
+        ph,
         &block(n, 2 * h, w3, 0),
-        &mut pre,
+        B::view_mut(&mut pre),
     )?;
     for r in 0..n {
         let (s, d) = (r * 2 * h, r * w4);
         b.unary(
             UnaryOp::Sigmoid,
-            &pre[s..s + 2 * h],
-            &mut o.gates[d..d + 2 * h],
+            B::slice(B::view(&pre), s..s + 2 * h),
+            B::slice_mut(B::reborrow(&mut o.gates), d..d + 2 * h),
         )?;
     }
     // hn, kept in block 3.
-    let mut hn = scratch(op, n * h)?;
-    b.copy_strided(&ph, &block(n, h, w3, 2 * h), &mut hn)?;
+    let mut hn = scratch(b, n * h)?;
+    b.copy_strided(ph, &block(n, h, w3, 2 * h), B::view_mut(&mut hn))?;
     for r in 0..n {
-        o.gates[r * w4 + 3 * h..r * w4 + 4 * h].copy_from_slice(&hn[r * h..(r + 1) * h]);
+        copy_row(b, B::view(&hn), r, h, &mut o.gates, r * w4 + 3 * h)?;
     }
     // n = tanh(px_n ⊕ (r ⊗ hn)).
-    let mut rh = scratch(op, n * h)?;
+    let mut rh = scratch(b, n * h)?;
     b.binary(
         BinaryOp::Mul,
-        o.gates,
+        B::freeze(&o.gates),
         &block(n, h, w4, 0),
-        &hn,
+        B::view(&hn),
         &mh,
-        &mut rh,
+        B::view_mut(&mut rh),
     )?;
-    let mut an = scratch(op, n * h)?;
+    let mut an = scratch(b, n * h)?;
     b.binary(
         BinaryOp::Add,
-        &px,
+        px,
         &block(n, h, w3, 2 * h),
-        &rh,
+        B::view(&rh),
         &mh,
-        &mut an,
+        B::view_mut(&mut an),
     )?;
     activate_block(
         b,
         UnaryOp::Tanh,
-        &an,
-        &mut rh,
+        B::view(&an),
+        B::view_mut(&mut rh),
         CellShape {
             batch: n,
             hidden: h,
@@ -543,98 +629,150 @@ pub fn gru_cell<B: Backend>(b: &B, args: Checked<GruCellArgs<'_>>) -> Result<()>
         0,
     )?;
     for r in 0..n {
-        o.gates[r * w4 + 2 * h..r * w4 + 3 * h].copy_from_slice(&rh[r * h..(r + 1) * h]);
+        copy_row(b, B::view(&rh), r, h, &mut o.gates, r * w4 + 2 * h)?;
     }
     // h = n ⊕ (z ⊗ (h_prev ⊖ n)).
-    let nn = &rh;
-    let mut d = scratch(op, n * h)?;
-    b.binary(BinaryOp::Sub, i.h_prev, &mh, nn, &mh, &mut d)?;
-    let mut e = scratch(op, n * h)?;
-    b.binary(BinaryOp::Mul, o.gates, &block(n, h, w4, h), &d, &mh, &mut e)?;
-    b.binary(BinaryOp::Add, nn, &mh, &e, &mh, o.h)
+    let nn = B::view(&rh);
+    let mut d = scratch(b, n * h)?;
+    b.binary(BinaryOp::Sub, i.h_prev, &mh, nn, &mh, B::view_mut(&mut d))?;
+    let mut e = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Mul,
+        B::freeze(&o.gates),
+        &block(n, h, w4, h),
+        B::view(&d),
+        &mh,
+        B::view_mut(&mut e),
+    )?;
+    b.binary(BinaryOp::Add, nn, &mh, B::view(&e), &mh, o.h)
 }
 
 /// The reference definition of [`Backend::gru_cell_backward`] (`docs/recurrent.md` §3).
-pub fn gru_cell_backward<B: Backend>(b: &B, args: Checked<GruCellBackwardArgs<'_>>) -> Result<()> {
+pub fn gru_cell_backward<B: Backend>(
+    b: &B,
+    args: Checked<GruCellBackwardArgs<'_, B::Views>>,
+) -> Result<()> {
     let GruCellBackwardArgs {
         shape,
         inputs: i,
-        outputs: o,
+        outputs: mut o,
     } = args.into_inner();
-    let op = "gru_cell_backward";
     let (n, h) = (shape.batch, shape.hidden);
     let (w3, w4) = (3 * h, 4 * h);
     let mh = mat(n, h);
     let gate = |k: usize| block(n, h, w4, k * h);
-    let mut dh = scratch(op, n * h)?;
-    b.binary(BinaryOp::Add, i.dy, &mh, i.dh_next, &mh, &mut dh)?;
-    b.binary(BinaryOp::Mul, &dh, &mh, i.gates, &gate(1), o.dh_prev)?;
+    let mut dh = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Add,
+        i.dy,
+        &mh,
+        i.dh_next,
+        &mh,
+        B::view_mut(&mut dh),
+    )?;
+    let dh = B::view(&dh);
+    b.binary(BinaryOp::Mul, dh, &mh, i.gates, &gate(1), o.dh_prev)?;
     // dn = dh ⊗ (1 ⊖ z); dz = dh ⊗ (h_prev ⊖ n).
-    let one = [1.0f32];
-    let mut omz = scratch(op, n * h)?;
+    let one = b.storage_from_vec(vec![1.0f32])?;
+    let mut omz = scratch(b, n * h)?;
     b.binary(
         BinaryOp::Sub,
-        &one,
+        B::view(&one),
         &repeated_scalar(n, h),
         i.gates,
         &gate(1),
-        &mut omz,
+        B::view_mut(&mut omz),
     )?;
-    let mut dn = scratch(op, n * h)?;
-    b.binary(BinaryOp::Mul, &dh, &mh, &omz, &mh, &mut dn)?;
-    let mut hmn = scratch(op, n * h)?;
-    b.binary(BinaryOp::Sub, i.h_prev, &mh, i.gates, &gate(2), &mut hmn)?;
-    let mut dz = scratch(op, n * h)?;
-    b.binary(BinaryOp::Mul, &dh, &mh, &hmn, &mh, &mut dz)?;
+    let mut dn = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Mul,
+        dh,
+        &mh,
+        B::view(&omz),
+        &mh,
+        B::view_mut(&mut dn),
+    )?;
+    let mut hmn = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Sub,
+        i.h_prev,
+        &mh,
+        i.gates,
+        &gate(2),
+        B::view_mut(&mut hmn),
+    )?;
+    let mut dz = scratch(b, n * h)?;
+    b.binary(
+        BinaryOp::Mul,
+        dh,
+        &mh,
+        B::view(&hmn),
+        &mh,
+        B::view_mut(&mut dz),
+    )?;
     // da_n (block 2 of dxg), da_z (block 1 of both), da_r (block 0 of both).
-    backward_block(b, UnaryOp::Tanh, i.gates, w4, 2, &dn, o.dxg, w3, 2, shape)?;
+    let (sig, tanh) = (UnaryOp::Sigmoid, UnaryOp::Tanh);
+    let dxg = &mut o.dxg;
     backward_block(
         b,
-        UnaryOp::Sigmoid,
+        tanh,
+        i.gates,
+        w4,
+        2,
+        B::view(&dn),
+        B::reborrow(dxg),
+        w3,
+        2,
+        shape,
+    )?;
+    backward_block(
+        b,
+        sig,
         i.gates,
         w4,
         1,
-        &dz,
-        o.dxg,
+        B::view(&dz),
+        B::reborrow(dxg),
         w3,
         1,
         shape,
     )?;
-    let mut dr = scratch(op, n * h)?;
+    let mut dr = scratch(b, n * h)?;
     b.binary(
         BinaryOp::Mul,
-        o.dxg,
+        B::freeze(dxg),
         &block(n, h, w3, 2 * h),
         i.gates,
         &gate(3),
-        &mut dr,
+        B::view_mut(&mut dr),
     )?;
     backward_block(
         b,
-        UnaryOp::Sigmoid,
+        sig,
         i.gates,
         w4,
         0,
-        &dr,
-        o.dxg,
+        B::view(&dr),
+        B::reborrow(dxg),
         w3,
         0,
         shape,
     )?;
     // dhg: da_r, da_z as in dxg, and da_n ⊗ r.
-    let mut dhn = scratch(op, n * h)?;
+    let mut dhn = scratch(b, n * h)?;
     b.binary(
         BinaryOp::Mul,
-        o.dxg,
+        B::freeze(dxg),
         &block(n, h, w3, 2 * h),
         i.gates,
         &gate(0),
-        &mut dhn,
+        B::view_mut(&mut dhn),
     )?;
     for r in 0..n {
         let s = r * w3;
-        o.dhg[s..s + 2 * h].copy_from_slice(&o.dxg[s..s + 2 * h]);
-        o.dhg[s + 2 * h..s + w3].copy_from_slice(&dhn[r * h..(r + 1) * h]);
+        let d = B::slice_mut(B::reborrow(&mut o.dhg), s..s + 2 * h);
+        b.copy_strided(B::slice(B::freeze(dxg), s..s + 2 * h), &mat(1, 2 * h), d)?;
+        copy_row(b, B::view(&dhn), r, h, &mut o.dhg, s + 2 * h)?;
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ pub struct AttentionScoresSpec {
 impl AttentionScoresSpec {
     /// Checks the scores' length and, when given, that the mask layout has `rows · S`
     /// elements, its last dimension `S`, and lies inside its buffer.
-    pub fn check(&self, scores: usize, mask: Option<(&[f32], &Layout)>) -> Result<()> {
+    pub fn check(&self, scores: usize, mask: Option<(usize, &Layout)>) -> Result<()> {
         let op = "attention_scores";
         let n = checked_product(op, "rows", &[self.rows, self.s])?;
         check_len(op, "scores", scores, n)?;
@@ -49,7 +49,7 @@ impl AttentionScoresSpec {
             ));
         }
         if let Some((m, lay)) = mask {
-            lay.check_within(op, "mask", m.len())?;
+            lay.check_within(op, "mask", m)?;
             if lay.numel() != n || (n > 0 && lay.shape.last().copied() != Some(self.s)) {
                 return Err(Error::invalid(
                     op,

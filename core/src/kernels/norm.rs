@@ -5,6 +5,7 @@ use super::{canon, check_opt, checked_product};
 use crate::check::check_len;
 use crate::error::{Error, Result};
 use crate::mode::ComputeMode;
+use crate::view::{HostViews, ViewFamily, ViewLen};
 
 /// Which parameter (weight, bias) element the input element at `(q, r)` of the
 /// `[P, Q, R]` view uses.
@@ -42,25 +43,53 @@ pub struct NormSpec {
 /// The per-group statistics a normalisation uses: `μ`, the correction `c` and
 /// `r = 1 ⊘ sqrt(σ² ⊕ eps)`, each with `Q` elements.
 #[derive(Clone, Copy, Debug)]
-pub struct NormStats<'a> {
+pub struct NormStats<'a, F: ViewFamily = HostViews> {
     /// `μ` per group.
-    pub mean: &'a [f32],
+    pub mean: F::View<'a>,
     /// `c` per group (`+0` for fixed statistics).
-    pub corr: &'a [f32],
+    pub corr: F::View<'a>,
     /// `r` per group.
-    pub rstd: &'a [f32],
+    pub rstd: F::View<'a>,
 }
 
 /// The gradient outputs of [`Backend::norm_backward`](crate::Backend::norm_backward),
 /// each computed only when given.
 #[derive(Debug, Default)]
-pub struct NormGrads<'a> {
+pub struct NormGrads<'a, F: ViewFamily = HostViews> {
     /// `∂x`, `P·Q·R` elements.
-    pub dx: Option<&'a mut [f32]>,
+    pub dx: Option<F::ViewMut<'a>>,
     /// `∂w`, one per parameter.
-    pub dw: Option<&'a mut [f32]>,
+    pub dw: Option<F::ViewMut<'a>>,
     /// `∂b`, one per parameter.
-    pub db: Option<&'a mut [f32]>,
+    pub db: Option<F::ViewMut<'a>>,
+}
+
+impl<'a, F: ViewFamily> NormStats<'a, F> {
+    /// The same statistics with a shorter lifetime.
+    pub fn shorten<'s>(&self) -> NormStats<'s, F>
+    where
+        'a: 's,
+    {
+        NormStats {
+            mean: F::shorten(self.mean),
+            corr: F::shorten(self.corr),
+            rstd: F::shorten(self.rstd),
+        }
+    }
+}
+
+impl<'a, F: ViewFamily> NormGrads<'a, F> {
+    /// The same outputs with a shorter lifetime.
+    pub fn shorten<'s>(self) -> NormGrads<'s, F>
+    where
+        'a: 's,
+    {
+        NormGrads {
+            dx: self.dx.map(F::shorten_mut),
+            dw: self.dw.map(F::shorten_mut),
+            db: self.db.map(F::shorten_mut),
+        }
+    }
 }
 
 impl NormSpec {
@@ -177,17 +206,17 @@ impl NormSpec {
         check_len(op, "sq_sum", sq_sum, self.q)
     }
 
-    fn check_stats_in(&self, op: &'static str, s: &NormStats<'_>) -> Result<()> {
+    fn check_stats_in<F: ViewFamily>(&self, op: &'static str, s: &NormStats<'_, F>) -> Result<()> {
         check_len(op, "mean", s.mean.len(), self.q)?;
         check_len(op, "corr", s.corr.len(), self.q)?;
         check_len(op, "rstd", s.rstd.len(), self.q)
     }
 
     /// Checks [`Backend::norm_forward`](crate::Backend::norm_forward) buffers.
-    pub fn check_forward(
+    pub fn check_forward<F: ViewFamily>(
         &self,
         x: usize,
-        stats: &NormStats<'_>,
+        stats: &NormStats<'_, F>,
         weight: Option<usize>,
         bias: Option<usize>,
         out: usize,
@@ -203,13 +232,13 @@ impl NormSpec {
 
     /// Checks [`Backend::norm_backward`](crate::Backend::norm_backward) buffers (`x` may
     /// be empty when only `db` is asked for).
-    pub fn check_backward(
+    pub fn check_backward<F: ViewFamily>(
         &self,
         x: usize,
         g: usize,
-        stats: &NormStats<'_>,
+        stats: &NormStats<'_, F>,
         weight: Option<usize>,
-        grads: &NormGrads<'_>,
+        grads: &NormGrads<'_, F>,
     ) -> Result<()> {
         let op = "norm_backward";
         let n = self.check(op)?;
