@@ -15,7 +15,7 @@ use criterion::{Criterion, Throughput};
 use exactgrad_backends::cpu::{CpuBackend, Isa};
 use exactgrad_backends::lane::{Exact, Fast};
 use exactgrad_core::backend::MatmulSpec;
-use exactgrad_core::{Backend, ComputeMode, Philox};
+use exactgrad_core::{Backend, ComputeMode, HostViews, Philox};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,7 @@ fn data(len: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Benchmarks one backend on one shape and returns its summary line (if it ran).
-fn bench<B: Backend>(
+fn bench<B: Backend<Views = HostViews>>(
     c: &mut Criterion,
     be: &B,
     label: &str,

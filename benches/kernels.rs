@@ -18,7 +18,7 @@
 use criterion::{Criterion, Throughput};
 use exactgrad_backends::cpu::{CpuBackend, Isa};
 use exactgrad_backends::lane::{Exact, Fast};
-use exactgrad_core::{Backend, BinaryOp, ComputeMode, Layout, Philox, UnaryOp};
+use exactgrad_core::{Backend, BinaryOp, ComputeMode, HostViews, Layout, Philox, UnaryOp};
 use std::time::{Duration, Instant};
 
 /// Elements of the out-of-cache size.
@@ -99,7 +99,7 @@ impl Bufs {
     }
 }
 
-fn run<B: Backend>(b: &B, k: K, bufs: &mut Bufs) {
+fn run<B: Backend<Views = HostViews>>(b: &B, k: K, bufs: &mut Bufs) {
     let n = bufs.out.len();
     let l = Layout::contiguous([n]);
     let (x, y, g, out) = (&bufs.x, &bufs.y, &bufs.g, &mut bufs.out);
@@ -179,7 +179,7 @@ fn calls_for(n: usize) -> usize {
 }
 
 /// Benchmarks one backend on every kernel at size `n`; returns summary lines.
-fn bench_backend<B: Backend>(
+fn bench_backend<B: Backend<Views = HostViews>>(
     c: &mut Criterion,
     b: &B,
     label: &str,

@@ -137,6 +137,8 @@ pub mod prelude {
     pub use exactgrad_backends::{
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
     };
+    /// The storage methods (`name`, `mode`, `zeros`, views) of every backend, in scope.
+    pub use exactgrad_core::BackendImpl as _;
     pub use exactgrad_core::{Backend, ComputeMode, MemoryPool, Philox, PoolStats, Shape};
     pub use exactgrad_nn::checkpoint::{
         LoadOptions, LoadReport, TensorFile, TrainingCheckpoint, TrainingState,

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::grad_mode::is_grad_enabled;
 use crate::scope::{self, Release};
 use exactgrad_core::shape::normalize_dim;
-use exactgrad_core::{Backend, Layout, Philox, Shape};
+use exactgrad_core::{Backend, Layout, Philox, Shape, ViewMutOf, ViewOf};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
@@ -39,7 +39,7 @@ pub(crate) struct StorageCell<B: Backend> {
 impl<B: Backend> StorageCell<B> {
     fn new(data: B::Storage) -> Self {
         Self {
-            len: data.as_ref().len(),
+            len: B::storage_len(&data),
             data: RwLock::new(Some(data)),
             version: AtomicU64::new(0),
             scope: AtomicU64::new(0),
@@ -54,7 +54,7 @@ impl<B: Backend> Release for StorageCell<B> {
         }
         let taken = self.data.write().unwrap_or_else(|e| e.into_inner()).take();
         // The buffer returns to the backend here, after the lock is released.
-        taken.map_or(0, |d| d.as_ref().len())
+        taken.map_or(0, |d| B::storage_len(&d))
     }
 }
 
@@ -62,9 +62,13 @@ impl<B: Backend> Release for StorageCell<B> {
 pub(crate) struct StorageRead<'a, B: Backend>(RwLockReadGuard<'a, Option<B::Storage>>);
 
 impl<B: Backend> StorageRead<'_, B> {
-    /// The buffer's elements.
-    pub(crate) fn as_ref(&self) -> &[f32] {
-        self.0.as_ref().map_or(&[], |s| s.as_ref())
+    /// A view of the whole buffer.
+    pub(crate) fn as_ref(&self) -> ViewOf<'_, B> {
+        match &*self.0 {
+            Some(s) => B::view(s),
+            // `Tensor::read` hands out a guard only over a present buffer.
+            None => unreachable!("a read guard over a released storage"),
+        }
     }
 }
 
@@ -72,9 +76,13 @@ impl<B: Backend> StorageRead<'_, B> {
 pub(crate) struct StorageWrite<'a, B: Backend>(RwLockWriteGuard<'a, Option<B::Storage>>);
 
 impl<B: Backend> StorageWrite<'_, B> {
-    /// The buffer's elements.
-    pub(crate) fn as_mut(&mut self) -> &mut [f32] {
-        self.0.as_mut().map_or(&mut [], |s| s.as_mut())
+    /// An exclusive view of the whole buffer.
+    pub(crate) fn as_mut(&mut self) -> ViewMutOf<'_, B> {
+        match &mut *self.0 {
+            Some(s) => B::view_mut(s),
+            // `Tensor::write` hands out a guard only over a present buffer.
+            None => unreachable!("a write guard over a released storage"),
+        }
     }
 }
 
@@ -151,9 +159,13 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// A constructor's result: as [`Tensor::from_storage`], never tied to a scope.
-    fn leaf_from_storage(backend: &B, storage: B::Storage, shape: Shape) -> Result<Self> {
+    pub(crate) fn leaf_from_storage(
+        backend: &B,
+        storage: B::Storage,
+        shape: Shape,
+    ) -> Result<Self> {
         let layout = Layout::contiguous(shape);
-        let len = storage.as_ref().len();
+        let len = B::storage_len(&storage);
         layout.check_within("tensor", "storage", len)?;
         Ok(Self::from_checked_parts(
             backend.clone(),
@@ -177,8 +189,7 @@ impl<B: Backend> Tensor<B> {
     /// An operator's rank-0 result holding `value` (remembered by a scope as
     /// [`Tensor::from_storage`]).
     pub(crate) fn op_scalar(backend: &B, value: f32) -> Result<Self> {
-        let mut storage = backend.uninit(1)?;
-        storage.as_mut()[0] = value;
+        let storage = backend.storage_from_vec(vec![value])?;
         Self::from_storage(backend, storage, Shape::scalar())
     }
 
@@ -271,7 +282,7 @@ impl<B: Backend> Tensor<B> {
         let shape = shape.into();
         let n = shape.numel_for("full")?;
         let mut storage = backend.uninit(n)?;
-        storage.as_mut().fill(value);
+        B::with_host_mut(B::view_mut(&mut storage), |s| s.fill(value))?;
         Self::leaf_from_storage(backend, storage, shape)
     }
 
@@ -295,7 +306,9 @@ impl<B: Backend> Tensor<B> {
     ) -> Result<Self> {
         let n = shape.numel_for(op)?;
         let mut storage = backend.uninit(n)?;
-        storage.as_mut().iter_mut().for_each(|v| *v = f());
+        B::with_host_mut(B::view_mut(&mut storage), |s| {
+            s.iter_mut().for_each(|v| *v = f())
+        })?;
         Self::leaf_from_storage(backend, storage, shape)
     }
 
@@ -420,6 +433,7 @@ impl<B: Backend> Tensor<B> {
         let l = &self.inner.layout;
         let n = l.numel();
         if l.is_contiguous() {
+            let host = B::to_host(B::slice(src, l.offset..l.offset + n))?;
             let mut out = Vec::new();
             out.try_reserve_exact(n).map_err(|_| {
                 Error::Core(exactgrad_core::Error::Alloc {
@@ -428,12 +442,13 @@ impl<B: Backend> Tensor<B> {
                     reason: "the allocator refused the request",
                 })
             })?;
-            out.extend_from_slice(&src[l.offset..l.offset + n]);
+            out.extend_from_slice(&host);
             return Ok(out);
         }
-        let mut out = exactgrad_core::backend::try_zeroed_vec("to_vec", n)?;
-        self.inner.backend.copy_strided(src, l, &mut out)?;
-        Ok(out)
+        let b = &self.inner.backend;
+        let mut out = b.uninit(n)?;
+        b.copy_strided(src, l, B::view_mut(&mut out))?;
+        Ok(B::storage_to_vec(&out)?)
     }
 
     /// The single element of a one-element tensor.
@@ -549,7 +564,7 @@ impl<B: Backend> Tensor<B> {
         let mut g = self.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
             Some(t) => {
-                t.write()?.as_mut().fill(0.0);
+                B::with_host_mut(t.write()?.as_mut(), |s| s.fill(0.0))?;
                 t.bump_version();
             }
             None => {
@@ -630,12 +645,14 @@ impl<B: Backend> Tensor<B> {
         self.check_in_place(op)?;
         {
             let mut data = self.write()?;
-            let slice = data.as_mut();
-            let mut i = 0;
-            self.inner.layout.for_each_index(|s| {
-                slice[s] = f(i, slice[s]);
-                i += 1;
-            });
+            let layout = &self.inner.layout;
+            B::with_host_mut(data.as_mut(), |slice| {
+                let mut i = 0;
+                layout.for_each_index(|s| {
+                    slice[s] = f(i, slice[s]);
+                    i += 1;
+                });
+            })?;
         }
         self.bump_version();
         Ok(())
@@ -685,22 +702,29 @@ impl<B: Backend> Tensor<B> {
         let mut out = b.uninit(self.numel())?;
         {
             let data = self.read()?;
-            b.copy_strided(data.as_ref(), &self.inner.layout, out.as_mut())?;
+            b.copy_strided(data.as_ref(), &self.inner.layout, B::view_mut(&mut out))?;
         }
         Tensor::from_storage(b, out, self.shape().clone())
     }
 
     /// Runs `f` on a contiguous slice of this tensor's elements (copying only when the
     /// layout is not contiguous).
-    pub(crate) fn with_contiguous<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    pub(crate) fn with_contiguous<R>(&self, f: impl FnOnce(ViewOf<'_, B>) -> R) -> Result<R> {
         let l = &self.inner.layout;
         if l.is_contiguous() {
             let data = self.read()?;
-            Ok(f(&data.as_ref()[l.offset..l.offset + l.numel()]))
+            Ok(f(B::slice(data.as_ref(), l.offset..l.offset + l.numel())))
         } else {
             let c = self.copy_contiguous()?;
             let data = c.read()?;
-            Ok(f(&data.as_ref()[..c.numel()]))
+            Ok(f(B::slice(data.as_ref(), 0..c.numel())))
         }
+    }
+
+    /// Runs `f` on this tensor's elements in row-major order as a host slice (a download
+    /// on a device backend; copying only when the layout is not contiguous).
+    pub(crate) fn with_host<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        self.with_contiguous(|v| B::to_host(v).map(|h| f(&h)))?
+            .map_err(Error::from)
     }
 }

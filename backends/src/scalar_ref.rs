@@ -280,16 +280,7 @@ macro_rules! scalar_backend {
     ($ty:ty, $mode:ty, $name:expr) => {
         impl BackendImpl for $ty {
             type Storage = Vec<f32>;
-    type Views = exactgrad_core::HostViews;
-
-    fn view(s: &Vec<f32>) -> &[f32] {
-        s.as_ref()
-    }
-
-    fn view_mut(s: &mut Vec<f32>) -> &mut [f32] {
-        s.as_mut()
-    }
-
+            exactgrad_core::host_views!();
 
             fn name(&self) -> String {
                 String::from($name)

@@ -14,6 +14,7 @@ use exactgrad_backends::cpu::{CpuBackend, Isa};
 use exactgrad_backends::lane::{Exact, Fast};
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::MatmulSpec;
+use exactgrad_core::BackendImpl as _;
 use exactgrad_core::{Backend, ComputeMode, Philox};
 use proptest::prelude::*;
 use std::sync::OnceLock;

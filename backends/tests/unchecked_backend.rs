@@ -35,6 +35,7 @@ impl Unchecked {
 
 impl BackendImpl for Unchecked {
     type Storage = Vec<f32>;
+    exactgrad_core::host_views!();
 
     fn name(&self) -> String {
         "unchecked-downstream".into()

@@ -127,3 +127,47 @@ impl ViewFamily for HostViews {
         Ok(f(v))
     }
 }
+
+/// The view items of a [`BackendImpl`](crate::BackendImpl) whose storage is host memory
+/// (`AsRef<[f32]> + AsMut<[f32]>`, such as `Vec<f32>`): `type Views = HostViews` and
+/// `view`/`view_mut` as slices. Written inside the `impl` block.
+///
+/// ```
+/// use exactgrad_core::backend::{BackendImpl, Checked, CopyStridedArgs};
+/// # use exactgrad_core::backend::*;
+/// # use exactgrad_core::{ComputeMode, Result};
+/// #[derive(Clone, Debug)]
+/// struct Mine;
+/// impl BackendImpl for Mine {
+///     type Storage = Vec<f32>;
+///     exactgrad_core::host_views!();
+///     fn name(&self) -> String { "mine".into() }
+///     fn mode(&self) -> ComputeMode { ComputeMode::Exact }
+///     fn zeros(&self, len: usize) -> Result<Vec<f32>> { Ok(vec![0.0; len]) }
+///     fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> { Ok(data) }
+///     // ... the eight required kernels, on slices:
+/// #   fn copy_strided_impl(&self, _: Checked<CopyStridedArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn unary_impl(&self, _: Checked<UnaryArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn unary_backward_impl(&self, _: Checked<UnaryBackwardArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn binary_impl(&self, _: Checked<BinaryArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn select_impl(&self, _: Checked<SelectArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn sum_impl(&self, _: Checked<SumArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn matmul_impl(&self, _: Checked<MatmulArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn softmax_impl(&self, _: Checked<SoftmaxArgs<'_>>) -> Result<()> { Ok(()) }
+/// #   fn softmax_backward_impl(&self, _: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> { Ok(()) }
+/// }
+/// ```
+#[macro_export]
+macro_rules! host_views {
+    () => {
+        type Views = $crate::HostViews;
+
+        fn view(s: &Self::Storage) -> &[f32] {
+            ::core::convert::AsRef::<[f32]>::as_ref(s)
+        }
+
+        fn view_mut(s: &mut Self::Storage) -> &mut [f32] {
+            ::core::convert::AsMut::<[f32]>::as_mut(s)
+        }
+    };
+}

@@ -47,6 +47,7 @@ impl Counting {
 
 impl BackendImpl for Counting {
     type Storage = Vec<f32>;
+    exactgrad::core::host_views!();
 
     fn name(&self) -> String {
         "counting-scalar-ref".into()
@@ -122,6 +123,7 @@ struct ExpOffByOneUlp;
 
 impl BackendImpl for ExpOffByOneUlp {
     type Storage = Vec<f32>;
+    exactgrad::core::host_views!();
 
     fn name(&self) -> String {
         "exp-off-by-one-ulp".into()

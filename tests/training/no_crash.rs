@@ -412,7 +412,7 @@ fn a_size_one_dimension_with_a_stride_near_usize_max_is_walked_without_overflow(
         assert_eq!(z.sum().unwrap().item().unwrap(), 4.0);
     }
     // The kernels themselves, given such layouts directly.
-    fn kernels<Bk: Backend>(b: &Bk) {
+    fn kernels<Bk: Backend<Views = exactgrad::core::HostViews>>(b: &Bk) {
         let data: Vec<f32> = (0..8).map(|i| i as f32).collect();
         let row = Layout {
             shape: Shape::from([1, 4]),

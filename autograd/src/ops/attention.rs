@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::{AttentionScoresSpec, ScoreMask};
-use exactgrad_core::{Backend, Layout, Shape, UnaryOp};
+use exactgrad_core::{Backend, Layout, Shape, UnaryOp, ViewOf};
 use std::fmt;
 
 /// An attention mask, broadcastable to the scores' shape `[…, L, S]`, for
@@ -208,9 +208,9 @@ fn bmm<B: Backend>(
     m: usize,
     k: usize,
     n: usize,
-    a: &[f32],
+    a: ViewOf<'_, B>,
     a_strides: [usize; 3],
-    b: &[f32],
+    b: ViewOf<'_, B>,
     b_strides: [usize; 3],
 ) -> Result<B::Storage> {
     // The product writes every output (each an accumulator from +0).
@@ -226,7 +226,7 @@ fn bmm<B: Backend>(
             b_offset: 0,
             b_strides,
         };
-        be.matmul(&spec, a, b, out.as_mut())?;
+        be.matmul(&spec, a, b, B::view_mut(&mut out))?;
     }
     Ok(out)
 }
@@ -237,9 +237,9 @@ fn bmm<B: Backend>(
 fn attention_weights<B: Backend>(
     be: &B,
     d: Dims,
-    qs: &[f32],
-    ks: &[f32],
-    mask: Option<(MaskKind, &[f32], &Layout)>,
+    qs: ViewOf<'_, B>,
+    ks: ViewOf<'_, B>,
+    mask: Option<(MaskKind, ViewOf<'_, B>, &Layout)>,
     causal: bool,
     scale: f32,
 ) -> Result<B::Storage> {
@@ -270,21 +270,29 @@ fn attention_weights<B: Backend>(
     };
     be.attention_scores(
         &spec,
-        scores.as_mut(),
+        B::view_mut(&mut scores),
         mask.map(|(k, m, lay)| (kind(k), m, lay)),
     )?;
     let rows = batch * l;
     let mut p = be.uninit(rows * s)?;
     if rows * s > 0 {
-        be.softmax(scores.as_ref(), rows, s, false, p.as_mut())?;
+        be.softmax(B::view(&scores), rows, s, false, B::view_mut(&mut p))?;
     }
     // Rows that every position is excluded from give zero weights.
-    let (sc, pm) = (scores.as_ref(), p.as_mut());
-    for r in 0..rows {
-        let row = &sc[r * s..(r + 1) * s];
-        if row.iter().all(|&v| v == f32::NEG_INFINITY) {
-            pm[r * s..(r + 1) * s].fill(0.0);
-        }
+    let sc = B::to_host(B::view(&scores))?;
+    let excluded: Vec<usize> = (0..rows)
+        .filter(|&r| {
+            sc[r * s..(r + 1) * s]
+                .iter()
+                .all(|&v| v == f32::NEG_INFINITY)
+        })
+        .collect();
+    if !excluded.is_empty() {
+        B::with_host_mut(B::view_mut(&mut p), |pm| {
+            for r in excluded {
+                pm[r * s..(r + 1) * s].fill(0.0);
+            }
+        })?;
     }
     Ok(p)
 }
@@ -462,7 +470,7 @@ fn sdpa<B: Backend>(
             d.l,
             d.s,
             d.ev,
-            p.as_ref(),
+            B::view(&p),
             [mat(d.l, d.s), d.s, 1],
             vs,
             [mat(d.s, d.ev), d.ev, 1],
@@ -506,14 +514,14 @@ fn sdpa<B: Backend>(
                     attention_weights(
                         be,
                         d,
-                        qc.as_ref(),
-                        kc.as_ref(),
+                        B::view(&qc),
+                        B::view(&kc),
                         Some((*kind, data.as_ref(), &lay)),
                         causal,
                         scale,
                     )?
                 }
-                None => attention_weights(be, d, qc.as_ref(), kc.as_ref(), None, causal, scale)?,
+                None => attention_weights(be, d, B::view(&qc), B::view(&kc), None, causal, scale)?,
             };
             let gc = super::contiguous_storage(g)?;
             let mut grads: Vec<Option<Tensor<B>>> = vec![None, None, None];
@@ -525,9 +533,9 @@ fn sdpa<B: Backend>(
                     s,
                     l,
                     ev,
-                    p.as_ref(),
+                    B::view(&p),
                     [mat(l, s), 1, s],
-                    gc.as_ref(),
+                    B::view(&gc),
                     [mat(l, ev), ev, 1],
                 )?;
                 let mut v_shape = score_shape[..score_shape.len() - 2].to_vec();
@@ -544,7 +552,7 @@ fn sdpa<B: Backend>(
                         l,
                         ev,
                         s,
-                        gc.as_ref(),
+                        B::view(&gc),
                         [mat(l, ev), ev, 1],
                         vs,
                         [mat(s, ev), 1, ev],
@@ -553,11 +561,22 @@ fn sdpa<B: Backend>(
                 // softmax_backward writes every element.
                 let mut ds = be.uninit(batch * l * s)?;
                 if batch * l * s > 0 {
-                    be.softmax_backward(p.as_ref(), dp.as_ref(), batch * l, s, false, ds.as_mut())?;
+                    be.softmax_backward(
+                        B::view(&p),
+                        B::view(&dp),
+                        batch * l,
+                        s,
+                        false,
+                        B::view_mut(&mut ds),
+                    )?;
                 }
                 let scaled = |m: B::Storage, n: usize| -> Result<B::Storage> {
                     let mut out = be.uninit(n)?;
-                    be.unary(UnaryOp::MulScalar(scale), m.as_ref(), out.as_mut())?;
+                    be.unary(
+                        UnaryOp::MulScalar(scale),
+                        B::view(&m),
+                        B::view_mut(&mut out),
+                    )?;
                     Ok(out)
                 };
                 if need[0] {
@@ -568,9 +587,9 @@ fn sdpa<B: Backend>(
                         l,
                         s,
                         e,
-                        ds.as_ref(),
+                        B::view(&ds),
                         [mat(l, s), s, 1],
-                        kc.as_ref(),
+                        B::view(&kc),
                         [mat(s, e), e, 1],
                     )?;
                     let dq = scaled(dq, batch * l * e)?;
@@ -584,9 +603,9 @@ fn sdpa<B: Backend>(
                         s,
                         l,
                         e,
-                        ds.as_ref(),
+                        B::view(&ds),
                         [mat(l, s), 1, s],
-                        qc.as_ref(),
+                        B::view(&qc),
                         [mat(l, e), e, 1],
                     )?;
                     let dk = scaled(dk, batch * s * e)?;

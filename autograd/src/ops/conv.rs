@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::Col2imSpec;
-use exactgrad_core::{Backend, BinaryOp, Layout, Shape};
+use exactgrad_core::{Backend, BinaryOp, Layout, Shape, ViewMutOf, ViewOf};
 
 // ----- options ---------------------------------------------------------------------------
 
@@ -368,11 +368,11 @@ fn padded_source<B: Backend>(x: &Tensor<B>, g: &ConvGeom) -> Result<Tensor<B>> {
 /// `[sC, dh·sH, dw·sW, sh·sH, sw·sW]` at offset `offset + n·sN`.
 fn im2col<B: Backend>(
     be: &B,
-    src: &[f32],
+    src: ViewOf<'_, B>,
     layout: &Layout,
     g: &ConvGeom,
     n: usize,
-    out: &mut [f32],
+    out: ViewMutOf<'_, B>,
 ) -> Result<()> {
     let s = &layout.strides;
     let [sh, sw] = g.stride;
@@ -442,25 +442,33 @@ impl<B: Backend> ColSource<B> {
     fn gather_items(
         &self,
         be: &B,
-        data: &[f32],
+        data: ViewOf<'_, B>,
         g: &ConvGeom,
         range: core::ops::Range<usize>,
-        cols: &mut [f32],
+        mut cols: ViewMutOf<'_, B>,
     ) -> Result<()> {
         let len = g.c * g.kh * g.kw * g.p();
         for (i, n) in range.enumerate() {
-            self.gather(be, data, g, n, &mut cols[i * len..(i + 1) * len])?;
+            let part = B::slice_mut(B::reborrow(&mut cols), i * len..(i + 1) * len);
+            self.gather(be, data, g, n, part)?;
         }
         Ok(())
     }
 
     /// Gathers item `n`'s columns from `data` (this source's storage).
-    fn gather(&self, be: &B, data: &[f32], g: &ConvGeom, n: usize, cols: &mut [f32]) -> Result<()> {
+    fn gather(
+        &self,
+        be: &B,
+        data: ViewOf<'_, B>,
+        g: &ConvGeom,
+        n: usize,
+        cols: ViewMutOf<'_, B>,
+    ) -> Result<()> {
         match self {
             ColSource::Dense(t) => {
                 let chw = g.chw();
                 let start = t.layout().offset + n * chw;
-                Ok(be.im2col(&col_spec(g), &data[start..start + chw], cols)?)
+                Ok(be.im2col(&col_spec(g), B::slice(data, start..start + chw), cols)?)
             }
             ColSource::Strided(t) => im2col(be, data, t.layout(), g, n, cols),
         }
@@ -560,16 +568,20 @@ fn segmented_items(g: &ConvGeom) -> usize {
 /// strided copy: the bits move unchanged).
 fn swap_outer<B: Backend>(
     be: &B,
-    src: &[f32],
+    src: ViewOf<'_, B>,
     (a, b, c): (usize, usize, usize),
-    out: &mut [f32],
+    out: ViewMutOf<'_, B>,
 ) -> Result<()> {
     let layout = Layout {
         shape: Shape::from([b, a, c]),
         strides: vec![c, b * c, 1],
         offset: 0,
     };
-    be.copy_strided(&src[..a * b * c], &layout, &mut out[..a * b * c])?;
+    be.copy_strided(
+        B::slice(src, 0..a * b * c),
+        &layout,
+        B::slice_mut(out, 0..a * b * c),
+    )?;
     Ok(())
 }
 
@@ -629,7 +641,7 @@ fn conv_forward_raw<B: Backend>(
         let mut n0 = 0;
         while n0 < g.n {
             let items = nb.min(g.n - n0);
-            src.gather_items(be, sd.as_ref(), g, n0..n0 + items, cols.as_mut())?;
+            src.gather_items(be, sd.as_ref(), g, n0..n0 + items, B::view_mut(&mut cols))?;
             if og * p > 0 {
                 let spec = block_spec(
                     g,
@@ -641,8 +653,8 @@ fn conv_forward_raw<B: Backend>(
                 be.matmul(
                     &spec,
                     wd.as_ref(),
-                    &cols.as_ref()[..items * ck * p],
-                    &mut out.as_mut()[n0 * o * p..(n0 + items) * o * p],
+                    B::slice(B::view(&cols), 0..items * ck * p),
+                    B::slice_mut(B::view_mut(&mut out), n0 * o * p..(n0 + items) * o * p),
                 )?;
             }
             n0 += items;
@@ -656,11 +668,11 @@ fn conv_forward_raw<B: Backend>(
 /// into the contiguous `out`: the product of a folded block of items.
 fn weight_product<B: Backend>(
     be: &B,
-    (wd, w_offset, (o, ck)): (&[f32], usize, (usize, usize)),
+    (wd, w_offset, (o, ck)): (ViewOf<'_, B>, usize, (usize, usize)),
     transposed: bool,
-    rhs: &[f32],
+    rhs: ViewOf<'_, B>,
     cols: usize,
-    out: &mut [f32],
+    out: ViewMutOf<'_, B>,
 ) -> Result<()> {
     let (m, k, a_strides) = if transposed {
         (ck, o, [o * ck, 1, ck])
@@ -677,7 +689,12 @@ fn weight_product<B: Backend>(
         b_offset: 0,
         b_strides: [k * cols, cols, 1],
     };
-    be.matmul(&spec, wd, &rhs[..k * cols], &mut out[..m * cols])?;
+    be.matmul(
+        &spec,
+        wd,
+        B::slice(rhs, 0..k * cols),
+        B::slice_mut(out, 0..m * cols),
+    )?;
     Ok(())
 }
 
@@ -703,15 +720,22 @@ fn conv_forward_folded<B: Backend>(
     let mut n0 = 0;
     while n0 < g.n {
         let items = fold.min(g.n - n0);
-        src.gather_items(be, sd.as_ref(), g, n0..n0 + items, cols.as_mut())?;
-        swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
+        src.gather_items(be, sd.as_ref(), g, n0..n0 + items, B::view_mut(&mut cols))?;
+        swap_outer(be, B::view(&cols), (items, ck, p), B::view_mut(&mut side))?;
         let w = (wd.as_ref(), w_c.layout().offset, (o, ck));
-        weight_product(be, w, false, side.as_ref(), items * p, prod.as_mut())?;
+        weight_product(
+            be,
+            w,
+            false,
+            B::view(&side),
+            items * p,
+            B::view_mut(&mut prod),
+        )?;
         swap_outer(
             be,
-            prod.as_ref(),
+            B::view(&prod),
             (o, items, p),
-            &mut out.as_mut()[n0 * o * p..(n0 + items) * o * p],
+            B::slice_mut(B::view_mut(out), n0 * o * p..(n0 + items) * o * p),
         )?;
         n0 += items;
     }
@@ -815,14 +839,21 @@ fn conv_grad_input<B: Backend>(
             let g0 = gy.layout().offset + n0 * o * p;
             swap_outer(
                 be,
-                &gd.as_ref()[g0..g0 + items * o * p],
+                B::slice(gd.as_ref(), g0..g0 + items * o * p),
                 (items, o, p),
-                side.as_mut(),
+                B::view_mut(&mut side),
             )?;
             let w = (wd.as_ref(), w_c.layout().offset, (o, ck));
-            weight_product(be, w, true, side.as_ref(), items * p, big.as_mut())?;
-            swap_outer(be, big.as_ref(), (ck, items, p), cols.as_mut())?;
-            col2im_items(be, g, cols.as_ref(), n0..n0 + items, gx.as_mut())?;
+            weight_product(
+                be,
+                w,
+                true,
+                B::view(&side),
+                items * p,
+                B::view_mut(&mut big),
+            )?;
+            swap_outer(be, B::view(&big), (ck, items, p), B::view_mut(&mut cols))?;
+            col2im_items(be, g, B::view(&cols), n0..n0 + items, B::view_mut(&mut gx))?;
             n0 += items;
         }
         return Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]));
@@ -845,10 +876,10 @@ fn conv_grad_input<B: Backend>(
                 &spec,
                 wd.as_ref(),
                 gd.as_ref(),
-                &mut cols.as_mut()[..items * ck * p],
+                B::slice_mut(B::view_mut(&mut cols), 0..items * ck * p),
             )?;
         }
-        col2im_items(be, g, cols.as_ref(), n0..n0 + items, gx.as_mut())?;
+        col2im_items(be, g, B::view(&cols), n0..n0 + items, B::view_mut(&mut gx))?;
         n0 += items;
     }
     Tensor::from_storage(be, gx, Shape::from([g.n, g.c, g.h, g.w]))
@@ -859,16 +890,16 @@ fn conv_grad_input<B: Backend>(
 fn col2im_items<B: Backend>(
     be: &B,
     g: &ConvGeom,
-    cols: &[f32],
+    cols: ViewOf<'_, B>,
     range: core::ops::Range<usize>,
-    gx: &mut [f32],
+    mut gx: ViewMutOf<'_, B>,
 ) -> Result<()> {
     let (len, chw) = (g.c * g.kh * g.kw * g.p(), g.chw());
     for (i, n) in range.enumerate() {
         be.col2im(
             &col_spec(g),
-            &cols[i * len..(i + 1) * len],
-            &mut gx[n * chw..(n + 1) * chw],
+            B::slice(cols, i * len..(i + 1) * len),
+            B::slice_mut(B::reborrow(&mut gx), n * chw..(n + 1) * chw),
         )?;
     }
     Ok(())
@@ -908,11 +939,11 @@ fn conv_grad_weight<B: Backend>(
         let mut n0 = 0;
         while n0 < g.n {
             let items = segmented.min(g.n - n0);
-            src.gather_items(be, sd.as_ref(), g, n0..n0 + items, cols.as_mut())?;
-            swap_outer(be, cols.as_ref(), (items, ck, p), side.as_mut())?;
+            src.gather_items(be, sd.as_ref(), g, n0..n0 + items, B::view_mut(&mut cols))?;
+            swap_outer(be, B::view(&cols), (items, ck, p), B::view_mut(&mut side))?;
             let g0 = gy.layout().offset + n0 * o * p;
-            let g_items = &gd.as_ref()[g0..g0 + items * o * p];
-            swap_outer(be, g_items, (items, o, p), g_side.as_mut())?;
+            let g_items = B::slice(gd.as_ref(), g0..g0 + items * o * p);
+            swap_outer(be, g_items, (items, o, p), B::view_mut(&mut g_side))?;
             let spec = MatmulSpec {
                 batch: 1,
                 m: ck,
@@ -926,9 +957,9 @@ fn conv_grad_weight<B: Backend>(
             be.matmul_acc(
                 &spec,
                 p,
-                &side.as_ref()[..items * ck * p],
-                &g_side.as_ref()[..items * o * p],
-                gwt.as_mut(),
+                B::slice(B::view(&side), 0..items * ck * p),
+                B::slice(B::view(&g_side), 0..items * o * p),
+                B::view_mut(&mut gwt),
             )?;
             n0 += items;
         }
@@ -936,7 +967,7 @@ fn conv_grad_weight<B: Backend>(
         // One item at a time: each contribution is its own `matmul_acc`.
         let mut cols = be.uninit(ck * p)?;
         for n in 0..g.n {
-            src.gather(be, sd.as_ref(), g, n, cols.as_mut())?;
+            src.gather(be, sd.as_ref(), g, n, B::view_mut(&mut cols))?;
             // a = cols_g [K, P]; b = g_gᵀ [P, O/G]: element (r, c) of group gi at
             // gi·(O/G)·P + c·P + r.
             let spec = group_spec(
@@ -949,7 +980,7 @@ fn conv_grad_weight<B: Backend>(
                 gy.layout().offset + n * o * p,
                 [og * p, 1, p],
             );
-            be.matmul_acc(&spec, p, cols.as_ref(), gd.as_ref(), gwt.as_mut())?;
+            be.matmul_acc(&spec, p, B::view(&cols), gd.as_ref(), B::view_mut(&mut gwt))?;
         }
     }
     // gw[gi, oc, r] = gwt[gi, r, oc].
@@ -959,7 +990,7 @@ fn conv_grad_weight<B: Backend>(
         strides: vec![k * og, 1, og],
         offset: 0,
     };
-    be.copy_strided(gwt.as_ref(), &layout, gw.as_mut())?;
+    be.copy_strided(B::view(&gwt), &layout, B::view_mut(&mut gw))?;
     Tensor::from_storage(be, gw, [o, g.c / g.groups, g.kh, g.kw].into())
 }
 

@@ -111,7 +111,8 @@ impl<B: Backend> Tensor<B> {
             Ok(x2.with_contiguous(|xs| be.softmax(xs, rows, classes, true, lp))??)
         })?;
         let lp_read = lp_t.read()?;
-        let lp_vals: &[f32] = lp_read.as_ref();
+        let lp_host = B::to_host(lp_read.as_ref())?;
+        let lp_vals: &[f32] = &lp_host;
         let ignore = options.ignore_index;
         let valid = targets.iter().filter(|&&t| t != ignore).count();
         let mut per_row = super::zeroed_vec(op, rows)?;
@@ -144,6 +145,7 @@ impl<B: Backend> Tensor<B> {
                 Tensor::op_scalar(be, canon(mode, v as f32))?
             }
         };
+        drop(lp_host);
         drop(lp_read);
         let mut kept = exactgrad_core::backend::try_vec_with_capacity(op, targets.len())?;
         kept.extend_from_slice(targets);
@@ -154,8 +156,9 @@ impl<B: Backend> Tensor<B> {
                 let lp = saved.get()?;
                 let b = g.backend();
                 let mut p = b.uninit(rows * classes)?;
-                lp.with_contiguous(|l| b.unary(UnaryOp::Exp, l, p.as_mut()))??;
+                lp.with_contiguous(|l| b.unary(UnaryOp::Exp, l, B::view_mut(&mut p)))??;
                 let gv = g.to_vec()?;
+                let p = B::storage_to_vec(&p)?;
                 let mut dx = super::zeroed_vec(op, rows * classes)?;
                 for i in 0..rows {
                     if targets[i] == ignore {
@@ -169,8 +172,7 @@ impl<B: Backend> Tensor<B> {
                     let y = targets[i] as usize;
                     for c in 0..classes {
                         let t = if c == y { one_minus + eps_c } else { eps_c };
-                        dx[i * classes + c] =
-                            canon(b.mode(), (p.as_ref()[i * classes + c] - t) * w);
+                        dx[i * classes + c] = canon(b.mode(), (p[i * classes + c] - t) * w);
                     }
                 }
                 Ok(vec![Some(Tensor::from_vec(b, dx, [rows, classes])?)])

@@ -41,7 +41,7 @@ fn gather<B: Backend>(
     let out_numel = exactgrad_core::Shape::from(out_shape.as_slice()).numel_for(op)?;
     let mut out = super::zeroed_vec(op, out_numel)?;
     if out_numel > 0 {
-        x.with_contiguous(|xs| {
+        x.with_host(|xs| {
             for o in 0..outer {
                 for (p, &j) in indices.iter().enumerate() {
                     let src = (o * size + j) * inner;
@@ -70,7 +70,7 @@ fn gather<B: Backend>(
                 }
             }
             let mut acc = super::try_vec(op, outer * touched * inner, |_| 0.0f64)?;
-            g.with_contiguous(|gs| {
+            g.with_host(|gs| {
                 for o in 0..outer {
                     for (p, &j) in indices.iter().enumerate() {
                         let s = slot[j];

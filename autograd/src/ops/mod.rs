@@ -65,7 +65,7 @@ pub mod softmax;
 
 use crate::error::Result;
 use crate::tensor::Tensor;
-use exactgrad_core::{Backend, BinaryOp, ComputeMode, Shape, UnaryOp, CANONICAL_NAN};
+use exactgrad_core::{Backend, BinaryOp, ComputeMode, Shape, UnaryOp, ViewMutOf, CANONICAL_NAN};
 
 pub use loss::{CrossEntropyOptions, Reduction};
 
@@ -118,11 +118,11 @@ pub(crate) fn new_tensor<B: Backend>(
     be: &B,
     op: &'static str,
     shape: Shape,
-    fill: impl FnOnce(&mut [f32]) -> Result<()>,
+    fill: impl FnOnce(ViewMutOf<'_, B>) -> Result<()>,
 ) -> Result<Tensor<B>> {
     let n = shape.numel_for(op)?;
     let mut out = be.uninit(n).map_err(|e| alloc_error_of(op, e))?;
-    fill(out.as_mut())?;
+    fill(B::view_mut(&mut out))?;
     Tensor::from_storage(be, out, shape)
 }
 
@@ -131,11 +131,11 @@ pub(crate) fn new_zeroed<B: Backend>(
     be: &B,
     op: &'static str,
     shape: Shape,
-    fill: impl FnOnce(&mut [f32]) -> Result<()>,
+    fill: impl FnOnce(ViewMutOf<'_, B>) -> Result<()>,
 ) -> Result<Tensor<B>> {
     let n = shape.numel_for(op)?;
     let mut out = be.zeros(n).map_err(|e| alloc_error_of(op, e))?;
-    fill(out.as_mut())?;
+    fill(B::view_mut(&mut out))?;
     Tensor::from_storage(be, out, shape)
 }
 
@@ -219,7 +219,7 @@ pub(crate) fn contiguous_storage<B: Backend>(t: &Tensor<B>) -> Result<B::Storage
     let b = t.backend();
     let mut out = b.uninit(t.numel())?;
     let data = t.read()?;
-    b.copy_strided(data.as_ref(), t.layout(), out.as_mut())?;
+    b.copy_strided(data.as_ref(), t.layout(), B::view_mut(&mut out))?;
     Ok(out)
 }
 

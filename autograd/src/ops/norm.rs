@@ -46,7 +46,7 @@ use crate::engine::{record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::kernels::{NormGrads as KernelGrads, NormParam, NormSpec, NormStats};
-use exactgrad_core::{Backend, ComputeMode};
+use exactgrad_core::{Backend, ComputeMode, ViewLen, ViewOf};
 
 // ----- options ---------------------------------------------------------------------------
 
@@ -369,6 +369,14 @@ fn rstd(var: &[f32], eps: f32, mode: ComputeMode) -> Vec<f32> {
         .collect()
 }
 
+/// `v` in a new buffer of the backend (the statistics and affine parameters, which the
+/// host computes or holds, handed to the kernels).
+fn up<B: Backend>(be: &B, v: &[f32]) -> Result<B::Storage> {
+    let mut copy = exactgrad_core::backend::try_vec_with_capacity("norm", v.len())?;
+    copy.extend_from_slice(v);
+    Ok(be.storage_from_vec(copy)?)
+}
+
 /// The gradients of input, weight and bias, each when needed.
 type NormGrads<B> = (Option<Tensor<B>>, Option<Tensor<B>>, Option<Tensor<B>>);
 
@@ -378,8 +386,8 @@ type NormGrads<B> = (Option<Tensor<B>>, Option<Tensor<B>>, Option<Tensor<B>>);
 #[allow(clippy::too_many_arguments)]
 fn normalize_backward<B: Backend>(
     be: &B,
-    gs: &[f32],
-    xs: &[f32],
+    gs: ViewOf<'_, B>,
+    xs: ViewOf<'_, B>,
     geo: &Geometry,
     stats: (&[f32], &[f32], &[f32]),
     w: Option<&[f32]>,
@@ -406,22 +414,23 @@ fn normalize_backward<B: Backend>(
     let mut dx = need[0].then(|| be.uninit(gs.len())).transpose()?;
     let mut dw = need[1].then(|| be.uninit(geo.params)).transpose()?;
     let mut db = need[2].then(|| be.uninit(geo.params)).transpose()?;
-    let (mean, corr, rs) = stats;
+    let (mean, corr, rs) = (up(be, stats.0)?, up(be, stats.1)?, up(be, stats.2)?);
+    let w = w.map(|w| up(be, w)).transpose()?;
     be.norm_backward(
         &spec,
         xs,
         gs,
         &NormStats {
-            mean,
-            corr,
-            rstd: rs,
+            mean: B::view(&mean),
+            corr: B::view(&corr),
+            rstd: B::view(&rs),
         },
-        w,
+        w.as_ref().map(B::view),
         stats_depend,
         KernelGrads {
-            dx: dx.as_mut().map(|v| v.as_mut()),
-            dw: dw.as_mut().map(|v| v.as_mut()),
-            db: db.as_mut().map(|v| v.as_mut()),
+            dx: dx.as_mut().map(B::view_mut),
+            dw: dw.as_mut().map(B::view_mut),
+            db: db.as_mut().map(B::view_mut),
         },
     )?;
     Ok((
@@ -519,7 +528,13 @@ fn norm_op<B: Backend>(
                     sq_sum: vec![0.0; geo.q],
                 };
                 if !xs.is_empty() {
-                    be.norm_stats(&spec, xs, &mut st.mean, &mut st.corr, &mut st.sq_sum)?;
+                    let (mut m, mut c, mut s) =
+                        (be.zeros(geo.q)?, be.zeros(geo.q)?, be.zeros(geo.q)?);
+                    let (mv, cv) = (B::view_mut(&mut m), B::view_mut(&mut c));
+                    be.norm_stats(&spec, xs, mv, cv, B::view_mut(&mut s))?;
+                    st.mean = B::storage_to_vec(&m)?;
+                    st.corr = B::storage_to_vec(&c)?;
+                    st.sq_sum = B::storage_to_vec(&s)?;
                 }
                 let n = geo.count() as f32;
                 let var = st.sq_sum.iter().map(|&s| canon(mode, s / n)).collect();
@@ -532,17 +547,22 @@ fn norm_op<B: Backend>(
             // No groups to visit (the geometry of an empty input is empty).
             return Ok((y, stats, rs));
         }
+        let (mean, corr, rsd) = (up(be, &stats.mean)?, up(be, &stats.corr)?, up(be, &rs)?);
+        let (wd, bd) = (
+            w.as_deref().map(|w| up(be, w)).transpose()?,
+            b.as_deref().map(|b| up(be, b)).transpose()?,
+        );
         be.norm_forward(
             &spec,
             xs,
             &NormStats {
-                mean: &stats.mean,
-                corr: &stats.corr,
-                rstd: &rs,
+                mean: B::view(&mean),
+                corr: B::view(&corr),
+                rstd: B::view(&rsd),
             },
-            w.as_deref(),
-            b.as_deref(),
-            y.as_mut(),
+            wd.as_ref().map(B::view),
+            bd.as_ref().map(B::view),
+            B::view_mut(&mut y),
         )?;
         Ok((y, stats, rs))
     })??;
@@ -621,7 +641,7 @@ fn norm_record<B: Backend>(
                     None => normalize_backward(
                         be,
                         gs,
-                        &[],
+                        B::view(&be.zeros(0)?),
                         &geo,
                         stats,
                         None,

@@ -76,15 +76,15 @@ impl<B: Backend> Tensor<B> {
             let gd = grad.read()?;
             let mut pd = self.write()?;
             let mut bd = momentum_buffer.map(Tensor::write).transpose()?;
-            let mut none: [f32; 0] = [];
+            let mut none = be.zeros(0)?;
             let buf = match (&mut bd, momentum_buffer) {
-                (Some(w), Some(t)) => &mut w.as_mut()[range(t)],
-                _ => &mut none[..],
+                (Some(w), Some(t)) => B::slice_mut(w.as_mut(), range(t)),
+                _ => B::view_mut(&mut none),
             };
             be.sgd_step(
                 spec,
-                &mut pd.as_mut()[range(self)],
-                &gd.as_ref()[range(grad)],
+                B::slice_mut(pd.as_mut(), range(self)),
+                B::slice(gd.as_ref(), range(grad)),
                 buf,
             )?;
         }
@@ -141,17 +141,17 @@ impl<B: Backend> Tensor<B> {
             let mut md = exp_avg.write()?;
             let mut vd = exp_avg_sq.write()?;
             let mut xd = max_exp_avg_sq.map(Tensor::write).transpose()?;
-            let mut none: [f32; 0] = [];
+            let mut none = be.zeros(0)?;
             let vmax = match (&mut xd, max_exp_avg_sq) {
-                (Some(w), Some(t)) => &mut w.as_mut()[range(t)],
-                _ => &mut none[..],
+                (Some(w), Some(t)) => B::slice_mut(w.as_mut(), range(t)),
+                _ => B::view_mut(&mut none),
             };
             be.adam_step(
                 spec,
-                &mut pd.as_mut()[range(self)],
-                &gd.as_ref()[range(grad)],
-                &mut md.as_mut()[range(exp_avg)],
-                &mut vd.as_mut()[range(exp_avg_sq)],
+                B::slice_mut(pd.as_mut(), range(self)),
+                B::slice(gd.as_ref(), range(grad)),
+                B::slice_mut(md.as_mut(), range(exp_avg)),
+                B::slice_mut(vd.as_mut(), range(exp_avg_sq)),
                 vmax,
             )?;
         }

@@ -5,7 +5,7 @@
 use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use exactgrad_core::{Backend, Layout, Shape};
+use exactgrad_core::{Backend, Layout, Shape, ViewLen};
 
 // ----- pad -------------------------------------------------------------------------------
 
@@ -46,31 +46,33 @@ pub(super) fn pad_forward<B: Backend>(
         Vec::new()
     };
     super::new_tensor(x.backend(), op, out_shape.clone(), |buf| {
-        buf.fill(value);
-        if xs.is_empty() {
-            return Ok(());
-        }
-        if rank == 0 {
-            buf[0] = xs[0];
-            return Ok(());
-        }
-        let ostrides = out_shape.contiguous_strides();
-        let len = dims[rank - 1];
-        let mut idx = vec![0usize; rank - 1];
-        for row in xs.chunks_exact(len) {
-            let mut dst = before[rank - 1];
-            for d in 0..rank - 1 {
-                dst += (idx[d] + before[d]) * ostrides[d];
+        B::with_host_mut(buf, |buf| {
+            buf.fill(value);
+            if xs.is_empty() {
+                return;
             }
-            buf[dst..dst + len].copy_from_slice(row);
-            for d in (0..rank - 1).rev() {
-                idx[d] += 1;
-                if idx[d] < dims[d] {
-                    break;
+            if rank == 0 {
+                buf[0] = xs[0];
+                return;
+            }
+            let ostrides = out_shape.contiguous_strides();
+            let len = dims[rank - 1];
+            let mut idx = vec![0usize; rank - 1];
+            for row in xs.chunks_exact(len) {
+                let mut dst = before[rank - 1];
+                for d in 0..rank - 1 {
+                    dst += (idx[d] + before[d]) * ostrides[d];
                 }
-                idx[d] = 0;
+                buf[dst..dst + len].copy_from_slice(row);
+                for d in (0..rank - 1).rev() {
+                    idx[d] += 1;
+                    if idx[d] < dims[d] {
+                        break;
+                    }
+                    idx[d] = 0;
+                }
             }
-        }
+        })?;
         Ok(())
     })
 }

@@ -10,7 +10,7 @@ use crate::engine::record;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use exactgrad_core::kernels::{pool_out_size, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
-use exactgrad_core::Backend;
+use exactgrad_core::{Backend, ViewLen};
 
 // ----- options ---------------------------------------------------------------------------
 

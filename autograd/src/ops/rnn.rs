@@ -27,7 +27,7 @@
 //! layer/direction driver and step loop (`docs/recurrent.md`); splitting them would
 //! separate each backward rule from the forward whose saved values it reads.
 
-use super::{new_tensor, sum_unrecorded, try_vec, zeroed_vec};
+use super::{new_tensor, sum_unrecorded};
 use crate::engine::{needs_record, record, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -36,7 +36,7 @@ use exactgrad_core::recurrent::{
     CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
     LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
 };
-use exactgrad_core::{Backend, BinaryOp, Layout, Shape};
+use exactgrad_core::{Backend, BinaryOp, Layout, Shape, ViewLen, ViewMutOf, ViewOf};
 
 // ----- arguments and results ---------------------------------------------------------------
 
@@ -245,11 +245,11 @@ impl Dims {
 fn gemm<B: Backend>(
     be: &B,
     (m, k, n): (usize, usize, usize),
-    a: &[f32],
+    a: ViewOf<'_, B>,
     sa: [usize; 2],
-    b: &[f32],
+    b: ViewOf<'_, B>,
     sb: [usize; 2],
-    out: &mut [f32],
+    out: ViewMutOf<'_, B>,
 ) -> Result<()> {
     if m == 0 || n == 0 {
         return Ok(());
@@ -267,9 +267,28 @@ fn gemm<B: Backend>(
     Ok(be.matmul(&spec, a, b, out)?)
 }
 
-/// The elements of `t` in row-major order (a copy), for the scalar glue.
-fn values<B: Backend>(t: &Tensor<B>) -> Result<Vec<f32>> {
-    t.to_vec()
+/// The elements of `t` in row-major order, in a new buffer of its backend.
+fn values<B: Backend>(t: &Tensor<B>) -> Result<B::Storage> {
+    let be = t.backend();
+    let n = t.numel();
+    let mut out = be.uninit(n)?;
+    t.with_contiguous(|v| copy(be, v, B::view_mut(&mut out)))??;
+    Ok(out)
+}
+
+/// Copies `src` into `dst` (same length), bits unchanged.
+fn copy<B: Backend>(be: &B, src: ViewOf<'_, B>, dst: ViewMutOf<'_, B>) -> Result<()> {
+    Ok(be.copy_strided(src, &Layout::contiguous([src.len()]), dst)?)
+}
+
+/// Elements `start .. start + len` of `s`.
+fn part<B: Backend>(s: &B::Storage, start: usize, len: usize) -> ViewOf<'_, B> {
+    B::slice(B::view(s), start..start + len)
+}
+
+/// Elements `start .. start + len` of `s`, exclusively.
+fn part_mut<B: Backend>(s: &mut B::Storage, start: usize, len: usize) -> ViewMutOf<'_, B> {
+    B::slice_mut(B::view_mut(s), start..start + len)
 }
 
 /// What the backward rule of one layer keeps.
@@ -284,9 +303,9 @@ struct Kept<B: Backend> {
     /// The layer's packed output (`y`, then `c_n` for the LSTM).
     out: Saved<B>,
     /// The kept gates of every step, `[T, B, 4·H]` in time order.
-    gates: Vec<f32>,
+    gates: B::Storage,
     /// The LSTM's cell states `c_t`, `[T, B, H]` in time order.
-    cs: Vec<f32>,
+    cs: B::Storage,
     /// Which inputs need a gradient: x, h0, c0, w_ih, w_hh, b_ih, b_hh.
     need: [bool; 7],
     has_bias: [bool; 2],
@@ -325,94 +344,102 @@ fn layer<B: Backend>(
     let w_hh = values(w.weight_hh)?;
     let b_ih = w.bias_ih.map(values).transpose()?;
     let b_hh = w.bias_hh.map(values).transpose()?;
+    let zeros = |n: usize| zeros_of(be, op, n);
     // The input projection of every step: XG = X · W_ihᵀ, [T·B, G·H].
-    let mut xg = zeroed_vec(op, t * d.b * gh)?;
+    let mut xg = zeros(t * d.b * gh)?;
     gemm(
         be,
         (t * d.b, d.i, gh),
-        &xs,
+        B::view(&xs),
         [d.i, 1],
-        &w_ih,
+        B::view(&w_ih),
         [1, d.i],
-        &mut xg,
+        B::view_mut(&mut xg),
     )?;
     // W_hhᵀ, [H, G·H], copied once so that every step's product reads it row-major.
-    let mut w_hh_t = zeroed_vec(op, d.h * gh)?;
+    let mut w_hh_t = zeros(d.h * gh)?;
     let lt = Layout {
         shape: Shape::from([d.h, gh]),
         strides: vec![1, d.h],
         offset: 0,
     };
-    be.copy_strided(&w_hh, &lt, &mut w_hh_t)?;
+    be.copy_strided(B::view(&w_hh), &lt, B::view_mut(&mut w_hh_t))?;
 
     let packed_rows = if cell == Cell::Lstm { t + 1 } else { t };
     let keep_steps = if recording { t } else { 1 };
-    let mut gates = zeroed_vec(op, keep_steps * d.b * 4 * d.h)?;
-    let mut cs = zeroed_vec(
-        op,
-        if cell == Cell::Lstm {
-            keep_steps * bh
-        } else {
-            0
-        },
-    )?;
+    let mut gates = zeros(keep_steps * d.b * 4 * d.h)?;
+    let mut cs = zeros(if cell == Cell::Lstm {
+        keep_steps * bh
+    } else {
+        0
+    })?;
     let mut hp = values(h0)?;
     let mut cp = match c0 {
         Some(c) => values(c)?,
-        None => Vec::new(),
+        None => zeros(0)?,
     };
-    let mut hg = zeroed_vec(op, d.b * gh)?;
+    let mut hg = zeros(d.b * gh)?;
     let shape = CellShape {
         batch: d.b,
         hidden: d.h,
     };
-    let out = new_tensor(be, op, Shape::from([packed_rows, d.b, d.h]), |y| {
+    let out = new_tensor(be, op, Shape::from([packed_rows, d.b, d.h]), |mut y| {
         for s in 0..t {
             let tt = d.time(s);
             let k = if recording { tt } else { 0 };
-            gemm(be, (d.b, d.h, gh), &hp, [d.h, 1], &w_hh_t, [gh, 1], &mut hg)?;
-            let xg_t = &xg[tt * d.b * gh..(tt + 1) * d.b * gh];
-            let g_t = &mut gates[k * 4 * bh..(k + 1) * 4 * bh];
-            let y_t = &mut y[tt * bh..(tt + 1) * bh];
+            let hg_v = B::view_mut(&mut hg);
+            gemm(
+                be,
+                (d.b, d.h, gh),
+                B::view(&hp),
+                [d.h, 1],
+                B::view(&w_hh_t),
+                [gh, 1],
+                hg_v,
+            )?;
+            let xg_t = part::<B>(&xg, tt * d.b * gh, d.b * gh);
+            let g_t = part_mut::<B>(&mut gates, k * 4 * bh, 4 * bh);
+            let y_t = B::slice_mut(B::reborrow(&mut y), tt * bh..(tt + 1) * bh);
+            let (bias_ih, bias_hh) = (b_ih.as_ref().map(B::view), b_hh.as_ref().map(B::view));
             match cell {
                 Cell::Lstm => {
-                    let c_t = &mut cs[k * bh..(k + 1) * bh];
                     be.lstm_cell(
                         shape,
                         LstmCellInputs {
                             xg: xg_t,
-                            hg: &hg,
-                            bias_ih: b_ih.as_deref(),
-                            bias_hh: b_hh.as_deref(),
-                            c_prev: &cp,
+                            hg: B::view(&hg),
+                            bias_ih,
+                            bias_hh,
+                            c_prev: B::view(&cp),
                         },
                         LstmCellOutputs {
                             gates: g_t,
-                            c: c_t,
+                            c: part_mut::<B>(&mut cs, k * bh, bh),
                             h: y_t,
                         },
                     )?;
-                    cp.copy_from_slice(c_t);
+                    copy(be, part::<B>(&cs, k * bh, bh), B::view_mut(&mut cp))?;
                 }
                 Cell::Gru => {
                     be.gru_cell(
                         shape,
                         GruCellInputs {
                             xg: xg_t,
-                            hg: &hg,
-                            bias_ih: b_ih.as_deref(),
-                            bias_hh: b_hh.as_deref(),
-                            h_prev: &hp,
+                            hg: B::view(&hg),
+                            bias_ih,
+                            bias_hh,
+                            h_prev: B::view(&hp),
                         },
                         GruCellOutputs { gates: g_t, h: y_t },
                     )?;
                 }
             }
-            hp.copy_from_slice(y_t);
+            let y_t = B::slice(B::freeze(&y), tt * bh..(tt + 1) * bh);
+            copy(be, y_t, B::view_mut(&mut hp))?;
         }
         if cell == Cell::Lstm {
             // The final cell state (c0 itself for an empty sequence).
-            y[t * bh..(t + 1) * bh].copy_from_slice(&cp);
+            copy(be, B::view(&cp), B::slice_mut(y, t * bh..(t + 1) * bh))?;
         }
         Ok(())
     })?;
@@ -447,6 +474,11 @@ fn layer<B: Backend>(
     }))
 }
 
+/// A zero-filled buffer of `n` elements of the backend, its errors named after `op`.
+fn zeros_of<B: Backend>(be: &B, op: &'static str, n: usize) -> Result<B::Storage> {
+    be.zeros(n).map_err(|e| super::alloc_error_of(op, e).into())
+}
+
 /// The backward rule of [`layer`]: one gradient per recorded input (x, h0, c0 when
 /// given, w_ih, w_hh, the biases when given).
 fn layer_backward<B: Backend>(k: &Kept<B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
@@ -458,12 +490,13 @@ fn layer_backward<B: Backend>(k: &Kept<B>, g: &Tensor<B>) -> Result<Vec<Option<T
         batch: d.b,
         hidden: d.h,
     };
+    let zeros = |n: usize| zeros_of(be, op, n);
     let gv = values(g)?;
     let y = values(k.out.get()?)?;
     let h0 = values(k.h0.get()?)?;
     let c0 = match &k.c0 {
         Some(c) => values(c.get()?)?,
-        None => zeroed_vec(op, bh)?,
+        None => zeros(bh)?,
     };
     let w_hh = values(k.w_hh.get()?)?;
     // The state before step `tt` (in time order): h0 / c0 for the first processed step.
@@ -474,100 +507,104 @@ fn layer_backward<B: Backend>(k: &Kept<B>, g: &Tensor<B>) -> Result<Vec<Option<T
             tt.checked_sub(1)
         }
     };
-    let mut da = zeroed_vec(op, t * d.b * gh)?;
-    let mut dhg_all = zeroed_vec(op, if k.cell == Cell::Gru { t * d.b * gh } else { 0 })?;
-    let mut dh_next = zeroed_vec(op, bh)?;
+    let mut da = zeros(t * d.b * gh)?;
+    let mut dhg_all = zeros(if k.cell == Cell::Gru { t * d.b * gh } else { 0 })?;
+    let mut dh_next = zeros(bh)?;
     let mut dc_next = if k.cell == Cell::Lstm {
-        gv[t * bh..(t + 1) * bh].to_vec()
+        let mut c = zeros(bh)?;
+        copy(be, part::<B>(&gv, t * bh, bh), B::view_mut(&mut c))?;
+        c
     } else {
-        Vec::new()
+        zeros(0)?
     };
-    let mut dc_prev = zeroed_vec(op, bh)?;
-    let mut dh_direct = zeroed_vec(op, bh)?;
-    let mut m = zeroed_vec(op, bh)?;
+    let mut dc_prev = zeros(bh)?;
+    let mut dh_direct = zeros(bh)?;
+    let mut m = zeros(bh)?;
     for s in (0..t).rev() {
         let tt = d.time(s);
-        let gates = &k.gates[tt * 4 * bh..(tt + 1) * 4 * bh];
-        let dy = &gv[tt * bh..(tt + 1) * bh];
-        let da_t = &mut da[tt * d.b * gh..(tt + 1) * d.b * gh];
+        let gates = part::<B>(&k.gates, tt * 4 * bh, 4 * bh);
+        let dy = part::<B>(&gv, tt * bh, bh);
         match k.cell {
             Cell::Lstm => {
                 let c_prev = match prev(tt) {
-                    Some(p) => &k.cs[p * bh..(p + 1) * bh],
-                    None => &c0[..],
+                    Some(p) => part::<B>(&k.cs, p * bh, bh),
+                    None => B::view(&c0),
                 };
                 be.lstm_cell_backward(
                     shape,
                     LstmCellGradInputs {
                         gates,
                         c_prev,
-                        c: &k.cs[tt * bh..(tt + 1) * bh],
+                        c: part::<B>(&k.cs, tt * bh, bh),
                         dy,
-                        dh_next: &dh_next,
-                        dc_next: &dc_next,
+                        dh_next: B::view(&dh_next),
+                        dc_next: B::view(&dc_next),
                     },
                     LstmCellGradOutputs {
-                        dgates: da_t,
-                        dc_prev: &mut dc_prev,
+                        dgates: part_mut::<B>(&mut da, tt * d.b * gh, d.b * gh),
+                        dc_prev: B::view_mut(&mut dc_prev),
                     },
                 )?;
                 std::mem::swap(&mut dc_next, &mut dc_prev);
                 gemm(
                     be,
                     (d.b, gh, d.h),
-                    da_t,
+                    part::<B>(&da, tt * d.b * gh, d.b * gh),
                     [gh, 1],
-                    &w_hh,
+                    B::view(&w_hh),
                     [d.h, 1],
-                    &mut dh_next,
+                    B::view_mut(&mut dh_next),
                 )?;
             }
             Cell::Gru => {
                 let h_prev = match prev(tt) {
-                    Some(p) => &y[p * bh..(p + 1) * bh],
-                    None => &h0[..],
+                    Some(p) => part::<B>(&y, p * bh, bh),
+                    None => B::view(&h0),
                 };
-                let dhg_t = &mut dhg_all[tt * d.b * gh..(tt + 1) * d.b * gh];
                 be.gru_cell_backward(
                     shape,
                     GruCellGradInputs {
                         gates,
                         h_prev,
                         dy,
-                        dh_next: &dh_next,
+                        dh_next: B::view(&dh_next),
                     },
                     GruCellGradOutputs {
-                        dxg: da_t,
-                        dhg: dhg_t,
-                        dh_prev: &mut dh_direct,
+                        dxg: part_mut::<B>(&mut da, tt * d.b * gh, d.b * gh),
+                        dhg: part_mut::<B>(&mut dhg_all, tt * d.b * gh, d.b * gh),
+                        dh_prev: B::view_mut(&mut dh_direct),
                     },
                 )?;
-                gemm(be, (d.b, gh, d.h), dhg_t, [gh, 1], &w_hh, [d.h, 1], &mut m)?;
+                let dhg_t = part::<B>(&dhg_all, tt * d.b * gh, d.b * gh);
+                let (wv, mv) = (B::view(&w_hh), B::view_mut(&mut m));
+                gemm(be, (d.b, gh, d.h), dhg_t, [gh, 1], wv, [d.h, 1], mv)?;
                 let l = Layout::contiguous([bh]);
-                be.binary(BinaryOp::Add, &dh_direct, &l, &m, &l, &mut dh_next)?;
+                let (dd, mv) = (B::view(&dh_direct), B::view(&m));
+                be.binary(BinaryOp::Add, dd, &l, mv, &l, B::view_mut(&mut dh_next))?;
             }
         }
     }
-    let dh_all: &[f32] = if k.cell == Cell::Gru { &dhg_all } else { &da };
+    let dh_all = if k.cell == Cell::Gru { &dhg_all } else { &da };
     let [need_x, need_h0, need_c0, need_wih, need_whh, need_bih, need_bhh] = k.need;
     let mut grads: Vec<Option<Tensor<B>>> = Vec::new();
     // x: Δ · W_ih.
     grads.push(if need_x {
         let w_ih = values(k.w_ih.get()?)?;
         Some(new_tensor(be, op, Shape::from([t, d.b, d.i]), |dx| {
-            gemm(be, (t * d.b, gh, d.i), &da, [gh, 1], &w_ih, [d.i, 1], dx)
+            let (dv, wv) = (B::view(&da), B::view(&w_ih));
+            gemm(be, (t * d.b, gh, d.i), dv, [gh, 1], wv, [d.i, 1], dx)
         })?)
     } else {
         None
     });
     grads.push(if need_h0 {
-        Some(Tensor::from_vec(be, dh_next, [d.b, d.h])?)
+        Some(Tensor::leaf_from_storage(be, dh_next, [d.b, d.h].into())?)
     } else {
         None
     });
     if k.c0.is_some() {
         grads.push(if need_c0 {
-            Some(Tensor::from_vec(be, dc_next, [d.b, d.h])?)
+            Some(Tensor::leaf_from_storage(be, dc_next, [d.b, d.h].into())?)
         } else {
             None
         });
@@ -576,28 +613,29 @@ fn layer_backward<B: Backend>(k: &Kept<B>, g: &Tensor<B>) -> Result<Vec<Option<T
     grads.push(if need_wih {
         let xs = values(k.x.get()?)?;
         Some(new_tensor(be, op, Shape::from([gh, d.i]), |dw| {
-            gemm(be, (gh, t * d.b, d.i), &da, [1, gh], &xs, [d.i, 1], dw)
+            let (dv, xv) = (B::view(&da), B::view(&xs));
+            gemm(be, (gh, t * d.b, d.i), dv, [1, gh], xv, [d.i, 1], dw)
         })?)
     } else {
         None
     });
     // W_hh: Δ_hᵀ · H_prev, H_prev the state before each step, in time order.
     grads.push(if need_whh {
-        let mut h_prev = try_vec(op, t * bh, |_| 0.0f32)?;
+        let mut h_prev = zeros(t * bh)?;
         for tt in 0..t {
             let src = match prev(tt) {
-                Some(p) => &y[p * bh..(p + 1) * bh],
-                None => &h0[..],
+                Some(p) => part::<B>(&y, p * bh, bh),
+                None => B::view(&h0),
             };
-            h_prev[tt * bh..(tt + 1) * bh].copy_from_slice(src);
+            copy(be, src, part_mut::<B>(&mut h_prev, tt * bh, bh))?;
         }
         Some(new_tensor(be, op, Shape::from([gh, d.h]), |dw| {
             gemm(
                 be,
                 (gh, t * d.b, d.h),
-                dh_all,
+                B::view(dh_all),
                 [1, gh],
-                &h_prev,
+                B::view(&h_prev),
                 [d.h, 1],
                 dw,
             )
@@ -606,8 +644,10 @@ fn layer_backward<B: Backend>(k: &Kept<B>, g: &Tensor<B>) -> Result<Vec<Option<T
         None
     });
     // Biases: Σ64 of the rows of Δ (b_ih) and Δ_h (b_hh), in time order.
-    let bias_sum = |rows: &[f32]| -> Result<Tensor<B>> {
-        let m = Tensor::from_slice(be, rows, [t * d.b, gh])?;
+    let bias_sum = |rows: &B::Storage| -> Result<Tensor<B>> {
+        let mut copied = be.uninit(t * d.b * gh)?;
+        copy(be, B::view(rows), B::view_mut(&mut copied))?;
+        let m = Tensor::leaf_from_storage(be, copied, [t * d.b, gh].into())?;
         sum_unrecorded(&m, &[true, false])
     };
     if k.has_bias[0] {

@@ -35,7 +35,8 @@ fn reshape_error<B: Backend>(op: &'static str, x: &Tensor<B>, to: &[usize]) -> E
 /// contiguous buffer of `shape`) selects: the backward of narrow/slice.
 fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> Result<Tensor<B>> {
     super::new_zeroed(g.backend(), "slice", shape.clone(), |buf| {
-        g.with_contiguous(|values| {
+        let values = g.with_host(|v| v.to_vec())?;
+        B::with_host_mut(buf, |buf| {
             let rank = region.rank();
             if rank > 0 && region.strides[rank - 1] == 1 {
                 // Unit stride along the last dimension: whole runs of it at a time.
@@ -59,7 +60,8 @@ fn scatter_region<B: Backend>(g: &Tensor<B>, shape: &Shape, region: &Layout) -> 
                 buf[s] = values[i];
                 i += 1;
             });
-        })
+        })?;
+        Ok(())
     })
 }
 
@@ -464,7 +466,7 @@ impl<B: Backend> Tensor<B> {
         let shape = Shape::from(shape);
         let base = Layout::contiguous(shape.clone());
         let mut offsets = Vec::with_capacity(tensors.len());
-        let out = super::new_zeroed(first.backend(), op, shape.clone(), |buf| {
+        let out = super::new_zeroed(first.backend(), op, shape.clone(), |mut buf| {
             let mut off = 0usize;
             for t in tensors {
                 offsets.push(off);
@@ -474,11 +476,13 @@ impl<B: Backend> Tensor<B> {
                 let mut rs = shape.to_vec();
                 rs[d] = t.dims()[d];
                 region.shape = rs.into();
-                let mut i = 0;
-                region.for_each_index(|s| {
-                    buf[s] = values[i];
-                    i += 1;
-                });
+                B::with_host_mut(B::reborrow(&mut buf), |buf| {
+                    let mut i = 0;
+                    region.for_each_index(|s| {
+                        buf[s] = values[i];
+                        i += 1;
+                    });
+                })?;
                 off += t.dims()[d];
             }
             Ok(())

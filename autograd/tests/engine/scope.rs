@@ -6,6 +6,7 @@
 use exactgrad_autograd::{no_grad, ActivationScope, Error, Tensor};
 use exactgrad_backends::{ExactBackend, ScalarRefBackend};
 use exactgrad_core::Backend;
+use exactgrad_core::BackendImpl as _;
 
 fn leaf<B: Backend>(b: &B, v: &[f32], shape: &[usize]) -> Tensor<B> {
     Tensor::from_slice(b, v, shape)

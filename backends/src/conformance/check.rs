@@ -9,7 +9,7 @@ use exactgrad_core::recurrent::{
     CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
     LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
 };
-use exactgrad_core::{Backend, ComputeMode, Layout, Philox};
+use exactgrad_core::{Backend, ComputeMode, Layout, Philox, ViewMutOf};
 use std::boxed::Box;
 use std::string::{String, ToString};
 use std::vec::Vec;
@@ -72,13 +72,15 @@ impl Inputs {
                 inp.out_len = *len;
                 let x = vals(0, *len);
                 let y = if *y_from_forward {
-                    let mut y = vec![0.0; *len];
+                    let forward = || -> Result<Vec<f32>, exactgrad_core::Error> {
+                        let xs = upload(reference, &x)?;
+                        let mut y = reference.storage_from_vec(vec![0.0; *len])?;
+                        reference.unary(*op, R::view(&xs), R::view_mut(&mut y))?;
+                        R::storage_to_vec(&y)
+                    };
                     // A reference whose forward kernel fails is caught by the forward
                     // cases; here its outputs become NaN inputs.
-                    if reference.unary(*op, &x, &mut y).is_err() {
-                        y.fill(f32::NAN);
-                    }
-                    y
+                    forward().unwrap_or_else(|_| vec![f32::NAN; *len])
                 } else {
                     vals(1, *len)
                 };
@@ -202,13 +204,15 @@ impl Inputs {
                 inp.out_len = len;
                 let y = if *y_from_forward {
                     let x = vals(0, len);
-                    let mut y = vec![0.0; len];
+                    let forward = || -> Result<Vec<f32>, exactgrad_core::Error> {
+                        let xs = upload(reference, &x)?;
+                        let mut y = reference.storage_from_vec(vec![0.0; len])?;
+                        reference.softmax(R::view(&xs), *rows, *cols, *log, R::view_mut(&mut y))?;
+                        R::storage_to_vec(&y)
+                    };
                     // As for unary backward: a failing forward kernel is caught by the
                     // forward cases.
-                    if reference.softmax(&x, *rows, *cols, *log, &mut y).is_err() {
-                        y.fill(f32::NAN);
-                    }
-                    y
+                    forward().unwrap_or_else(|_| vec![f32::NAN; len])
                 } else {
                     vals(0, len)
                 };
@@ -249,26 +253,68 @@ impl Inputs {
         if let Call::Train(t) = call {
             return super::training::run(t, &self.bufs, self.out_len, backend);
         }
-        let mut out = vec![UNWRITTEN; self.out_len];
+        let mut out = backend.storage_from_vec(vec![UNWRITTEN; self.out_len])?;
         let (bf, l) = (&self.bufs, &self.layouts);
+        let up = |i: usize| upload(backend, &bf[i]);
         match call {
             Call::Train(_) => Ok(()),
-            Call::CopyStrided { .. } => backend.copy_strided(&bf[0], &l[0], &mut out),
-            Call::Unary { op, .. } => backend.unary(*op, &bf[0], &mut out),
+            Call::CopyStrided { .. } => {
+                let x = up(0)?;
+                backend.copy_strided(B::view(&x), &l[0], B::view_mut(&mut out))
+            }
+            Call::Unary { op, .. } => {
+                let x = up(0)?;
+                backend.unary(*op, B::view(&x), B::view_mut(&mut out))
+            }
             Call::UnaryBackward { op, .. } => {
-                backend.unary_backward(*op, &bf[0], &bf[1], &bf[2], &mut out)
+                let (x, y, g) = (up(0)?, up(1)?, up(2)?);
+                backend.unary_backward(
+                    *op,
+                    B::view(&x),
+                    B::view(&y),
+                    B::view(&g),
+                    B::view_mut(&mut out),
+                )
             }
-            Call::Binary { op, .. } => backend.binary(*op, &bf[0], &l[0], &bf[1], &l[1], &mut out),
+            Call::Binary { op, .. } => {
+                let (a, b) = (up(0)?, up(1)?);
+                backend.binary(
+                    *op,
+                    B::view(&a),
+                    &l[0],
+                    B::view(&b),
+                    &l[1],
+                    B::view_mut(&mut out),
+                )
+            }
             Call::Select { .. } => {
-                backend.select(&bf[0], &l[0], &bf[1], &l[1], &bf[2], &l[2], &mut out)
+                let (c, a, b) = (up(0)?, up(1)?, up(2)?);
+                backend.select(
+                    B::view(&c),
+                    &l[0],
+                    B::view(&a),
+                    &l[1],
+                    B::view(&b),
+                    &l[2],
+                    B::view_mut(&mut out),
+                )
             }
-            Call::Sum { reduce, .. } => backend.sum(&bf[0], &l[0], reduce, &mut out),
+            Call::Sum { reduce, .. } => {
+                let x = up(0)?;
+                backend.sum(B::view(&x), &l[0], reduce, B::view_mut(&mut out))
+            }
             Call::Matmul { seg, .. } => match self.spec.as_ref() {
                 Some(spec) if *seg > 0 => {
-                    out.copy_from_slice(&bf[2]);
-                    backend.matmul_acc(spec, *seg, &bf[0], &bf[1], &mut out)
+                    let mut init = vec![UNWRITTEN; self.out_len];
+                    init.copy_from_slice(&bf[2]);
+                    out = backend.storage_from_vec(init)?;
+                    let (a, b) = (up(0)?, up(1)?);
+                    backend.matmul_acc(spec, *seg, B::view(&a), B::view(&b), B::view_mut(&mut out))
                 }
-                Some(spec) => backend.matmul(spec, &bf[0], &bf[1], &mut out),
+                Some(spec) => {
+                    let (a, b) = (up(0)?, up(1)?);
+                    backend.matmul(spec, B::view(&a), B::view(&b), B::view_mut(&mut out))
+                }
                 None => Err(exactgrad_core::Error::invalid(
                     "matmul",
                     "spec",
@@ -276,11 +322,22 @@ impl Inputs {
                 )),
             },
             Call::Softmax { rows, cols, log } => {
-                backend.softmax(&bf[0], *rows, *cols, *log, &mut out)
+                let x = up(0)?;
+                backend.softmax(B::view(&x), *rows, *cols, *log, B::view_mut(&mut out))
             }
             Call::SoftmaxBackward {
                 rows, cols, log, ..
-            } => backend.softmax_backward(&bf[0], &bf[1], *rows, *cols, *log, &mut out),
+            } => {
+                let (y, g) = (up(0)?, up(1)?);
+                backend.softmax_backward(
+                    B::view(&y),
+                    B::view(&g),
+                    *rows,
+                    *cols,
+                    *log,
+                    B::view_mut(&mut out),
+                )
+            }
             Call::RecurrentCell {
                 kernel,
                 batch,
@@ -297,11 +354,20 @@ impl Inputs {
                 },
                 (*bias_ih, *bias_hh),
                 bf,
-                &mut out,
+                B::view_mut(&mut out),
             ),
         }?;
-        Ok(out)
+        B::storage_to_vec(&out)
     }
+}
+
+/// `v` uploaded to a buffer of `backend` (the kit's inputs are host vectors, shared by
+/// every backend under test).
+pub(super) fn upload<B: Backend>(
+    backend: &B,
+    v: &[f32],
+) -> Result<B::Storage, exactgrad_core::Error> {
+    backend.storage_from_vec(v.to_vec())
 }
 
 /// The value output buffers hold before a kernel runs (a finite pattern no kernel of the
@@ -469,50 +535,50 @@ fn cell_inputs<R: Backend>(
     let forward = |gates: usize, state: Vec<f32>| -> (Vec<f32>, Vec<f32>) {
         let (xg, hg) = (vals(10, g(gates)), vals(11, g(gates)));
         let (bi, bhh) = (vals(12, gates * hidden), vals(13, gates * hidden));
-        let (mut kept, mut out) = (vec![0.0; g(4)], vec![0.0; bh]);
-        let ok = if gates == 4 {
-            let mut h = vec![0.0; bh];
-            let r = reference.lstm_cell(
-                shape,
-                LstmCellInputs {
-                    xg: &xg,
-                    hg: &hg,
-                    bias_ih: Some(&bi),
-                    bias_hh: Some(&bhh),
-                    c_prev: &state,
-                },
-                LstmCellOutputs {
-                    gates: &mut kept,
-                    c: &mut out,
-                    h: &mut h,
-                },
-            );
-            r.is_ok()
-        } else {
-            reference
-                .gru_cell(
+        let run = || -> Result<(Vec<f32>, Vec<f32>), exactgrad_core::Error> {
+            let (xg, hg) = (upload(reference, &xg)?, upload(reference, &hg)?);
+            let (bi, bhh) = (upload(reference, &bi)?, upload(reference, &bhh)?);
+            let state = upload(reference, &state)?;
+            let mut kept = reference.storage_from_vec(vec![0.0; g(4)])?;
+            let mut out = reference.storage_from_vec(vec![0.0; bh])?;
+            if gates == 4 {
+                let mut h = reference.storage_from_vec(vec![0.0; bh])?;
+                reference.lstm_cell(
+                    shape,
+                    LstmCellInputs {
+                        xg: R::view(&xg),
+                        hg: R::view(&hg),
+                        bias_ih: Some(R::view(&bi)),
+                        bias_hh: Some(R::view(&bhh)),
+                        c_prev: R::view(&state),
+                    },
+                    LstmCellOutputs {
+                        gates: R::view_mut(&mut kept),
+                        c: R::view_mut(&mut out),
+                        h: R::view_mut(&mut h),
+                    },
+                )?;
+            } else {
+                reference.gru_cell(
                     shape,
                     GruCellInputs {
-                        xg: &xg,
-                        hg: &hg,
-                        bias_ih: Some(&bi),
-                        bias_hh: Some(&bhh),
-                        h_prev: &state,
+                        xg: R::view(&xg),
+                        hg: R::view(&hg),
+                        bias_ih: Some(R::view(&bi)),
+                        bias_hh: Some(R::view(&bhh)),
+                        h_prev: R::view(&state),
                     },
                     GruCellOutputs {
-                        gates: &mut kept,
-                        h: &mut out,
+                        gates: R::view_mut(&mut kept),
+                        h: R::view_mut(&mut out),
                     },
-                )
-                .is_ok()
+                )?;
+            }
+            Ok((R::storage_to_vec(&kept)?, R::storage_to_vec(&out)?))
         };
         // A failing reference forward is caught by the forward cases; here its outputs
         // become NaN inputs.
-        if !ok {
-            kept.fill(f32::NAN);
-            out.fill(f32::NAN);
-        }
-        (kept, out)
+        run().unwrap_or_else(|_| (vec![f32::NAN; g(4)], vec![f32::NAN; bh]))
     };
     match kernel {
         Kernel::LstmCell => {
@@ -567,64 +633,70 @@ fn run_cell<B: Backend>(
     shape: CellShape,
     (bias_ih, bias_hh): (bool, bool),
     bf: &[Vec<f32>],
-    out: &mut [f32],
+    out: ViewMutOf<'_, B>,
 ) -> Result<(), exactgrad_core::Error> {
     let bh = shape.batch * shape.hidden;
+    let up = |i: usize| upload(backend, &bf[i]);
     match kernel {
         Kernel::LstmCell => {
-            let (gates, rest) = out.split_at_mut(4 * bh);
-            let (c, h) = rest.split_at_mut(bh);
+            let (xg, hg, bi, bhh, c_prev) = (up(0)?, up(1)?, up(2)?, up(3)?, up(4)?);
+            let (gates, rest) = B::split_at_mut(B::shorten_mut(out), 4 * bh);
+            let (c, h) = B::split_at_mut(rest, bh);
             backend.lstm_cell(
                 shape,
                 LstmCellInputs {
-                    xg: &bf[0],
-                    hg: &bf[1],
-                    bias_ih: bias_ih.then_some(bf[2].as_slice()),
-                    bias_hh: bias_hh.then_some(bf[3].as_slice()),
-                    c_prev: &bf[4],
+                    xg: B::view(&xg),
+                    hg: B::view(&hg),
+                    bias_ih: bias_ih.then_some(B::view(&bi)),
+                    bias_hh: bias_hh.then_some(B::view(&bhh)),
+                    c_prev: B::view(&c_prev),
                 },
                 LstmCellOutputs { gates, c, h },
             )
         }
         Kernel::LstmCellBackward => {
-            let (dgates, dc_prev) = out.split_at_mut(4 * bh);
+            let (gates, c_prev, c) = (up(0)?, up(1)?, up(2)?);
+            let (dy, dh_next, dc_next) = (up(3)?, up(4)?, up(5)?);
+            let (dgates, dc_prev) = B::split_at_mut(B::shorten_mut(out), 4 * bh);
             backend.lstm_cell_backward(
                 shape,
                 LstmCellGradInputs {
-                    gates: &bf[0],
-                    c_prev: &bf[1],
-                    c: &bf[2],
-                    dy: &bf[3],
-                    dh_next: &bf[4],
-                    dc_next: &bf[5],
+                    gates: B::view(&gates),
+                    c_prev: B::view(&c_prev),
+                    c: B::view(&c),
+                    dy: B::view(&dy),
+                    dh_next: B::view(&dh_next),
+                    dc_next: B::view(&dc_next),
                 },
                 LstmCellGradOutputs { dgates, dc_prev },
             )
         }
         Kernel::GruCell => {
-            let (gates, h) = out.split_at_mut(4 * bh);
+            let (xg, hg, bi, bhh, h_prev) = (up(0)?, up(1)?, up(2)?, up(3)?, up(4)?);
+            let (gates, h) = B::split_at_mut(B::shorten_mut(out), 4 * bh);
             backend.gru_cell(
                 shape,
                 GruCellInputs {
-                    xg: &bf[0],
-                    hg: &bf[1],
-                    bias_ih: bias_ih.then_some(bf[2].as_slice()),
-                    bias_hh: bias_hh.then_some(bf[3].as_slice()),
-                    h_prev: &bf[4],
+                    xg: B::view(&xg),
+                    hg: B::view(&hg),
+                    bias_ih: bias_ih.then_some(B::view(&bi)),
+                    bias_hh: bias_hh.then_some(B::view(&bhh)),
+                    h_prev: B::view(&h_prev),
                 },
                 GruCellOutputs { gates, h },
             )
         }
         _ => {
-            let (dxg, rest) = out.split_at_mut(3 * bh);
-            let (dhg, dh_prev) = rest.split_at_mut(3 * bh);
+            let (gates, h_prev, dy, dh_next) = (up(0)?, up(1)?, up(2)?, up(3)?);
+            let (dxg, rest) = B::split_at_mut(B::shorten_mut(out), 3 * bh);
+            let (dhg, dh_prev) = B::split_at_mut(rest, 3 * bh);
             backend.gru_cell_backward(
                 shape,
                 GruCellGradInputs {
-                    gates: &bf[0],
-                    h_prev: &bf[1],
-                    dy: &bf[2],
-                    dh_next: &bf[3],
+                    gates: B::view(&gates),
+                    h_prev: B::view(&h_prev),
+                    dy: B::view(&dy),
+                    dh_next: B::view(&dh_next),
                 },
                 GruCellGradOutputs { dxg, dhg, dh_prev },
             )

@@ -13,7 +13,6 @@
 //! Over 800 lines on purpose: one flat list of probes, a few per kernel, each a closure
 //! with its hand-built arguments; split by kernel they would repeat the harness in every
 //! part, and together they show at a glance which refusals each kernel has.
-
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::{
     AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec, NormGrads,
@@ -23,19 +22,20 @@ use exactgrad_core::recurrent::{
     CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
     LstmCellGradInputs, LstmCellGradOutputs, LstmCellInputs, LstmCellOutputs,
 };
-use exactgrad_core::{Backend, BinaryOp, Layout, Shape, UnaryOp};
+use exactgrad_core::{Backend, BinaryOp, Layout, Shape, UnaryOp, ViewMutOf, ViewOf};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::string::String;
+use std::sync::Arc;
 use std::vec;
 use std::vec::Vec;
 
-/// A call of one kernel on a given output buffer.
-type KernelCall = Box<dyn Fn(&mut [f32]) -> Result<(), exactgrad_core::Error>>;
+/// A call of one kernel on a given output buffer (a view of the backend's storage).
+type KernelCall<B> = Box<dyn for<'x> Fn(ViewMutOf<'x, B>) -> Result<(), exactgrad_core::Error>>;
 
 /// One invalid call that must be refused.
-struct Probe {
+struct Probe<B: Backend> {
     what: &'static str,
-    run: KernelCall,
+    run: KernelCall<B>,
 }
 
 fn layout(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
@@ -46,23 +46,38 @@ fn layout(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
     }
 }
 
-fn probes<B: Backend>(b: &B) -> Vec<Probe> {
-    let data = vec![1.0f32; 16];
-    let mut v: Vec<Probe> = Vec::new();
-    let mut add = |what: &'static str, f: KernelCall| v.push(Probe { what, run: f });
+/// Normalisation statistics of two groups, each a view of the first two elements of `d`.
+fn stats<B: Backend>(d: ViewOf<'_, B>) -> NormStats<'_, B::Views> {
+    NormStats {
+        mean: B::slice(d, 0..2),
+        corr: B::slice(d, 0..2),
+        rstd: B::slice(d, 0..2),
+    }
+}
+
+fn probes<B: Backend>(b: &B) -> exactgrad_core::Result<Vec<Probe<B>>> {
+    let data = Arc::new(b.storage_from_vec(vec![1.0f32; 16])?);
+    let mut v: Vec<Probe<B>> = Vec::new();
+    let mut add = |what: &'static str, f: KernelCall<B>| v.push(Probe { what, run: f });
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "copy_strided: offset past the buffer",
-        Box::new(move |out| b1.copy_strided(&d1, &layout(&[4], &[1], 14), &mut out[..4])),
+        Box::new(move |out| {
+            b1.copy_strided(
+                B::view(&d1),
+                &layout(&[4], &[1], 14),
+                B::slice_mut(out, 0..4),
+            )
+        }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "copy_strided: stride overflowing usize",
         Box::new(move |out| {
             b1.copy_strided(
-                &d1,
+                B::view(&d1),
                 &layout(&[2, 2], &[usize::MAX / 2 + 1, 1], 0),
-                &mut out[..4],
+                B::slice_mut(out, 0..4),
             )
         }),
     );
@@ -70,29 +85,55 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     add(
         "copy_strided: offset near usize::MAX",
         Box::new(move |out| {
-            b1.copy_strided(&d1, &layout(&[2], &[1], usize::MAX - 1), &mut out[..2])
+            b1.copy_strided(
+                B::view(&d1),
+                &layout(&[2], &[1], usize::MAX - 1),
+                B::slice_mut(out, 0..2),
+            )
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "copy_strided: one stride for two dimensions",
-        Box::new(move |out| b1.copy_strided(&d1, &layout(&[2, 2], &[1], 0), &mut out[..4])),
+        Box::new(move |out| {
+            b1.copy_strided(
+                B::view(&d1),
+                &layout(&[2, 2], &[1], 0),
+                B::slice_mut(out, 0..4),
+            )
+        }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "copy_strided: output too short",
-        Box::new(move |out| b1.copy_strided(&d1, &layout(&[4], &[1], 0), &mut out[..3])),
+        Box::new(move |out| {
+            b1.copy_strided(
+                B::view(&d1),
+                &layout(&[4], &[1], 0),
+                B::slice_mut(out, 0..3),
+            )
+        }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "unary: output length",
-        Box::new(move |out| b1.unary(UnaryOp::Exp, &d1[..5], &mut out[..4])),
+        Box::new(move |out| {
+            let d = B::view(&d1);
+            b1.unary(UnaryOp::Exp, B::slice(d, 0..5), B::slice_mut(out, 0..4))
+        }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "unary_backward: input lengths",
         Box::new(move |out| {
-            b1.unary_backward(UnaryOp::Tanh, &d1[..4], &d1[..3], &d1[..4], &mut out[..4])
+            let d = B::view(&d1);
+            b1.unary_backward(
+                UnaryOp::Tanh,
+                B::slice(d, 0..4),
+                B::slice(d, 0..3),
+                B::slice(d, 0..4),
+                B::slice_mut(out, 0..4),
+            )
         }),
     );
     for op in BinaryOp::ALL {
@@ -100,27 +141,30 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
         add(
             "binary: operand layout past the buffer",
             Box::new(move |out| {
+                let d = B::view(&d1);
                 let la = layout(&[4, 4], &[4, 1], 4);
                 let lb = layout(&[4, 4], &[0, 1], 0);
-                b1.binary(op, &d1, &la, &d1, &lb, &mut out[..16])
+                b1.binary(op, d, &la, d, &lb, B::slice_mut(out, 0..16))
             }),
         );
         let (b1, d1) = (b.clone(), data.clone());
         add(
             "binary: offset wrapping around usize",
             Box::new(move |out| {
+                let d = B::view(&d1);
                 let la = layout(&[8], &[1], usize::MAX - 3);
                 let lb = layout(&[8], &[1], 0);
-                b1.binary(op, &d1, &la, &d1, &lb, &mut out[..8])
+                b1.binary(op, d, &la, d, &lb, B::slice_mut(out, 0..8))
             }),
         );
         let (b1, d1) = (b.clone(), data.clone());
         add(
             "binary: layouts of different shapes",
             Box::new(move |out| {
+                let d = B::view(&d1);
                 let la = layout(&[2, 8], &[8, 1], 0);
                 let lb = layout(&[8, 2], &[2, 1], 0);
-                b1.binary(op, &d1, &la, &d1, &lb, &mut out[..16])
+                b1.binary(op, d, &la, d, &lb, B::slice_mut(out, 0..16))
             }),
         );
     }
@@ -128,8 +172,9 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
     add(
         "select: condition layout past the buffer",
         Box::new(move |out| {
+            let d = B::view(&d1);
             let l = layout(&[4], &[1], 0);
-            b1.select(&d1[..2], &l, &d1, &l, &d1, &l, &mut out[..4])
+            b1.select(B::slice(d, 0..2), &l, d, &l, d, &l, B::slice_mut(out, 0..4))
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
@@ -137,10 +182,10 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
         "sum: huge stride",
         Box::new(move |out| {
             b1.sum(
-                &d1,
+                B::view(&d1),
                 &layout(&[2, 4], &[1 << 40, 1], 0),
                 &[true, false],
-                &mut out[..4],
+                B::slice_mut(out, 0..4),
             )
         }),
     );
@@ -149,17 +194,24 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
         "sum: element count overflowing usize",
         Box::new(move |out| {
             b1.sum(
-                &d1,
+                B::view(&d1),
                 &layout(&[(1 << 62) + 1, 4], &[0, 1], 0),
                 &[true, false],
-                &mut out[..4],
+                B::slice_mut(out, 0..4),
             )
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "sum: flags for another rank",
-        Box::new(move |out| b1.sum(&d1, &layout(&[4, 4], &[4, 1], 0), &[true], &mut out[..4])),
+        Box::new(move |out| {
+            b1.sum(
+                B::view(&d1),
+                &layout(&[4, 4], &[4, 1], 0),
+                &[true],
+                B::slice_mut(out, 0..4),
+            )
+        }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
@@ -175,7 +227,8 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
                 b_offset: 0,
                 b_strides: [0, 4, 1],
             };
-            b1.matmul(&spec, &d1, &d1, &mut out[..16])
+            let d = B::view(&d1);
+            b1.matmul(&spec, d, d, B::slice_mut(out, 0..16))
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
@@ -192,7 +245,8 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
                 b_offset: 0,
                 b_strides: [0, 2, 1],
             };
-            b1.matmul(&spec, &d1, &d1, &mut out[..8])
+            let d = B::view(&d1);
+            b1.matmul(&spec, d, d, B::slice_mut(out, 0..8))
         }),
     );
     let (b1, d1) = (b.clone(), data.clone());
@@ -209,7 +263,8 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
                 b_offset: 0,
                 b_strides: [0, 2, 1],
             };
-            b1.matmul(&spec, &d1, &d1, &mut out[..3])
+            let d = B::view(&d1);
+            b1.matmul(&spec, d, d, B::slice_mut(out, 0..3))
         }),
     );
     for (what, seg, k) in [
@@ -231,185 +286,200 @@ fn probes<B: Backend>(b: &B) -> Vec<Probe> {
                     b_offset: 0,
                     b_strides: [0, 2, 1],
                 };
-                b1.matmul_acc(&spec, seg, &d1, &d1, &mut out[..4])
+                let d = B::view(&d1);
+                b1.matmul_acc(&spec, seg, d, d, B::slice_mut(out, 0..4))
             }),
         );
     }
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "softmax: rows × cols overflowing usize",
-        Box::new(move |out| b1.softmax(&d1, usize::MAX, 2, false, &mut out[..16])),
+        Box::new(move |out| {
+            b1.softmax(B::view(&d1), usize::MAX, 2, false, B::slice_mut(out, 0..16))
+        }),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "softmax: rows × cols past the buffer",
-        Box::new(move |out| b1.softmax(&d1, 4, 8, true, &mut out[..16])),
+        Box::new(move |out| b1.softmax(B::view(&d1), 4, 8, true, B::slice_mut(out, 0..16))),
     );
     let (b1, d1) = (b.clone(), data.clone());
     add(
         "softmax_backward: gradient length",
-        Box::new(move |out| b1.softmax_backward(&d1, &d1[..8], 4, 4, false, &mut out[..16])),
+        Box::new(move |out| {
+            let d = B::view(&d1);
+            b1.softmax_backward(d, B::slice(d, 0..8), 4, 4, false, B::slice_mut(out, 0..16))
+        }),
     );
-    training_probes(b, &data, &mut add);
-    v.extend(cell_probes(b));
-    v
+    training_probes(b, &data, &mut add)?;
+    v.extend(cell_probes(b)?);
+    Ok(v)
 }
 
 // ----- recurrent cells ------------------------------------------------------------------------
 
 /// Invalid calls of the recurrent cell kernels: buffers shorter or longer than the
 /// [`CellShape`] says, a bias of the wrong length, `batch × hidden` overflowing `usize`.
-fn cell_probes<B: Backend>(b: &B) -> Vec<Probe> {
-    let mut v: Vec<Probe> = Vec::new();
-    let mut add =
-        |what: &'static str, f: Box<dyn Fn(&mut [f32]) -> _>| v.push(Probe { what, run: f });
+fn cell_probes<B: Backend>(b: &B) -> exactgrad_core::Result<Vec<Probe<B>>> {
+    let mut v: Vec<Probe<B>> = Vec::new();
+    let mut add = |what: &'static str, f: KernelCall<B>| v.push(Probe { what, run: f });
     let s = CellShape {
         batch: 2,
         hidden: 2,
     };
-    let d = vec![0.5f32; 16];
-    let b1 = b.clone();
+    let data = Arc::new(b.storage_from_vec(vec![0.5f32; 16])?);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "lstm_cell: xg shorter than batch × 4·hidden",
         Box::new(move |out| {
-            let (gates, rest) = out.split_at_mut(16);
-            let (c, h) = rest.split_at_mut(4);
+            let d = B::view(&d1);
+            let (gates, rest) = B::split_at_mut(B::shorten_mut(out), 16);
+            let (c, h) = B::split_at_mut(rest, 4);
             b1.lstm_cell(
                 s,
                 LstmCellInputs {
-                    xg: &d[..15],
-                    hg: &d,
+                    xg: B::slice(d, 0..15),
+                    hg: d,
                     bias_ih: None,
                     bias_hh: None,
-                    c_prev: &d[..4],
+                    c_prev: B::slice(d, 0..4),
                 },
                 LstmCellOutputs {
                     gates,
                     c,
-                    h: &mut h[..4],
+                    h: B::slice_mut(h, 0..4),
                 },
             )
         }),
     );
-    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "lstm_cell: bias of the wrong length",
         Box::new(move |out| {
-            let (gates, rest) = out.split_at_mut(16);
-            let (c, h) = rest.split_at_mut(4);
+            let d = B::view(&d1);
+            let (gates, rest) = B::split_at_mut(B::shorten_mut(out), 16);
+            let (c, h) = B::split_at_mut(rest, 4);
             b1.lstm_cell(
                 s,
                 LstmCellInputs {
-                    xg: &d,
-                    hg: &d,
-                    bias_ih: Some(&d[..7]),
+                    xg: d,
+                    hg: d,
+                    bias_ih: Some(B::slice(d, 0..7)),
                     bias_hh: None,
-                    c_prev: &d[..4],
+                    c_prev: B::slice(d, 0..4),
                 },
                 LstmCellOutputs {
                     gates,
                     c,
-                    h: &mut h[..4],
+                    h: B::slice_mut(h, 0..4),
                 },
             )
         }),
     );
-    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "lstm_cell: batch × hidden overflowing usize",
         Box::new(move |out| {
-            let (gates, rest) = out.split_at_mut(16);
-            let (c, h) = rest.split_at_mut(4);
+            let d = B::view(&d1);
+            let (gates, rest) = B::split_at_mut(B::shorten_mut(out), 16);
+            let (c, h) = B::split_at_mut(rest, 4);
             b1.lstm_cell(
                 CellShape {
                     batch: usize::MAX / 2,
                     hidden: 4,
                 },
                 LstmCellInputs {
-                    xg: &d,
-                    hg: &d,
+                    xg: d,
+                    hg: d,
                     bias_ih: None,
                     bias_hh: None,
-                    c_prev: &d[..4],
+                    c_prev: B::slice(d, 0..4),
                 },
                 LstmCellOutputs {
                     gates,
                     c,
-                    h: &mut h[..4],
+                    h: B::slice_mut(h, 0..4),
                 },
             )
         }),
     );
-    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "lstm_cell_backward: dc_prev too long",
         Box::new(move |out| {
-            let (dgates, dc_prev) = out.split_at_mut(16);
+            let d = B::view(&d1);
+            let (dgates, dc_prev) = B::split_at_mut(B::shorten_mut(out), 16);
             b1.lstm_cell_backward(
                 s,
                 LstmCellGradInputs {
-                    gates: &d,
-                    c_prev: &d[..4],
-                    c: &d[..4],
-                    dy: &d[..4],
-                    dh_next: &d[..4],
-                    dc_next: &d[..4],
+                    gates: d,
+                    c_prev: B::slice(d, 0..4),
+                    c: B::slice(d, 0..4),
+                    dy: B::slice(d, 0..4),
+                    dh_next: B::slice(d, 0..4),
+                    dc_next: B::slice(d, 0..4),
                 },
                 LstmCellGradOutputs {
                     dgates,
-                    dc_prev: &mut dc_prev[..5],
+                    dc_prev: B::slice_mut(dc_prev, 0..5),
                 },
             )
         }),
     );
-    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "gru_cell: gates holding 3·hidden per row instead of 4·hidden",
         Box::new(move |out| {
-            let (gates, h) = out.split_at_mut(12);
+            let d = B::view(&d1);
+            let (gates, h) = B::split_at_mut(B::shorten_mut(out), 12);
             b1.gru_cell(
                 s,
                 GruCellInputs {
-                    xg: &d[..12],
-                    hg: &d[..12],
+                    xg: B::slice(d, 0..12),
+                    hg: B::slice(d, 0..12),
                     bias_ih: None,
-                    bias_hh: Some(&d[..6]),
-                    h_prev: &d[..4],
+                    bias_hh: Some(B::slice(d, 0..6)),
+                    h_prev: B::slice(d, 0..4),
                 },
                 GruCellOutputs {
                     gates,
-                    h: &mut h[..4],
+                    h: B::slice_mut(h, 0..4),
                 },
             )
         }),
     );
-    let (b1, d) = (b.clone(), vec![0.5f32; 16]);
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "gru_cell_backward: h_prev shorter than batch × hidden",
         Box::new(move |out| {
-            let (dxg, rest) = out.split_at_mut(12);
-            let (dhg, dh_prev) = rest.split_at_mut(12);
+            let d = B::view(&d1);
+            let (dxg, rest) = B::split_at_mut(B::shorten_mut(out), 12);
+            let (dhg, dh_prev) = B::split_at_mut(rest, 12);
             b1.gru_cell_backward(
                 s,
                 GruCellGradInputs {
-                    gates: &d,
-                    h_prev: &d[..3],
-                    dy: &d[..4],
-                    dh_next: &d[..4],
+                    gates: d,
+                    h_prev: B::slice(d, 0..3),
+                    dy: B::slice(d, 0..4),
+                    dh_next: B::slice(d, 0..4),
                 },
                 GruCellGradOutputs {
                     dxg,
                     dhg,
-                    dh_prev: &mut dh_prev[..4],
+                    dh_prev: B::slice_mut(dh_prev, 0..4),
                 },
             )
         }),
     );
-    v
+    Ok(v)
 }
 
 /// The probes of the training kernels (`exactgrad_core::kernels`).
-fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static str, KernelCall)) {
+fn training_probes<B: Backend>(
+    b: &B,
+    data: &Arc<B::Storage>,
+    add: &mut dyn FnMut(&'static str, KernelCall<B>),
+) -> exactgrad_core::Result<()> {
     let norm = NormSpec {
         p: 2,
         q: 2,
@@ -422,27 +492,26 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         r: 2,
         ..norm
     };
-    let stats =
-        |d: &[f32]| -> [Vec<f32>; 3] { [d[..2].to_vec(), d[..2].to_vec(), d[..2].to_vec()] };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_stats: input length",
         Box::new(move |out| {
-            let (m, rest) = out.split_at_mut(2);
-            let (c, q) = rest.split_at_mut(2);
-            b1.norm_stats(&norm, &d1[..15], m, c, &mut q[..2])
+            let (m, rest) = B::split_at_mut(out, 2);
+            let (c, q) = B::split_at_mut(rest, 2);
+            let d = B::view(&d1);
+            b1.norm_stats(&norm, B::slice(d, 0..15), m, c, B::slice_mut(q, 0..2))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_stats: P·Q·R overflowing usize",
         Box::new(move |out| {
-            let (m, rest) = out.split_at_mut(2);
-            let (c, q) = rest.split_at_mut(2);
-            b1.norm_stats(&huge, &d1, m, c, &mut q[..2])
+            let (m, rest) = B::split_at_mut(out, 2);
+            let (c, q) = B::split_at_mut(rest, 2);
+            b1.norm_stats(&huge, B::view(&d1), m, c, B::slice_mut(q, 0..2))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_stats: group layout not matching R",
         Box::new(move |out| {
@@ -456,71 +525,65 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                     spatial: 2,
                 },
             };
-            let (m, rest) = out.split_at_mut(2);
-            let (c, q) = rest.split_at_mut(2);
-            b1.norm_stats(&bad, &d1, m, c, &mut q[..2])
+            let (m, rest) = B::split_at_mut(out, 2);
+            let (c, q) = B::split_at_mut(rest, 2);
+            b1.norm_stats(&bad, B::view(&d1), m, c, B::slice_mut(q, 0..2))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_forward: weight length",
         Box::new(move |out| {
-            let [m, c, r] = stats(&d1);
-            let st = NormStats {
-                mean: &m,
-                corr: &c,
-                rstd: &r,
-            };
-            b1.norm_forward(&norm, &d1, &st, Some(&d1[..3]), None, &mut out[..16])
+            let d = B::view(&d1);
+            let st = stats::<B>(d);
+            b1.norm_forward(
+                &norm,
+                d,
+                &st,
+                Some(B::slice(d, 0..3)),
+                None,
+                B::slice_mut(out, 0..16),
+            )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_forward: statistics length",
         Box::new(move |out| {
-            let [m, c, _] = stats(&d1);
+            let d = B::view(&d1);
             let st = NormStats {
-                mean: &m,
-                corr: &c,
-                rstd: &d1[..1],
+                rstd: B::slice(d, 0..1),
+                ..stats::<B>(d)
             };
-            b1.norm_forward(&norm, &d1, &st, None, None, &mut out[..16])
+            b1.norm_forward(&norm, d, &st, None, None, B::slice_mut(out, 0..16))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_backward: dx length",
         Box::new(move |out| {
-            let [m, c, r] = stats(&d1);
-            let st = NormStats {
-                mean: &m,
-                corr: &c,
-                rstd: &r,
-            };
+            let d = B::view(&d1);
+            let st = stats::<B>(d);
             let grads = NormGrads {
-                dx: Some(&mut out[..15]),
+                dx: Some(B::slice_mut(out, 0..15)),
                 dw: None,
                 db: None,
             };
-            b1.norm_backward(&norm, &d1, &d1, &st, None, true, grads)
+            b1.norm_backward(&norm, d, d, &st, None, true, grads)
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "norm_backward: no input for dw",
         Box::new(move |out| {
-            let [m, c, r] = stats(&d1);
-            let st = NormStats {
-                mean: &m,
-                corr: &c,
-                rstd: &r,
-            };
+            let d = B::view(&d1);
+            let st = stats::<B>(d);
             let grads = NormGrads {
                 dx: None,
-                dw: Some(&mut out[..2]),
+                dw: Some(B::slice_mut(out, 0..2)),
                 db: None,
             };
-            b1.norm_backward(&norm, &[], &d1, &st, None, true, grads)
+            b1.norm_backward(&norm, B::slice(d, 0..0), d, &st, None, true, grads)
         }),
     );
     let pool = Pool2dSpec {
@@ -534,12 +597,19 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         padding: [0, 0],
         dilation: [1, 1],
     };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "max_pool2d: argmax length",
-        Box::new(move |out| b1.max_pool2d(&pool, &d1, &mut out[..4], &mut [0usize; 3])),
+        Box::new(move |out| {
+            b1.max_pool2d(
+                &pool,
+                B::view(&d1),
+                B::slice_mut(out, 0..4),
+                &mut [0usize; 3],
+            )
+        }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "max_pool2d: zero kernel",
         Box::new(move |out| {
@@ -547,10 +617,15 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 kernel: [0, 2],
                 ..pool
             };
-            b1.max_pool2d(&bad, &d1, &mut out[..4], &mut [0usize; 4])
+            b1.max_pool2d(
+                &bad,
+                B::view(&d1),
+                B::slice_mut(out, 0..4),
+                &mut [0usize; 4],
+            )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "max_pool2d: windows overflowing usize",
         Box::new(move |out| {
@@ -558,10 +633,15 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 padding: [usize::MAX, 0],
                 ..pool
             };
-            b1.max_pool2d(&bad, &d1, &mut out[..4], &mut [0usize; 4])
+            b1.max_pool2d(
+                &bad,
+                B::view(&d1),
+                B::slice_mut(out, 0..4),
+                &mut [0usize; 4],
+            )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "max_pool2d: no planes, a plane size overflowing usize",
         Box::new(move |out| {
@@ -575,32 +655,49 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 stride: [1, 1],
                 ..pool
             };
-            b1.max_pool2d(&bad, &d1[..0], &mut out[..0], &mut [])
+            b1.max_pool2d(
+                &bad,
+                B::slice(B::view(&d1), 0..0),
+                B::slice_mut(out, 0..0),
+                &mut [],
+            )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "max_pool2d_backward: argmax index outside its plane",
         Box::new(move |out| {
-            b1.max_pool2d_backward(&pool, &[0, 1, 16, 3], &d1[..4], &mut out[..16])
+            b1.max_pool2d_backward(
+                &pool,
+                &[0, 1, 16, 3],
+                B::slice(B::view(&d1), 0..4),
+                B::slice_mut(out, 0..16),
+            )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "max_pool2d_backward: gradient length",
-        Box::new(move |out| b1.max_pool2d_backward(&pool, &[0, 1, 2, 3], &d1[..3], &mut out[..16])),
+        Box::new(move |out| {
+            b1.max_pool2d_backward(
+                &pool,
+                &[0, 1, 2, 3],
+                B::slice(B::view(&d1), 0..3),
+                B::slice_mut(out, 0..16),
+            )
+        }),
     );
     let avg = AvgPool2dSpec {
         pool,
         count_include_pad: true,
         divisor_override: None,
     };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "avg_pool2d: output length",
-        Box::new(move |out| b1.avg_pool2d(&avg, &d1, &mut out[..5])),
+        Box::new(move |out| b1.avg_pool2d(&avg, B::view(&d1), B::slice_mut(out, 0..5))),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "avg_pool2d: divisor_override 0",
         Box::new(move |out| {
@@ -608,13 +705,15 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 divisor_override: Some(0),
                 ..avg
             };
-            b1.avg_pool2d(&bad, &d1, &mut out[..4])
+            b1.avg_pool2d(&bad, B::view(&d1), B::slice_mut(out, 0..4))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "avg_pool2d_backward: input-gradient length",
-        Box::new(move |out| b1.avg_pool2d_backward(&avg, &d1[..4], &mut out[..15])),
+        Box::new(move |out| {
+            b1.avg_pool2d_backward(&avg, B::slice(B::view(&d1), 0..4), B::slice_mut(out, 0..15))
+        }),
     );
     let ad = AdaptivePool2dSpec {
         planes: 1,
@@ -623,12 +722,12 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         oh: 3,
         ow: 3,
     };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "adaptive_avg_pool2d: output length",
-        Box::new(move |out| b1.adaptive_avg_pool2d(&ad, &d1, &mut out[..8])),
+        Box::new(move |out| b1.adaptive_avg_pool2d(&ad, B::view(&d1), B::slice_mut(out, 0..8))),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "adaptive_avg_pool2d: planes × h × w overflowing usize",
         Box::new(move |out| {
@@ -637,10 +736,10 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 h: 2,
                 ..ad
             };
-            b1.adaptive_avg_pool2d(&bad, &d1, &mut out[..9])
+            b1.adaptive_avg_pool2d(&bad, B::view(&d1), B::slice_mut(out, 0..9))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "adaptive_avg_pool2d: no planes, a plane size overflowing usize",
         Box::new(move |out| {
@@ -650,10 +749,10 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 w: 1 << 40,
                 ..ad
             };
-            b1.adaptive_avg_pool2d(&bad, &d1[..0], &mut out[..0])
+            b1.adaptive_avg_pool2d(&bad, B::slice(B::view(&d1), 0..0), B::slice_mut(out, 0..0))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "avg_pool2d_backward: no planes, an output plane overflowing usize",
         Box::new(move |out| {
@@ -670,13 +769,19 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 },
                 ..avg
             };
-            b1.avg_pool2d_backward(&bad, &d1[..0], &mut out[..0])
+            b1.avg_pool2d_backward(&bad, B::slice(B::view(&d1), 0..0), B::slice_mut(out, 0..0))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "adaptive_avg_pool2d_backward: gradient length",
-        Box::new(move |out| b1.adaptive_avg_pool2d_backward(&ad, &d1[..8], &mut out[..16])),
+        Box::new(move |out| {
+            b1.adaptive_avg_pool2d_backward(
+                &ad,
+                B::slice(B::view(&d1), 0..8),
+                B::slice_mut(out, 0..16),
+            )
+        }),
     );
     let col = Col2imSpec {
         c: 1,
@@ -690,12 +795,12 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         oh: 4,
         ow: 4,
     };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "im2col: columns length",
-        Box::new(move |out| b1.im2col(&col, &d1, &mut out[..63])),
+        Box::new(move |out| b1.im2col(&col, B::view(&d1), B::slice_mut(out, 0..63))),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "im2col: windows past the padded input",
         Box::new(move |out| {
@@ -704,10 +809,10 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 ow: 2,
                 ..col
             };
-            b1.im2col(&bad, &d1, &mut out[..90])
+            b1.im2col(&bad, B::view(&d1), B::slice_mut(out, 0..90))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "col2im: no channels, a column length overflowing usize",
         Box::new(move |out| {
@@ -722,15 +827,19 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
                 ow: 1 << 40,
                 ..col
             };
-            b1.col2im(&bad, &d1[..0], &mut out[..0])
+            b1.col2im(&bad, B::slice(B::view(&d1), 0..0), B::slice_mut(out, 0..0))
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
+    let cols = b.storage_from_vec(vec![1.0f32; 144])?;
     add(
         "col2im: image length",
         Box::new(move |out| {
-            let cols = vec![1.0f32; 144];
-            b1.col2im(&col, &cols, &mut out[..d1.len() - 1])
+            b1.col2im(
+                &col,
+                B::view(&cols),
+                B::slice_mut(out, 0..B::storage_len(&d1) - 1),
+            )
         }),
     );
     let spec = AttentionScoresSpec {
@@ -743,37 +852,41 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
     let b1 = b.clone();
     add(
         "attention_scores: scores length",
-        Box::new(move |out| b1.attention_scores(&spec, &mut out[..15], None)),
+        Box::new(move |out| b1.attention_scores(&spec, B::slice_mut(out, 0..15), None)),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "attention_scores: mask past its buffer",
         Box::new(move |out| {
             let lay = Layout::contiguous([4, 4]);
             b1.attention_scores(
                 &spec,
-                &mut out[..16],
-                Some((ScoreMask::Allow, &d1[..15], &lay)),
+                B::slice_mut(out, 0..16),
+                Some((ScoreMask::Allow, B::slice(B::view(&d1), 0..15), &lay)),
             )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "attention_scores: mask of another shape",
         Box::new(move |out| {
             let lay = Layout::contiguous([2, 8]);
-            b1.attention_scores(&spec, &mut out[..16], Some((ScoreMask::Block, &d1, &lay)))
+            b1.attention_scores(
+                &spec,
+                B::slice_mut(out, 0..16),
+                Some((ScoreMask::Block, B::view(&d1), &lay)),
+            )
         }),
     );
     let b1 = b.clone();
     add(
         "dropout_mask: p above 1",
-        Box::new(move |out| b1.dropout_mask(7, 1.5, 1.0, 0, &mut out[..8])),
+        Box::new(move |out| b1.dropout_mask(7, 1.5, 1.0, 0, B::slice_mut(out, 0..8))),
     );
     let b1 = b.clone();
     add(
         "dropout_mask: p NaN",
-        Box::new(move |out| b1.dropout_mask(7, f32::NAN, 1.0, 0, &mut out[..8])),
+        Box::new(move |out| b1.dropout_mask(7, f32::NAN, 1.0, 0, B::slice_mut(out, 0..8))),
     );
     let sgd = SgdSpec {
         neg_lr: -0.1,
@@ -784,17 +897,25 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         first: false,
         maximize: false,
     };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "sgd_step: momentum buffer missing",
-        Box::new(move |out| b1.sgd_step(&sgd, &mut out[..16], &d1, &mut [])),
+        Box::new(move |out| {
+            let (p, rest) = B::split_at_mut(out, 16);
+            b1.sgd_step(&sgd, p, B::view(&d1), B::slice_mut(rest, 0..0))
+        }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "sgd_step: gradient length",
         Box::new(move |out| {
-            let (p, buf) = out.split_at_mut(16);
-            b1.sgd_step(&sgd, p, &d1[..15], &mut buf[..16])
+            let (p, buf) = B::split_at_mut(out, 16);
+            b1.sgd_step(
+                &sgd,
+                p,
+                B::slice(B::view(&d1), 0..15),
+                B::slice_mut(buf, 0..16),
+            )
         }),
     );
     let adam = AdamSpec {
@@ -809,34 +930,60 @@ fn training_probes<B: Backend>(b: &B, data: &[f32], add: &mut dyn FnMut(&'static
         amsgrad: true,
         maximize: false,
     };
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "adam_step: AMSGrad without max_exp_avg_sq",
         Box::new(move |out| {
-            let (p, rest) = out.split_at_mut(8);
-            let (m, v) = rest.split_at_mut(8);
-            b1.adam_step(&adam, p, &d1[..8], m, &mut v[..8], &mut [])
+            let (p, rest) = B::split_at_mut(out, 8);
+            let (m, rest) = B::split_at_mut(rest, 8);
+            let (v, rest) = B::split_at_mut(rest, 8);
+            b1.adam_step(
+                &adam,
+                p,
+                B::slice(B::view(&d1), 0..8),
+                m,
+                v,
+                B::slice_mut(rest, 0..0),
+            )
         }),
     );
-    let (b1, d1) = (b.clone(), data.to_vec());
+    let (b1, d1) = (b.clone(), data.clone());
     add(
         "adam_step: moment length",
         Box::new(move |out| {
-            let (p, rest) = out.split_at_mut(8);
-            let (m, rest) = rest.split_at_mut(7);
-            let (v, x) = rest.split_at_mut(8);
-            b1.adam_step(&adam, p, &d1[..8], m, v, &mut x[..8])
+            let (p, rest) = B::split_at_mut(out, 8);
+            let (m, rest) = B::split_at_mut(rest, 7);
+            let (v, x) = B::split_at_mut(rest, 8);
+            b1.adam_step(
+                &adam,
+                p,
+                B::slice(B::view(&d1), 0..8),
+                m,
+                v,
+                B::slice_mut(x, 0..8),
+            )
         }),
     );
+    Ok(())
 }
 
 /// Runs every invalid call on `backend`; returns how many were refused, or a message
 /// naming the first call that was accepted or panicked.
 pub fn check_invalid_arguments<B: Backend>(backend: &B) -> Result<usize, String> {
-    let all = probes(backend);
+    let all = probes(backend).map_err(|e| {
+        format!(
+            "backend {} could not create the probes' buffers: {e}",
+            backend.name()
+        )
+    })?;
     for p in &all {
-        let mut out = vec![0.0f32; 256];
-        match catch_unwind(AssertUnwindSafe(|| (p.run)(&mut out))) {
+        let mut out = backend.zeros(256).map_err(|e| {
+            format!(
+                "backend {} could not create an output buffer: {e}",
+                backend.name()
+            )
+        })?;
+        match catch_unwind(AssertUnwindSafe(|| (p.run)(B::view_mut(&mut out)))) {
             Ok(Err(_)) => {}
             Ok(Ok(())) => {
                 return Err(format!(
@@ -857,7 +1004,7 @@ pub fn check_invalid_arguments<B: Backend>(backend: &B) -> Result<usize, String>
     Ok(all.len())
 }
 
-impl core::fmt::Debug for Probe {
+impl<B: Backend> core::fmt::Debug for Probe<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.what)
     }

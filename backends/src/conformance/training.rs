@@ -4,6 +4,7 @@
 //! concatenated in a fixed order; argmax indices enter as two f32 bit patterns each.
 
 use super::cases::{Kernel, View};
+use super::check::upload;
 use exactgrad_core::kernels::{
     pool_out_size, AdamSpec, AdaptivePool2dSpec, AttentionScoresSpec, AvgPool2dSpec, Col2imSpec,
     NormGrads, NormParam, NormSpec, NormStats, Pool2dSpec, ScoreMask, SgdSpec,
@@ -382,8 +383,12 @@ pub fn inputs<R: Backend>(
             let ohw = s.planes * s.oh * s.ow;
             let x = vals(0, s.planes * s.h * s.w);
             let mut argmax = vec![usize::MAX; ohw];
-            let mut y = vec![0.0; ohw];
-            if reference.max_pool2d(s, &x, &mut y, &mut argmax).is_err() {
+            let forward = |argmax: &mut [usize]| -> Result<()> {
+                let x = upload(reference, &x)?;
+                let mut y = reference.storage_from_vec(vec![0.0; ohw])?;
+                reference.max_pool2d(s, R::view(&x), R::view_mut(&mut y), argmax)
+            };
+            if forward(&mut argmax).is_err() {
                 argmax.fill(usize::MAX);
             }
             // The indices travel as f32 bit patterns, two per index.
@@ -459,43 +464,58 @@ pub fn run<B: Backend>(
 ) -> Result<Vec<f32>> {
     let b = bufs;
     let mut out = vec![super::check::UNWRITTEN; out_len];
-    match call {
+    let up = |i: usize| upload(backend, &b[i]);
+    Ok(match call {
         TrainCall::NormStats(s) => {
-            let (m, rest) = out.split_at_mut(s.q);
-            let (c, q) = rest.split_at_mut(s.q);
-            backend.norm_stats(s, &b[0], m, c, q)?;
+            let x = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            let (m, rest) = B::split_at_mut(B::view_mut(&mut o), s.q);
+            let (c, q) = B::split_at_mut(rest, s.q);
+            backend.norm_stats(s, B::view(&x), m, c, q)?;
+            B::storage_to_vec(&o)?
         }
         TrainCall::NormForward(s, w, bias) => {
+            let (x, mean, corr, rstd) = (up(0)?, up(1)?, up(2)?, up(3)?);
+            let (weight, bias_buf) = (up(4)?, up(5)?);
             let st = NormStats {
-                mean: &b[1],
-                corr: &b[2],
-                rstd: &b[3],
+                mean: B::view(&mean),
+                corr: B::view(&corr),
+                rstd: B::view(&rstd),
             };
+            let mut o = backend.storage_from_vec(out)?;
             backend.norm_forward(
                 s,
-                &b[0],
+                B::view(&x),
                 &st,
-                w.then_some(&b[4][..]),
-                bias.then_some(&b[5][..]),
-                &mut out,
+                w.then_some(B::view(&weight)),
+                bias.then_some(B::view(&bias_buf)),
+                B::view_mut(&mut o),
             )?;
+            B::storage_to_vec(&o)?
         }
         TrainCall::NormBackward(s, w, depend, need) => {
+            let (x, g, mean, corr, rstd) = (up(0)?, up(1)?, up(2)?, up(3)?, up(4)?);
+            let weight = up(5)?;
             let st = NormStats {
-                mean: &b[2],
-                corr: &b[3],
-                rstd: &b[4],
+                mean: B::view(&mean),
+                corr: B::view(&corr),
+                rstd: B::view(&rstd),
             };
             let n = s.p * s.q * s.r;
-            let (dx, rest) = out.split_at_mut(n);
-            let (dw, db) = rest.split_at_mut(s.params());
-            let x: &[f32] = if need[0] || need[1] { &b[0] } else { &[] };
+            let mut o = backend.storage_from_vec(out)?;
+            let (dx, rest) = B::split_at_mut(B::view_mut(&mut o), n);
+            let (dw, db) = B::split_at_mut(rest, s.params());
+            let x = if need[0] || need[1] {
+                B::view(&x)
+            } else {
+                B::slice(B::view(&x), 0..0)
+            };
             backend.norm_backward(
                 s,
                 x,
-                &b[1],
+                B::view(&g),
                 &st,
-                w.then_some(&b[5][..]),
+                w.then_some(B::view(&weight)),
                 *depend,
                 NormGrads {
                     dx: need[0].then_some(dx),
@@ -503,52 +523,110 @@ pub fn run<B: Backend>(
                     db: need[2].then_some(db),
                 },
             )?;
+            B::storage_to_vec(&o)?
         }
         TrainCall::MaxPool2d(s) => {
             let ohw = s.planes * s.oh * s.ow;
             let mut argmax = vec![0usize; ohw];
-            backend.max_pool2d(s, &b[0], &mut out[..ohw], &mut argmax)?;
+            let x = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.max_pool2d(
+                s,
+                B::view(&x),
+                B::slice_mut(B::view_mut(&mut o), 0..ohw),
+                &mut argmax,
+            )?;
+            let mut out = B::storage_to_vec(&o)?;
             for (i, a) in argmax.iter().enumerate() {
                 let a = *a as u64;
                 out[ohw + 2 * i] = f32::from_bits(a as u32);
                 out[ohw + 2 * i + 1] = f32::from_bits((a >> 32) as u32);
             }
+            out
         }
         TrainCall::MaxPool2dBackward(s) => {
             let argmax: Vec<usize> = b[0]
                 .chunks(2)
                 .map(|c| (u64::from(c[0].to_bits()) | u64::from(c[1].to_bits()) << 32) as usize)
                 .collect();
-            backend.max_pool2d_backward(s, &argmax, &b[1], &mut out)?;
+            let g = up(1)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.max_pool2d_backward(s, &argmax, B::view(&g), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
         }
-        TrainCall::AvgPool2d(s) => backend.avg_pool2d(s, &b[0], &mut out)?,
-        TrainCall::AvgPool2dBackward(s) => backend.avg_pool2d_backward(s, &b[0], &mut out)?,
-        TrainCall::AdaptiveAvgPool2d(s) => backend.adaptive_avg_pool2d(s, &b[0], &mut out)?,
+        TrainCall::AvgPool2d(s) => {
+            let x = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.avg_pool2d(s, B::view(&x), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
+        TrainCall::AvgPool2dBackward(s) => {
+            let g = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.avg_pool2d_backward(s, B::view(&g), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
+        TrainCall::AdaptiveAvgPool2d(s) => {
+            let x = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.adaptive_avg_pool2d(s, B::view(&x), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
         TrainCall::AdaptiveAvgPool2dBackward(s) => {
-            backend.adaptive_avg_pool2d_backward(s, &b[0], &mut out)?
+            let g = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.adaptive_avg_pool2d_backward(s, B::view(&g), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
         }
-        TrainCall::Im2col(s) => backend.im2col(s, &b[0], &mut out)?,
-        TrainCall::Col2im(s) => backend.col2im(s, &b[0], &mut out)?,
+        TrainCall::Im2col(s) => {
+            let image = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.im2col(s, B::view(&image), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
+        TrainCall::Col2im(s) => {
+            let cols = up(0)?;
+            let mut o = backend.storage_from_vec(out)?;
+            backend.col2im(s, B::view(&cols), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
         TrainCall::AttentionScores(s, mask) => {
             out.copy_from_slice(&b[0]);
+            let mut o = backend.storage_from_vec(out)?;
             match mask {
                 Some((kind, v)) => {
                     let (lay, _) = v.layout();
-                    backend.attention_scores(s, &mut out, Some((*kind, &b[1], &lay)))?
+                    let m = up(1)?;
+                    backend.attention_scores(
+                        s,
+                        B::view_mut(&mut o),
+                        Some((*kind, B::view(&m), &lay)),
+                    )?
                 }
-                None => backend.attention_scores(s, &mut out, None)?,
+                None => backend.attention_scores(s, B::view_mut(&mut o), None)?,
             }
+            B::storage_to_vec(&o)?
         }
         TrainCall::DropoutMask { key, p, start, .. } => {
             let scale = 1.0f32 / (1.0f32 - p);
-            backend.dropout_mask(*key, *p, scale, *start, &mut out)?
+            let mut o = backend.storage_from_vec(out)?;
+            backend.dropout_mask(*key, *p, scale, *start, B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
         }
         TrainCall::SgdStep(s, n) => {
             let (p, buf) = out.split_at_mut(*n);
             p.copy_from_slice(&b[0]);
             buf.copy_from_slice(&b[2]);
-            let buf: &mut [f32] = if s.momentum.is_some() { buf } else { &mut [] };
-            backend.sgd_step(s, p, &b[1], buf)?;
+            let grad = up(1)?;
+            let mut o = backend.storage_from_vec(out)?;
+            let (p, buf) = B::split_at_mut(B::view_mut(&mut o), *n);
+            let buf = if s.momentum.is_some() {
+                buf
+            } else {
+                B::slice_mut(buf, 0..0)
+            };
+            backend.sgd_step(s, p, B::view(&grad), buf)?;
+            B::storage_to_vec(&o)?
         }
         TrainCall::AdamStep(s, n) => {
             let (p, rest) = out.split_at_mut(*n);
@@ -558,9 +636,14 @@ pub fn run<B: Backend>(
             m.copy_from_slice(&b[2]);
             v.copy_from_slice(&b[3]);
             x.copy_from_slice(&b[4]);
-            let x: &mut [f32] = if s.amsgrad { x } else { &mut [] };
-            backend.adam_step(s, p, &b[1], m, v, x)?;
+            let grad = up(1)?;
+            let mut o = backend.storage_from_vec(out)?;
+            let (p, rest) = B::split_at_mut(B::view_mut(&mut o), *n);
+            let (m, rest) = B::split_at_mut(rest, *n);
+            let (v, x) = B::split_at_mut(rest, *n);
+            let x = if s.amsgrad { x } else { B::slice_mut(x, 0..0) };
+            backend.adam_step(s, p, B::view(&grad), m, v, x)?;
+            B::storage_to_vec(&o)?
         }
-    }
-    Ok(out)
+    })
 }

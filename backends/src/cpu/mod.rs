@@ -568,16 +568,7 @@ fn coalesce<const N: usize>(layouts: [&Layout; N]) -> (Vec<usize>, [Vec<usize>; 
 
 impl<M: CpuMode> BackendImpl for CpuBackend<M> {
     type Storage = CpuStorage;
-    type Views = exactgrad_core::HostViews;
-
-    fn view(s: &CpuStorage) -> &[f32] {
-        s.as_ref()
-    }
-
-    fn view_mut(s: &mut CpuStorage) -> &mut [f32] {
-        s.as_mut()
-    }
-
+    exactgrad_core::host_views!();
 
     fn name(&self) -> String {
         alloc::format!("{}/{}/{}t", M::MODE, self.isa, self.ctx.threads)
