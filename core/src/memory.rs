@@ -1,6 +1,6 @@
 //! The memory interface of a backend's buffer pool ([`MemoryPool`], [`PoolStats`]):
 //! statistics, trimming and a byte limit. A backend that keeps the buffers its tensors
-//! release for reuse exposes its pool through [`crate::Backend::memory`]; the design of
+//! release for reuse exposes its pool through [`crate::BackendImpl::memory`]; the design of
 //! the CPU backends' pool is written down in `docs/memory.md`.
 
 use crate::error::Result;
@@ -31,7 +31,7 @@ pub struct PoolStats {
 }
 
 /// A backend's buffer pool: what a backend with one returns from
-/// [`crate::Backend::memory`]. Every method is safe to call from any thread at any time.
+/// [`crate::BackendImpl::memory`]. Every method is safe to call from any thread at any time.
 pub trait MemoryPool: Send + Sync {
     /// A snapshot of the counters and sizes (each read atomically; taken while other
     /// threads allocate, they need not agree with one another).

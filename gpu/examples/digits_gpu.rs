@@ -98,7 +98,7 @@ fn run() -> Result<bool, String> {
             Err(e) => return Err(e.to_string()),
         },
     };
-    let mode = Backend::mode(&gpu);
+    let mode = exactgrad::core::BackendImpl::mode(&gpu);
     println!(
         "device: {} ({}, {})",
         gpu.adapter().name,

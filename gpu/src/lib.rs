@@ -309,6 +309,7 @@ macro_rules! on_host {
 
 impl BackendImpl for WgpuBackend {
     type Storage = Vec<f32>;
+    exactgrad_core::host_views!();
 
     fn name(&self) -> String {
         format!("wgpu ({})", self.shared.gpu.summary.name)

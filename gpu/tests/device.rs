@@ -38,8 +38,11 @@ fn products<B: Backend>(b: &B, cases: &[[f32; 3]]) -> Vec<u32> {
         b_offset: 0,
         b_strides: [2, 1, 1],
     };
-    let mut out = vec![0.0f32; n];
-    b.matmul(&spec, &a, &bm, &mut out).unwrap();
+    let (sa, sb) = (b.storage_from_vec(a).unwrap(), b.storage_from_vec(bm).unwrap());
+    let mut out = b.zeros(n).unwrap();
+    b.matmul(&spec, B::view(&sa), B::view(&sb), B::view_mut(&mut out))
+        .unwrap();
+    let out = B::storage_to_vec(&out).unwrap();
     out.iter().map(|v| v.to_bits()).collect()
 }
 

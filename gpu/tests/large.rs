@@ -22,10 +22,14 @@ fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
 
 /// The bits of `a / b` on `backend`.
 fn divided<B: Backend>(backend: &B, a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<u32> {
-    let mut out = vec![0.0f32; a.len()];
+    let sa = backend.storage_from_vec(a.to_vec()).unwrap();
+    let sb = backend.storage_from_vec(b.to_vec()).unwrap();
+    let mut out = backend.zeros(la.numel()).unwrap();
+    let (va, vb) = (B::view(&sa), B::view(&sb));
     backend
-        .binary(BinaryOp::Div, a, la, b, lb, &mut out)
+        .binary(BinaryOp::Div, va, la, vb, lb, B::view_mut(&mut out))
         .unwrap();
+    let out = B::storage_to_vec(&out).unwrap();
     out.iter().map(|v| v.to_bits()).collect()
 }
 

@@ -19,10 +19,10 @@
 //!   goes back to the system allocator.
 //!
 //! A reused buffer's values are whatever it held: [`Backend::uninit`] promises only
-//! initialised values, and [`Backend::zeros`] fills it with `+0`.
+//! initialised values, and [`BackendImpl::zeros`] fills it with `+0`.
 //!
 //! [`Backend::uninit`]: exactgrad_core::Backend::uninit
-//! [`Backend::zeros`]: exactgrad_core::Backend::zeros
+//! [`BackendImpl::zeros`]: exactgrad_core::BackendImpl::zeros
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
