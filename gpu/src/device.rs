@@ -349,38 +349,169 @@ impl Gpu {
         Ok(p)
     }
 
-    /// Runs `kernel` as the given dispatches, in order, on shared buffers: uploads
-    /// `inputs` (bindings 1…), allocates `scratch` words of device-only scratch (the next
-    /// binding, when not 0) and the output (the last binding), binds each dispatch's own
-    /// parameters at binding 0, and reads the output back into `out`, blocking until the
-    /// device is done.
-    pub(crate) fn run(
+    /// The byte size of a buffer of `len` words (at least 16 bytes, so that empty
+    /// buffers can be bound), or an error when it exceeds what one binding can hold.
+    fn bytes(&self, len: usize) -> Result<u64> {
+        let b = (len.max(4) as u64) * 4;
+        if b > self.max_binding || len > u32::MAX as usize {
+            return Err(Error::Alloc {
+                op: "wgpu",
+                bytes: len.saturating_mul(4),
+                reason: "larger than the device's largest storage buffer binding",
+            });
+        }
+        Ok(b)
+    }
+
+    /// A new zero-filled buffer of `len` words with `usage` (the buffers of tensors:
+    /// storage, copy source and destination).
+    fn raw_buffer(&self, len: usize, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: self.bytes(len)?,
+            usage,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A new zero-filled buffer of `len` words for a tensor (wgpu zero-initialises every
+    /// buffer); an [`Error::Alloc`] when the device refuses it.
+    pub(crate) fn buffer(&self, len: usize) -> Result<wgpu::Buffer> {
+        let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_lost()?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buf = self.raw_buffer(
+            len,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+        );
+        if pollster::block_on(oom.pop()).is_some() {
+            return Err(Error::Alloc {
+                op: "wgpu",
+                bytes: len.saturating_mul(4),
+                reason: "the device is out of memory",
+            });
+        }
+        buf
+    }
+
+    /// Writes `words` into `buf` from word `start` (queued before the next submission,
+    /// after every earlier one).
+    pub(crate) fn write(&self, buf: &wgpu::Buffer, start: usize, words: &[u32]) -> Result<()> {
+        if words.is_empty() {
+            return Ok(());
+        }
+        let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_lost()?;
+        self.queue
+            .write_buffer(buf, (start as u64) * 4, words_as_bytes(words));
+        Ok(())
+    }
+
+    fn check_lost(&self) -> Result<()> {
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(device_error("the device was lost"));
+        }
+        Ok(())
+    }
+
+    /// Reads words `start .. start + len` of `buf` back to the host, blocking until every
+    /// kernel submitted before has finished.
+    pub(crate) fn read(&self, buf: &wgpu::Buffer, start: usize, len: usize) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).map_err(|_| Error::Alloc {
+            op: "wgpu",
+            bytes: len.saturating_mul(4),
+            reason: "the allocator refused the request",
+        })?;
+        if len == 0 {
+            return Ok(out);
+        }
+        let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_lost()?;
+        let what = "reading back";
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let staging = self.raw_buffer(
+            len,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let n_bytes = (len as u64) * 4;
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        encoder.copy_buffer_to_buffer(buf, (start as u64) * 4, &staging, 0, n_bytes);
+        self.queue.submit([encoder.finish()]);
+        let (tx, rx) = mpsc::channel();
+        staging
+            .slice(0..n_bytes)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
+        if let Some(e) = pollster::block_on(validation.pop()) {
+            return Err(device_error(format!("{what}: {e}")));
+        }
+        if let Some(e) = pollster::block_on(oom.pop()) {
+            return Err(Error::Alloc {
+                op: "wgpu",
+                bytes: len.saturating_mul(4),
+                reason: match e {
+                    wgpu::Error::OutOfMemory { .. } => "the device is out of memory",
+                    _ => "the device refused the buffers",
+                },
+            });
+        }
+        polled.map_err(|e| device_error(format!("{what}: waiting for the device: {e}")))?;
+        match rx.try_recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(device_error(format!("{what}: {e}"))),
+            Err(_) => {
+                return Err(device_error(format!(
+                    "{what}: the device did not finish{}",
+                    if self.lost.load(Ordering::SeqCst) {
+                        " (the device was lost)"
+                    } else {
+                        ""
+                    }
+                )))
+            }
+        }
+        {
+            let view = staging
+                .slice(0..n_bytes)
+                .get_mapped_range()
+                .map_err(|e| device_error(format!("{what}: {e}")))?;
+            let src: &[u8] = &view;
+            out.extend(
+                src.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            );
+        }
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Runs `kernel` as the given dispatches, in order, on device buffers: `inputs`
+    /// (bindings 1…), `scratch` words of device-only scratch (the next binding, when not
+    /// 0) and the output `out` (the last binding), each dispatch's own parameters at
+    /// binding 0. An input or output that is a part of its buffer is bound through a
+    /// temporary buffer (a copy on the device), so the shaders always see whole buffers
+    /// from index 0. Submits without waiting: [`Gpu::read`] waits.
+    pub(crate) fn dispatch(
         &self,
         kernel: Kernel,
         exact: bool,
         dispatches: &[Dispatch],
-        inputs: &[Words<'_>],
+        inputs: &[BufView<'_>],
         scratch: usize,
-        out: &mut [u32],
+        out: BufView<'_>,
     ) -> Result<()> {
-        if out.is_empty() || dispatches.iter().all(|d| d.threads == 0) {
+        if out.len == 0 || dispatches.iter().all(|d| d.threads == 0) {
             return Ok(());
         }
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(device_error("the device was lost"));
-        }
         let op = "wgpu";
-        let bytes = |len: usize| -> Result<u64> {
-            let b = (len.max(4) as u64) * 4;
-            if b > self.max_binding || len > u32::MAX as usize {
-                return Err(Error::Alloc {
-                    op,
-                    bytes: len.saturating_mul(4),
-                    reason: "larger than the device's largest storage buffer binding",
-                });
-            }
-            Ok(b)
-        };
         let mut groups = Vec::with_capacity(dispatches.len());
         for d in dispatches {
             let g = d.threads.div_ceil(WG as usize);
@@ -395,72 +526,100 @@ impl Gpu {
             }
             groups.push((x as u32, y as u32));
         }
+        // Checked before anything is created: every binding fits.
+        for v in inputs.iter().chain([&out]) {
+            self.bytes(if v.is_whole() { v.cap } else { v.len })?;
+        }
+        self.bytes(scratch)?;
         // A call that panicked (it cannot: no code here panics) leaves nothing to repair.
         // Held while compiling too: the compiler's error scope is the device's as well.
         let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_lost()?;
         let pipeline = self.pipeline(kernel, exact)?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let storage = |len: usize, usage: wgpu::BufferUsages| -> Result<wgpu::Buffer> {
-            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: None,
-                size: bytes(len)?,
-                usage,
-                mapped_at_creation: false,
-            }))
-        };
-        let upload = |data: &[u32]| -> Result<wgpu::Buffer> {
-            let buf = storage(
-                data.len(),
-                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            )?;
-            if !data.is_empty() {
-                self.queue.write_buffer(&buf, 0, words_as_bytes(data));
+        let mut encoder = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        let tensor_usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST;
+        // The buffer each binding sees: the view's own buffer when the view is all of it,
+        // else a temporary copy of the view's words.
+        let mut temps: Vec<wgpu::Buffer> = Vec::new();
+        let mut bound: Vec<(bool, usize)> = Vec::with_capacity(inputs.len() + 2);
+        for v in inputs {
+            if v.is_whole() {
+                bound.push((false, 0));
+            } else {
+                let t = self.raw_buffer(v.len, tensor_usage)?;
+                if v.len > 0 {
+                    encoder.copy_buffer_to_buffer(
+                        v.buf,
+                        (v.start as u64) * 4,
+                        &t,
+                        0,
+                        (v.len as u64) * 4,
+                    );
+                }
+                temps.push(t);
+                bound.push((true, temps.len() - 1));
             }
-            Ok(buf)
+        }
+        let scratch_buf = if scratch > 0 {
+            Some(self.raw_buffer(scratch, wgpu::BufferUsages::STORAGE)?)
+        } else {
+            None
         };
-        let mut buffers = Vec::with_capacity(inputs.len() + 2);
-        for data in inputs {
-            buffers.push(upload(data)?);
-        }
-        if scratch > 0 {
-            buffers.push(storage(scratch, wgpu::BufferUsages::STORAGE)?);
-        }
-        let out_bytes = (out.len() as u64) * 4;
-        buffers.push(storage(
-            out.len(),
-            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-        )?);
-        let staging = storage(
-            out.len(),
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        )?;
+        let out_temp = if out.is_whole() {
+            None
+        } else {
+            Some(self.raw_buffer(out.len, tensor_usage)?)
+        };
         let layout = pipeline.get_bind_group_layout(0);
         let mut binds = Vec::with_capacity(dispatches.len());
+        let mut params_bufs = Vec::with_capacity(dispatches.len());
         for d in dispatches {
-            let params = upload(&d.params)?;
+            let params = self.raw_buffer(
+                d.params.len(),
+                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            )?;
+            if !d.params.is_empty() {
+                self.queue
+                    .write_buffer(&params, 0, words_as_bytes(&d.params));
+            }
+            params_bufs.push(params);
+        }
+        for params in &params_bufs {
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
                 resource: params.as_entire_binding(),
             }];
-            entries.extend(
-                buffers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource: b.as_entire_binding(),
-                    }),
-            );
+            for (i, (v, &(temp, t))) in inputs.iter().zip(&bound).enumerate() {
+                let b = if temp { &temps[t] } else { v.buf };
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: b.as_entire_binding(),
+                });
+            }
+            let mut next = inputs.len() as u32 + 1;
+            if let Some(sb) = &scratch_buf {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: next,
+                    resource: sb.as_entire_binding(),
+                });
+                next += 1;
+            }
+            entries.push(wgpu::BindGroupEntry {
+                binding: next,
+                resource: out_temp.as_ref().unwrap_or(out.buf).as_entire_binding(),
+            });
             binds.push(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
                 layout: &layout,
                 entries: &entries,
             }));
         }
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(&pipeline);
@@ -471,56 +630,95 @@ impl Gpu {
                 }
             }
         }
-        let result = buffers.last().expect("the output buffer was pushed");
-        encoder.copy_buffer_to_buffer(result, 0, &staging, 0, out_bytes);
+        if let Some(t) = &out_temp {
+            encoder.copy_buffer_to_buffer(
+                t,
+                0,
+                out.buf,
+                (out.start as u64) * 4,
+                (out.len as u64) * 4,
+            );
+        }
         self.queue.submit([encoder.finish()]);
-        let (tx, rx) = mpsc::channel();
-        staging
-            .slice(0..out_bytes)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send(r);
-            });
-        let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
         if let Some(e) = pollster::block_on(validation.pop()) {
             return Err(device_error(format!("{kernel:?}: {e}")));
         }
         if let Some(e) = pollster::block_on(oom.pop()) {
             return Err(Error::Alloc {
                 op,
-                bytes: (inputs.iter().map(|d| d.len()).sum::<usize>() + out.len()) * 4,
+                bytes: (inputs.iter().map(|v| v.len).sum::<usize>() + out.len) * 4,
                 reason: match e {
                     wgpu::Error::OutOfMemory { .. } => "the device is out of memory",
                     _ => "the device refused the buffers",
                 },
             });
         }
-        polled.map_err(|e| device_error(format!("{kernel:?}: waiting for the device: {e}")))?;
-        match rx.try_recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(device_error(format!("{kernel:?}: reading back: {e}"))),
-            Err(_) => {
-                return Err(device_error(format!(
-                    "{kernel:?}: the device did not finish{}",
-                    if self.lost.load(Ordering::SeqCst) {
-                        " (the device was lost)"
-                    } else {
-                        ""
-                    }
-                )))
-            }
-        }
-        {
-            let view = staging
-                .slice(0..out_bytes)
-                .get_mapped_range()
-                .map_err(|e| device_error(format!("{kernel:?}: reading back: {e}")))?;
-            let src: &[u8] = &view;
-            for (o, chunk) in out.iter_mut().zip(src.chunks_exact(4)) {
-                *o = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            }
-        }
-        staging.unmap();
         Ok(())
+    }
+
+    /// [`Gpu::dispatch`] on host words: uploads `inputs`, runs, and reads the output back
+    /// into `out`, blocking until the device is done (the probes).
+    pub(crate) fn run(
+        &self,
+        kernel: Kernel,
+        exact: bool,
+        dispatches: &[Dispatch],
+        inputs: &[Words<'_>],
+        scratch: usize,
+        out: &mut [u32],
+    ) -> Result<()> {
+        if out.is_empty() || dispatches.iter().all(|d| d.threads == 0) {
+            return Ok(());
+        }
+        let mut bufs = Vec::with_capacity(inputs.len());
+        for data in inputs {
+            let b = self.buffer(data.len())?;
+            self.write(&b, 0, data)?;
+            bufs.push(b);
+        }
+        let views: Vec<BufView<'_>> = bufs
+            .iter()
+            .zip(inputs)
+            .map(|(b, d)| BufView::whole(b, d.len()))
+            .collect();
+        let ob = self.buffer(out.len())?;
+        self.dispatch(
+            kernel,
+            exact,
+            dispatches,
+            &views,
+            scratch,
+            BufView::whole(&ob, out.len()),
+        )?;
+        let words = self.read(&ob, 0, out.len())?;
+        out.copy_from_slice(&words);
+        Ok(())
+    }
+}
+
+/// Words `start .. start + len` of a device buffer that holds `cap` words.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BufView<'a> {
+    pub(crate) buf: &'a wgpu::Buffer,
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+    pub(crate) cap: usize,
+}
+
+impl<'a> BufView<'a> {
+    /// All `cap` words of `buf`.
+    pub(crate) fn whole(buf: &'a wgpu::Buffer, cap: usize) -> Self {
+        Self {
+            buf,
+            start: 0,
+            len: cap,
+            cap,
+        }
+    }
+
+    /// Whether the view is its whole buffer (bound directly, without a copy).
+    fn is_whole(&self) -> bool {
+        self.start == 0 && self.len == self.cap && self.cap > 0
     }
 }
 

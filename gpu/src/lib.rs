@@ -17,18 +17,23 @@
 
 mod device;
 mod probe;
+mod storage;
 
 pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV};
 pub use probe::{double_rounding_cases, Findings};
+pub use storage::{WgpuStorage, WgpuView, WgpuViewMut, WgpuViews};
 
-use device::{Dispatch, Gpu, Kernel};
+use device::{BufView, Dispatch, Gpu, Kernel};
 use exactgrad_backends::scalar_ref::split_reduce;
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::{
-    try_zeroed_vec, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SoftmaxArgs,
-    SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
+    BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SoftmaxArgs, SoftmaxBackwardArgs,
+    SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
-use exactgrad_core::{BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp};
+use exactgrad_core::{
+    Backend, BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp, ViewFamily, ViewLen,
+    MAX_ELEMENTS,
+};
 use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
@@ -50,8 +55,8 @@ pub const DEVICE_KERNELS: &[&str] = &[
 /// Vulkan adapter (set by `.ci/gpu`).
 pub const REQUIRE_GPU_ENV: &str = "EXACTGRAD_REQUIRE_GPU";
 
-struct Shared {
-    gpu: Gpu,
+pub(crate) struct Shared {
+    pub(crate) gpu: Gpu,
     findings: Findings,
 }
 
@@ -142,8 +147,8 @@ impl WgpuBackend {
         &self,
         kernel: Kernel,
         params: Vec<u32>,
-        inputs: &[&[u32]],
-        out: &mut [f32],
+        inputs: &[WgpuView<'_>],
+        out: WgpuViewMut<'_>,
         threads: usize,
     ) -> Result<()> {
         self.run_all(kernel, &[Dispatch::new(params, threads)], inputs, 0, out)
@@ -154,20 +159,90 @@ impl WgpuBackend {
         &self,
         kernel: Kernel,
         dispatches: &[Dispatch],
-        inputs: &[&[u32]],
+        inputs: &[WgpuView<'_>],
         scratch: usize,
-        out: &mut [f32],
+        out: WgpuViewMut<'_>,
     ) -> Result<()> {
-        self.shared.gpu.run(
+        let views: Vec<BufView<'_>> = inputs.iter().map(WgpuView::buf_view).collect();
+        self.shared.gpu.dispatch(
             kernel,
             self.is_exact(),
             dispatches,
-            inputs,
+            &views,
             scratch,
-            bytemuck::cast_slice_mut(out),
+            out.buf_view(),
         )
     }
+
+    /// Runs `f`, the reference kernel of this backend's mode, on host copies: `inputs`
+    /// downloaded, `out` downloaded and written back (the kernels that need f64 on a
+    /// device without it).
+    fn on_host<const N: usize>(
+        &self,
+        inputs: [WgpuView<'_>; N],
+        out: WgpuViewMut<'_>,
+        f: impl FnOnce(&dyn HostKernels, [&[f32]; N], &mut [f32]) -> Result<()>,
+    ) -> Result<()> {
+        let mut host = Vec::with_capacity(N);
+        for v in inputs {
+            host.push(WgpuViews::to_host(v)?);
+        }
+        let refs: [&[f32]; N] = std::array::from_fn(|i| &*host[i]);
+        let reference: &dyn HostKernels = match self.mode {
+            ComputeMode::Exact => &ScalarRefBackend,
+            ComputeMode::Fast => &FastScalarRefBackend,
+        };
+        WgpuViews::with_host_mut(out, |o| f(reference, refs, o))?
+    }
 }
+
+/// The host kernels [`WgpuBackend::on_host`] runs: those of the scalar references.
+trait HostKernels {
+    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()>;
+    fn softmax(
+        &self,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) -> Result<()>;
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_backward(
+        &self,
+        y: &[f32],
+        g: &[f32],
+        rows: usize,
+        cols: usize,
+        log: bool,
+        out: &mut [f32],
+    ) -> Result<()>;
+}
+
+macro_rules! host_kernels {
+    ($($t:ty),*) => {$(
+        impl HostKernels for $t {
+            fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
+                Backend::sum(self, x, layout, reduce, out)
+            }
+            fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
+                Backend::softmax(self, x, rows, cols, log, out)
+            }
+            fn softmax_backward(
+                &self,
+                y: &[f32],
+                g: &[f32],
+                rows: usize,
+                cols: usize,
+                log: bool,
+                out: &mut [f32],
+            ) -> Result<()> {
+                Backend::softmax_backward(self, y, g, rows, cols, log, out)
+            }
+        }
+    )*};
+}
+host_kernels!(ScalarRefBackend, FastScalarRefBackend);
 
 /// Loop iterations one invocation runs in one dispatch, at most. Mesa's llvmpipe (and so
 /// lavapipe) ends any shader loop after 65,535 iterations (counting those of the loops
@@ -216,10 +291,6 @@ fn push_layout(p: &mut Vec<u32>, l: &Layout) -> Result<()> {
         });
     }
     Ok(())
-}
-
-fn bits(x: &[f32]) -> &[u32] {
-    bytemuck::cast_slice(x)
 }
 
 /// The shader's path for `x^e` (`pow_path` in `shaders/pow.wgsl`): (path, n, negative),
@@ -297,19 +368,17 @@ fn unary_backward_code(op: UnaryOp) -> [u32; 7] {
     }
 }
 
-/// Calls the reference kernel of the backend's mode on the host.
-macro_rules! on_host {
-    ($self:ident, $method:ident, $args:expr) => {
-        match $self.mode {
-            ComputeMode::Exact => ScalarRefBackend.$method($args),
-            ComputeMode::Fast => FastScalarRefBackend.$method($args),
-        }
-    };
-}
-
 impl BackendImpl for WgpuBackend {
-    type Storage = Vec<f32>;
-    exactgrad_core::host_views!();
+    type Storage = WgpuStorage;
+    type Views = WgpuViews;
+
+    fn view(s: &WgpuStorage) -> WgpuView<'_> {
+        s.view()
+    }
+
+    fn view_mut(s: &mut WgpuStorage) -> WgpuViewMut<'_> {
+        s.view_mut()
+    }
 
     fn name(&self) -> String {
         format!("wgpu ({})", self.shared.gpu.summary.name)
@@ -319,47 +388,58 @@ impl BackendImpl for WgpuBackend {
         self.mode
     }
 
-    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
-        try_zeroed_vec("zeros", len)
+    fn zeros(&self, len: usize) -> Result<WgpuStorage> {
+        if len > MAX_ELEMENTS {
+            return Err(Error::TooLarge {
+                op: "zeros",
+                dims: vec![len],
+                limit: MAX_ELEMENTS,
+            });
+        }
+        // wgpu zero-initialises every buffer.
+        let buf = self.shared.gpu.buffer(len)?;
+        Ok(WgpuStorage {
+            shared: Arc::clone(&self.shared),
+            buf,
+            len,
+        })
     }
 
-    fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> {
-        Ok(data)
+    fn storage_from_vec(&self, data: Vec<f32>) -> Result<WgpuStorage> {
+        let s = self.zeros(data.len())?;
+        self.shared
+            .gpu
+            .write(&s.buf, 0, bytemuck::cast_slice(&data))?;
+        Ok(s)
     }
 
-    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_>>) -> Result<()> {
+    fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_, WgpuViews>>) -> Result<()> {
         let CopyStridedArgs { src, layout, out } = args.into_inner();
         let n = out.len();
         let mut p = vec![0, word(n)?];
         push_layout(&mut p, layout)?;
-        self.run(Kernel::Copy, p, &[bits(src)], out, n)
+        self.run(Kernel::Copy, p, &[src], out, n)
     }
 
-    fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
+    fn unary_impl(&self, args: Checked<UnaryArgs<'_, WgpuViews>>) -> Result<()> {
         let UnaryArgs { op, x, out } = args.into_inner();
         let code = unary_code(op);
         let n = out.len();
         let mut p = vec![0, word(n)?];
         p.extend_from_slice(&code);
-        self.run(Kernel::Unary, p, &[bits(x)], out, n)
+        self.run(Kernel::Unary, p, &[x], out, n)
     }
 
-    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_>>) -> Result<()> {
+    fn unary_backward_impl(&self, args: Checked<UnaryBackwardArgs<'_, WgpuViews>>) -> Result<()> {
         let UnaryBackwardArgs { op, x, y, g, out } = args.into_inner();
         let code = unary_backward_code(op);
         let n = out.len();
         let mut p = vec![0, word(n)?];
         p.extend_from_slice(&code);
-        self.run(
-            Kernel::UnaryBackward,
-            p,
-            &[bits(x), bits(y), bits(g)],
-            out,
-            n,
-        )
+        self.run(Kernel::UnaryBackward, p, &[x, y, g], out, n)
     }
 
-    fn binary_impl(&self, args: Checked<BinaryArgs<'_>>) -> Result<()> {
+    fn binary_impl(&self, args: Checked<BinaryArgs<'_, WgpuViews>>) -> Result<()> {
         let BinaryArgs {
             op,
             a,
@@ -378,10 +458,10 @@ impl BackendImpl for WgpuBackend {
         let mut p = vec![0, word(n)?, code];
         push_layout(&mut p, la)?;
         push_layout(&mut p, lb)?;
-        self.run(Kernel::Binary, p, &[bits(a), bits(b)], out, n)
+        self.run(Kernel::Binary, p, &[a, b], out, n)
     }
 
-    fn select_impl(&self, args: Checked<SelectArgs<'_>>) -> Result<()> {
+    fn select_impl(&self, args: Checked<SelectArgs<'_, WgpuViews>>) -> Result<()> {
         let SelectArgs {
             cond,
             lc,
@@ -396,19 +476,19 @@ impl BackendImpl for WgpuBackend {
         push_layout(&mut p, lc)?;
         push_layout(&mut p, la)?;
         push_layout(&mut p, lb)?;
-        self.run(Kernel::Select, p, &[bits(cond), bits(a), bits(b)], out, n)
+        self.run(Kernel::Select, p, &[cond, a, b], out, n)
     }
 
-    fn sum_impl(&self, args: Checked<SumArgs<'_>>) -> Result<()> {
-        if !self.f64_on_device() {
-            return on_host!(self, sum_impl, args);
-        }
+    fn sum_impl(&self, args: Checked<SumArgs<'_, WgpuViews>>) -> Result<()> {
         let SumArgs {
             x,
             layout,
             reduce,
             out,
         } = args.into_inner();
+        if !self.f64_on_device() {
+            return self.on_host([x], out, |r, [x], o| r.sum(x, layout, reduce, o));
+        }
         let (kept, red) = split_reduce(layout, reduce);
         let n = out.len();
         let mut p = vec![0, word(n)?];
@@ -425,10 +505,10 @@ impl BackendImpl for WgpuBackend {
                 Dispatch::new(q, n)
             })
             .collect();
-        self.run_all(Kernel::Sum, &dispatches, &[bits(x)], 2 * n, out)
+        self.run_all(Kernel::Sum, &dispatches, &[x], 2 * n, out)
     }
 
-    fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
+    fn matmul_impl(&self, args: Checked<MatmulArgs<'_, WgpuViews>>) -> Result<()> {
         let MatmulArgs { spec, a, b, out } = args.into_inner();
         let s = *spec;
         if s.m == 0 || s.n == 0 || s.batch == 0 {
@@ -437,8 +517,7 @@ impl BackendImpl for WgpuBackend {
         if s.k == 0 {
             // The empty sum: no operand element is read (the offsets need not lie inside
             // the buffers).
-            out.fill(0.0);
-            return Ok(());
+            return out.zero();
         }
         // A stride along a dimension of size 1 is never used.
         let st = |size: usize, stride: usize| if size <= 1 { 0 } else { stride };
@@ -467,13 +546,10 @@ impl BackendImpl for WgpuBackend {
                 Dispatch::new(q, n)
             })
             .collect();
-        self.run_all(Kernel::Matmul, &dispatches, &[bits(a), bits(b)], 0, out)
+        self.run_all(Kernel::Matmul, &dispatches, &[a, b], 0, out)
     }
 
-    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_>>) -> Result<()> {
-        if !self.f64_on_device() {
-            return on_host!(self, softmax_impl, args);
-        }
+    fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_, WgpuViews>>) -> Result<()> {
         let SoftmaxArgs {
             x,
             rows,
@@ -481,6 +557,9 @@ impl BackendImpl for WgpuBackend {
             log,
             out,
         } = args.into_inner();
+        if !self.f64_on_device() {
+            return self.on_host([x], out, |r, [x], o| r.softmax(x, rows, cols, log, o));
+        }
         if rows == 0 || cols == 0 {
             return Ok(());
         }
@@ -495,13 +574,13 @@ impl BackendImpl for WgpuBackend {
             }
         }
         dispatches.push(Dispatch::new(vec![0, r, c, 2, 0, 0, l], n));
-        self.run_all(Kernel::Softmax, &dispatches, &[bits(x)], 4 * rows, out)
+        self.run_all(Kernel::Softmax, &dispatches, &[x], 4 * rows, out)
     }
 
-    fn softmax_backward_impl(&self, args: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> {
-        if !self.f64_on_device() {
-            return on_host!(self, softmax_backward_impl, args);
-        }
+    fn softmax_backward_impl(
+        &self,
+        args: Checked<SoftmaxBackwardArgs<'_, WgpuViews>>,
+    ) -> Result<()> {
         let SoftmaxBackwardArgs {
             y,
             g,
@@ -510,6 +589,11 @@ impl BackendImpl for WgpuBackend {
             log,
             out,
         } = args.into_inner();
+        if !self.f64_on_device() {
+            return self.on_host([y, g], out, |r, [y, g], o| {
+                r.softmax_backward(y, g, rows, cols, log, o)
+            });
+        }
         if rows == 0 || cols == 0 {
             return Ok(());
         }
@@ -521,12 +605,6 @@ impl BackendImpl for WgpuBackend {
             .map(|[start, len]| Dispatch::new(vec![0, r, c, 0, start, len, l], rows))
             .collect();
         dispatches.push(Dispatch::new(vec![0, r, c, 1, 0, 0, l], n));
-        self.run_all(
-            Kernel::SoftmaxBackward,
-            &dispatches,
-            &[bits(y), bits(g)],
-            2 * rows,
-            out,
-        )
+        self.run_all(Kernel::SoftmaxBackward, &dispatches, &[y, g], 2 * rows, out)
     }
 }

@@ -38,7 +38,10 @@ fn products<B: Backend>(b: &B, cases: &[[f32; 3]]) -> Vec<u32> {
         b_offset: 0,
         b_strides: [2, 1, 1],
     };
-    let (sa, sb) = (b.storage_from_vec(a).unwrap(), b.storage_from_vec(bm).unwrap());
+    let (sa, sb) = (
+        b.storage_from_vec(a).unwrap(),
+        b.storage_from_vec(bm).unwrap(),
+    );
     let mut out = b.zeros(n).unwrap();
     b.matmul(&spec, B::view(&sa), B::view(&sb), B::view_mut(&mut out))
         .unwrap();

@@ -6,7 +6,7 @@
 //! `EXACTGRAD_REQUIRE_GPU=1` makes that a failure.
 
 use exactgrad_backends::ScalarRefBackend;
-use exactgrad_core::{Backend, BinaryOp, ComputeMode, Error, Layout, Philox, UnaryOp};
+use exactgrad_core::{Backend, BackendImpl, BinaryOp, ComputeMode, Error, Layout, Philox, UnaryOp};
 use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
 fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
@@ -52,9 +52,16 @@ fn five_million_elements_use_a_two_dimensional_dispatch() {
     let got = divided(&gpu, &a, &la, &b, &lb);
     let want = divided(&ScalarRefBackend, &a, &la, &b, &lb);
     assert!(got == want, "the last invocations differ");
-    let mut got = vec![0.0f32; n];
+    let sa = gpu.storage_from_vec(a.clone()).unwrap();
+    let mut out = gpu.zeros(n).unwrap();
+    gpu.unary(
+        UnaryOp::Tanh,
+        WgpuBackend::view(&sa),
+        WgpuBackend::view_mut(&mut out),
+    )
+    .unwrap();
+    let got = WgpuBackend::storage_to_vec(&out).unwrap();
     let mut want = vec![0.0f32; n];
-    gpu.unary(UnaryOp::Tanh, &a, &mut got).unwrap();
     ScalarRefBackend
         .unary(UnaryOp::Tanh, &a, &mut want)
         .unwrap();
@@ -76,13 +83,23 @@ fn a_buffer_beyond_the_largest_binding_is_an_error() {
     // elements (1 GiB): beyond its limit the call must be an error, never a panic.
     let mut len = 1usize << 25;
     loop {
-        let x = vec![1.0f32; len + 1];
-        let mut out = vec![0.0f32; len + 1];
-        match gpu.unary(UnaryOp::Neg, &x, &mut out) {
+        // The refusal may come when the buffers are made or when the kernel binds them.
+        let run = || -> exactgrad_core::Result<f32> {
+            let x = gpu.storage_from_vec(vec![1.0f32; len + 1])?;
+            let mut out = gpu.zeros(len + 1)?;
+            gpu.unary(
+                UnaryOp::Neg,
+                WgpuBackend::view(&x),
+                WgpuBackend::view_mut(&mut out),
+            )?;
+            let last = WgpuBackend::slice(WgpuBackend::view(&out), len..len + 1);
+            Ok(WgpuBackend::to_host(last)?[0])
+        };
+        match run() {
             Err(Error::Alloc { op: "wgpu", .. }) => return,
             Err(e) => panic!("{e}"),
-            Ok(()) => {
-                assert_eq!(out[len], -1.0);
+            Ok(last) => {
+                assert_eq!(last, -1.0);
                 if len >= 1 << 27 {
                     eprintln!("the device took {} elements; no limit reached", len + 1);
                     return;

@@ -8,7 +8,7 @@
 
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::MatmulSpec;
-use exactgrad_core::{Backend, ComputeMode, Layout, Philox};
+use exactgrad_core::{Backend, BackendImpl, ComputeMode, Layout, Philox, ViewMutOf, ViewOf};
 use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
 fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
@@ -25,6 +25,24 @@ fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = Philox::new(seed);
     (0..n).map(|_| rng.next_f32() * 2.0 - 1.0).collect()
+}
+
+/// `v` in a new buffer of `b`.
+fn up<B: Backend>(b: &B, v: Vec<f32>) -> B::Storage {
+    b.storage_from_vec(v).unwrap()
+}
+
+/// The elements of `s`, on the host.
+fn down<B: Backend>(_: &B, s: &B::Storage) -> Vec<f32> {
+    B::storage_to_vec(s).unwrap()
+}
+
+fn v<'a, B: Backend>(_: &B, s: &'a B::Storage) -> ViewOf<'a, B> {
+    B::view(s)
+}
+
+fn vm<'a, B: Backend>(_: &B, s: &'a mut B::Storage) -> ViewMutOf<'a, B> {
+    B::view_mut(s)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -58,22 +76,23 @@ macro_rules! compare {
 }
 
 compare!(a_sum_over_200000_elements, |b| {
-    let x = values(200_000, 1);
-    let mut out = vec![0.0f32; 2];
+    let x = up(b, values(200_000, 1));
+    let mut out = b.zeros(2).unwrap();
     // Two outputs of 100,000 elements each, the reduced dimension strided.
     let l = Layout {
         shape: vec![100_000, 2].into(),
         strides: vec![2, 1],
         offset: 0,
     };
-    b.sum(&x, &l, &[true, false], &mut out).unwrap();
-    out
+    b.sum(v(b, &x), &l, &[true, false], vm(b, &mut out))
+        .unwrap();
+    down(b, &out)
 });
 
 compare!(a_product_with_k_70000, |b| {
     let k = 70_000;
-    let a = values(2 * k, 2);
-    let bm = values(k * 3, 3);
+    let a = up(b, values(2 * k, 2));
+    let bm = up(b, values(k * 3, 3));
     let spec = MatmulSpec {
         batch: 1,
         m: 2,
@@ -84,17 +103,18 @@ compare!(a_product_with_k_70000, |b| {
         b_offset: 0,
         b_strides: [0, 3, 1],
     };
-    let mut out = vec![0.0f32; 6];
-    b.matmul(&spec, &a, &bm, &mut out).unwrap();
-    out
+    let mut out = b.zeros(6).unwrap();
+    b.matmul(&spec, v(b, &a), v(b, &bm), vm(b, &mut out))
+        .unwrap();
+    down(b, &out)
 });
 
 compare!(a_softmax_backward_over_70000_columns, |b| {
     let cols = 70_000;
-    let y = values(2 * cols, 4);
-    let g = values(2 * cols, 5);
-    let mut out = vec![0.0f32; 2 * cols];
-    b.softmax_backward(&y, &g, 2, cols, false, &mut out)
+    let y = up(b, values(2 * cols, 4));
+    let g = up(b, values(2 * cols, 5));
+    let mut out = b.zeros(2 * cols).unwrap();
+    b.softmax_backward(v(b, &y), v(b, &g), 2, cols, false, vm(b, &mut out))
         .unwrap();
-    out
+    down(b, &out)
 });
