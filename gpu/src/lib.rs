@@ -1,7 +1,8 @@
 //! A Vulkan compute backend for exactgrad: [`WgpuBackend`] runs the kernels of
 //! [`exactgrad_core::BackendImpl`] as WGSL compute shaders through wgpu, on any Vulkan
-//! device (Mesa's lavapipe included), with host storage: each kernel uploads its inputs,
-//! dispatches and reads its output back (`docs/gpu.md`).
+//! device (Mesa's lavapipe included). Tensors live in device buffers ([`WgpuStorage`]);
+//! kernels take views of them and run without a copy to the host, and only explicit
+//! reads wait for the device (`docs/gpu.md` §6).
 //!
 //! Fast mode gives the bits of `FastScalarRefBackend` and exact mode those of
 //! `ScalarRefBackend` (NaN equal to any NaN in fast mode). Before a backend is built its
@@ -10,7 +11,8 @@
 //! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
 //! `unary_backward` included; the defaulted kernels keep core's reference definitions
 //! (the recurrent cells, written with the backend's element-wise kernels, so their steps
-//! run on the device; the training kernels, host loops), so the backend is complete.
+//! run on the device; the training kernels, host loops on downloaded copies), so the
+//! backend is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -1,13 +1,14 @@
 //! The device-specific behaviour of the Vulkan backend beyond the conformance kit: the
 //! fused multiply-add of fast-mode products on the inputs that defeat rounding through
-//! f64 twice, the separate roundings of exact-mode products, and what the probes report.
+//! f64 twice, the separate roundings of exact-mode products, what the probes report, and
+//! kernels on parts of device buffers.
 //!
 //! Without a Vulkan adapter each test prints why and passes, unless
 //! `EXACTGRAD_REQUIRE_GPU=1` makes that a failure.
 
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::MatmulSpec;
-use exactgrad_core::{Backend, ComputeMode};
+use exactgrad_core::{Backend, BackendImpl, ComputeMode, UnaryOp, ViewLen};
 use exactgrad_wgpu::{double_rounding_cases, WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
 fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
@@ -93,4 +94,45 @@ fn the_probes_justify_the_modes_offered() {
         "{f}"
     );
     println!("{}\n{f}", gpu.adapter().name);
+}
+
+#[test]
+fn kernels_on_parts_of_buffers_read_and_write_only_those_parts() {
+    let Some(gpu) = backend(ComputeMode::Exact) else {
+        return;
+    };
+    type W = WgpuBackend;
+    let x = gpu
+        .storage_from_vec((1..=10).map(|i| i as f32).collect())
+        .unwrap();
+    let mut out = gpu.storage_from_vec(vec![7.0; 10]).unwrap();
+    // x[2..5] negated into out[4..7]: both a part of their buffer (copied on the device).
+    let src = W::slice(W::view(&x), 2..5);
+    let dst = W::slice_mut(W::view_mut(&mut out), 4..7);
+    gpu.unary(UnaryOp::Neg, src, dst).unwrap();
+    assert_eq!(
+        W::storage_to_vec(&out).unwrap(),
+        [7.0, 7.0, 7.0, 7.0, -3.0, -4.0, -5.0, 7.0, 7.0, 7.0]
+    );
+    // The two halves of one buffer, one written from the other.
+    let (left, right) = W::split_at_mut(W::view_mut(&mut out), 5);
+    gpu.unary(UnaryOp::Abs, W::freeze(&left), right).unwrap();
+    assert_eq!(
+        W::storage_to_vec(&out).unwrap(),
+        [7.0, 7.0, 7.0, 7.0, -3.0, 7.0, 7.0, 7.0, 7.0, 3.0]
+    );
+    // Reads and host writes of a part.
+    let part = W::slice(W::view(&out), 3..6);
+    assert_eq!(&*W::to_host(part).unwrap(), [7.0, -3.0, 7.0]);
+    W::with_host_mut(W::slice_mut(W::view_mut(&mut out), 8..10), |h| {
+        assert_eq!(h, [7.0, 3.0]);
+        h[1] = 0.5;
+    })
+    .unwrap();
+    assert_eq!(W::storage_to_vec(&out).unwrap()[7..], [7.0, 7.0, 0.5]);
+    // A range outside the view panics, as slice indexing does.
+    let outside = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        W::slice(W::view(&x), 8..11).len()
+    }));
+    assert!(outside.is_err());
 }
