@@ -485,76 +485,32 @@ pub fn lstm_cell_backward<B: Backend>(
         B::view_mut(&mut dc),
     )?;
     let dc = B::view(&dc);
-    // The four gate gradients: (factor ⊗ other) through the activation's backward rule.
+    // The four gate gradients: (factor ⊗ other) through the activation's backward rule,
+    // in the order o, i, f, g.
     let mut t = scratch(b, n * h)?;
     let dg = &mut o.dgates;
-    b.binary(BinaryOp::Mul, dh, &mh, tc, &mh, B::view_mut(&mut t))?;
+    let gates = B::shorten(i.gates);
     let (sig, tanh) = (UnaryOp::Sigmoid, UnaryOp::Tanh);
-    backward_block(
-        b,
-        sig,
-        i.gates,
-        w,
-        3,
-        B::view(&t),
-        B::reborrow(dg),
-        w,
-        3,
-        shape,
-    )?;
-    b.binary(
-        BinaryOp::Mul,
-        dc,
-        &mh,
-        i.gates,
-        &gate(2),
-        B::view_mut(&mut t),
-    )?;
-    backward_block(
-        b,
-        sig,
-        i.gates,
-        w,
-        0,
-        B::view(&t),
-        B::reborrow(dg),
-        w,
-        0,
-        shape,
-    )?;
-    b.binary(BinaryOp::Mul, dc, &mh, i.c_prev, &mh, B::view_mut(&mut t))?;
-    backward_block(
-        b,
-        sig,
-        i.gates,
-        w,
-        1,
-        B::view(&t),
-        B::reborrow(dg),
-        w,
-        1,
-        shape,
-    )?;
-    b.binary(
-        BinaryOp::Mul,
-        dc,
-        &mh,
-        i.gates,
-        &gate(0),
-        B::view_mut(&mut t),
-    )?;
-    backward_block(
-        b,
-        tanh,
-        i.gates,
-        w,
-        2,
-        B::view(&t),
-        B::reborrow(dg),
-        w,
-        2,
-        shape,
-    )?;
+    for (factor, other, lo, k, act) in [
+        (dh, tc, mat(n, h), 3, sig),
+        (dc, gates, gate(2), 0, sig),
+        (dc, B::shorten(i.c_prev), mat(n, h), 1, sig),
+        (dc, gates, gate(0), 2, tanh),
+    ] {
+        b.binary(BinaryOp::Mul, factor, &mh, other, &lo, B::view_mut(&mut t))?;
+        backward_block(
+            b,
+            act,
+            gates,
+            w,
+            k,
+            B::view(&t),
+            B::reborrow(dg),
+            w,
+            k,
+            shape,
+        )?;
+    }
     b.binary(BinaryOp::Mul, dc, &mh, i.gates, &gate(1), o.dc_prev)
 }
 

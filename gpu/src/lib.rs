@@ -175,76 +175,20 @@ impl WgpuBackend {
             out.buf_view(),
         )
     }
-
-    /// Runs `f`, the reference kernel of this backend's mode, on host copies: `inputs`
-    /// downloaded, `out` downloaded and written back (the kernels that need f64 on a
-    /// device without it).
-    fn on_host<const N: usize>(
-        &self,
-        inputs: [WgpuView<'_>; N],
-        out: WgpuViewMut<'_>,
-        f: impl FnOnce(&dyn HostKernels, [&[f32]; N], &mut [f32]) -> Result<()>,
-    ) -> Result<()> {
-        let mut host = Vec::with_capacity(N);
-        for v in inputs {
-            host.push(WgpuViews::to_host(v)?);
-        }
-        let refs: [&[f32]; N] = std::array::from_fn(|i| &*host[i]);
-        let reference: &dyn HostKernels = match self.mode {
-            ComputeMode::Exact => &ScalarRefBackend,
-            ComputeMode::Fast => &FastScalarRefBackend,
-        };
-        WgpuViews::with_host_mut(out, |o| f(reference, refs, o))?
-    }
 }
 
-/// The host kernels [`WgpuBackend::on_host`] runs: those of the scalar references.
-trait HostKernels {
-    fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()>;
-    fn softmax(
-        &self,
-        x: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()>;
-    #[allow(clippy::too_many_arguments)]
-    fn softmax_backward(
-        &self,
-        y: &[f32],
-        g: &[f32],
-        rows: usize,
-        cols: usize,
-        log: bool,
-        out: &mut [f32],
-    ) -> Result<()>;
+/// Runs the reference kernel of the backend's mode on host copies: the views `inputs`
+/// downloaded, `out` downloaded and written back (the kernels that need f64, on a device
+/// without it). The kernel's arguments are the inputs, then `args`, then the output.
+macro_rules! on_host {
+    ($self:ident, [$($v:ident),*], $out:ident, $method:ident($($arg:expr),*)) => {{
+        $(let $v = WgpuViews::to_host($v)?;)*
+        WgpuViews::with_host_mut($out, |o| match $self.mode {
+            ComputeMode::Exact => ScalarRefBackend.$method($(&$v,)* $($arg,)* o),
+            ComputeMode::Fast => FastScalarRefBackend.$method($(&$v,)* $($arg,)* o),
+        })?
+    }};
 }
-
-macro_rules! host_kernels {
-    ($($t:ty),*) => {$(
-        impl HostKernels for $t {
-            fn sum(&self, x: &[f32], layout: &Layout, reduce: &[bool], out: &mut [f32]) -> Result<()> {
-                Backend::sum(self, x, layout, reduce, out)
-            }
-            fn softmax(&self, x: &[f32], rows: usize, cols: usize, log: bool, out: &mut [f32]) -> Result<()> {
-                Backend::softmax(self, x, rows, cols, log, out)
-            }
-            fn softmax_backward(
-                &self,
-                y: &[f32],
-                g: &[f32],
-                rows: usize,
-                cols: usize,
-                log: bool,
-                out: &mut [f32],
-            ) -> Result<()> {
-                Backend::softmax_backward(self, y, g, rows, cols, log, out)
-            }
-        }
-    )*};
-}
-host_kernels!(ScalarRefBackend, FastScalarRefBackend);
 
 /// Loop iterations one invocation runs in one dispatch, at most. Mesa's llvmpipe (and so
 /// lavapipe) ends any shader loop after 65,535 iterations (counting those of the loops
@@ -489,7 +433,7 @@ impl BackendImpl for WgpuBackend {
             out,
         } = args.into_inner();
         if !self.f64_on_device() {
-            return self.on_host([x], out, |r, [x], o| r.sum(x, layout, reduce, o));
+            return on_host!(self, [x], out, sum(layout, reduce));
         }
         let (kept, red) = split_reduce(layout, reduce);
         let n = out.len();
@@ -560,7 +504,7 @@ impl BackendImpl for WgpuBackend {
             out,
         } = args.into_inner();
         if !self.f64_on_device() {
-            return self.on_host([x], out, |r, [x], o| r.softmax(x, rows, cols, log, o));
+            return on_host!(self, [x], out, softmax(rows, cols, log));
         }
         if rows == 0 || cols == 0 {
             return Ok(());
@@ -592,9 +536,7 @@ impl BackendImpl for WgpuBackend {
             out,
         } = args.into_inner();
         if !self.f64_on_device() {
-            return self.on_host([y, g], out, |r, [y, g], o| {
-                r.softmax_backward(y, g, rows, cols, log, o)
-            });
+            return on_host!(self, [y, g], out, softmax_backward(rows, cols, log));
         }
         if rows == 0 || cols == 0 {
             return Ok(());

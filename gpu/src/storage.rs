@@ -107,15 +107,10 @@ impl<'a> WgpuView<'a> {
     }
 }
 
-impl<'a> WgpuViewMut<'a> {
+impl WgpuViewMut<'_> {
     /// The words the device binds.
-    pub(crate) fn buf_view(&self) -> BufView<'a> {
-        BufView {
-            buf: &self.storage.buf,
-            start: self.start,
-            len: self.len,
-            cap: self.storage.len,
-        }
+    pub(crate) fn buf_view(&self) -> BufView<'_> {
+        WgpuViews::freeze(self).buf_view()
     }
 
     /// Fills the view with `+0` (an upload).
