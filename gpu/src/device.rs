@@ -495,10 +495,11 @@ impl Gpu {
 
     /// Runs `kernel` as the given dispatches, in order, on device buffers: `inputs`
     /// (bindings 1…), `scratch` words of device-only scratch (the next binding, when not
-    /// 0) and the output `out` (the last binding), each dispatch's own parameters at
-    /// binding 0. An input or output that is a part of its buffer is bound through a
-    /// temporary buffer (a copy on the device), so the shaders always see whole buffers
-    /// from index 0. Submits without waiting: [`Gpu::read`] waits.
+    /// 0) and the outputs `outs` (the last bindings, which the kernel may also read),
+    /// each dispatch's own parameters at binding 0. An input or output that is a part of
+    /// its buffer is bound through a temporary buffer (a copy on the device, copied back
+    /// for an output), so the shaders always see whole buffers from index 0. Submits
+    /// without waiting: [`Gpu::read`] waits.
     pub(crate) fn dispatch(
         &self,
         kernel: Kernel,
@@ -506,9 +507,9 @@ impl Gpu {
         dispatches: &[Dispatch],
         inputs: &[BufView<'_>],
         scratch: usize,
-        out: BufView<'_>,
+        outs: &[BufView<'_>],
     ) -> Result<()> {
-        if out.len == 0 || dispatches.iter().all(|d| d.threads == 0) {
+        if outs.iter().all(|o| o.len == 0) || dispatches.iter().all(|d| d.threads == 0) {
             return Ok(());
         }
         let op = "wgpu";
@@ -527,7 +528,7 @@ impl Gpu {
             groups.push((x as u32, y as u32));
         }
         // Checked before anything is created: every binding fits.
-        for v in inputs.iter().chain([&out]) {
+        for v in inputs.iter().chain(outs) {
             self.bytes(if v.is_whole() { v.cap } else { v.len })?;
         }
         self.bytes(scratch)?;
@@ -571,11 +572,25 @@ impl Gpu {
         } else {
             None
         };
-        let out_temp = if out.is_whole() {
-            None
-        } else {
-            Some(self.raw_buffer(out.len, tensor_usage)?)
-        };
+        let mut out_temps: Vec<Option<wgpu::Buffer>> = Vec::with_capacity(outs.len());
+        for o in outs {
+            out_temps.push(if o.is_whole() {
+                None
+            } else {
+                // The kernel may read its output (an update in place): the words go in too.
+                let t = self.raw_buffer(o.len, tensor_usage)?;
+                if o.len > 0 {
+                    encoder.copy_buffer_to_buffer(
+                        o.buf,
+                        (o.start as u64) * 4,
+                        &t,
+                        0,
+                        (o.len as u64) * 4,
+                    );
+                }
+                Some(t)
+            });
+        }
         let layout = pipeline.get_bind_group_layout(0);
         let mut binds = Vec::with_capacity(dispatches.len());
         let mut params_bufs = Vec::with_capacity(dispatches.len());
@@ -610,10 +625,13 @@ impl Gpu {
                 });
                 next += 1;
             }
-            entries.push(wgpu::BindGroupEntry {
-                binding: next,
-                resource: out_temp.as_ref().unwrap_or(out.buf).as_entire_binding(),
-            });
+            for (o, t) in outs.iter().zip(&out_temps) {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: next,
+                    resource: t.as_ref().unwrap_or(o.buf).as_entire_binding(),
+                });
+                next += 1;
+            }
             binds.push(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
                 layout: &layout,
@@ -630,14 +648,16 @@ impl Gpu {
                 }
             }
         }
-        if let Some(t) = &out_temp {
-            encoder.copy_buffer_to_buffer(
-                t,
-                0,
-                out.buf,
-                (out.start as u64) * 4,
-                (out.len as u64) * 4,
-            );
+        for (o, t) in outs.iter().zip(&out_temps) {
+            if let (Some(t), true) = (t, o.len > 0) {
+                encoder.copy_buffer_to_buffer(
+                    t,
+                    0,
+                    o.buf,
+                    (o.start as u64) * 4,
+                    (o.len as u64) * 4,
+                );
+            }
         }
         self.queue.submit([encoder.finish()]);
         if let Some(e) = pollster::block_on(validation.pop()) {
@@ -646,7 +666,7 @@ impl Gpu {
         if let Some(e) = pollster::block_on(oom.pop()) {
             return Err(Error::Alloc {
                 op,
-                bytes: (inputs.iter().map(|v| v.len).sum::<usize>() + out.len) * 4,
+                bytes: inputs.iter().chain(outs).map(|v| v.len).sum::<usize>() * 4,
                 reason: match e {
                     wgpu::Error::OutOfMemory { .. } => "the device is out of memory",
                     _ => "the device refused the buffers",
@@ -688,7 +708,7 @@ impl Gpu {
             dispatches,
             &views,
             scratch,
-            BufView::whole(&ob, out.len()),
+            &[BufView::whole(&ob, out.len())],
         )?;
         let words = self.read(&ob, 0, out.len())?;
         out.copy_from_slice(&words);

@@ -172,7 +172,7 @@ impl WgpuBackend {
             dispatches,
             &views,
             scratch,
-            out.buf_view(),
+            &[out.buf_view()],
         )
     }
 }
