@@ -2,7 +2,8 @@
 //! implements: storage and the kernels every operator is built from.
 //!
 //! A backend is a value (cheap to clone) that tensors carry; it names its storage type and
-//! its compute mode and provides kernels over slices with explicit layouts. Kernels never
+//! its compute mode and provides kernels over views of its storage with explicit layouts
+//! (slices on a host backend; [`crate::view`] and `docs/backends.md` §4). Kernels never
 //! allocate their outputs (the caller passes them) and never read global state. Outputs
 //! are contiguous and row-major. The bits each kernel must produce in exact mode are
 //! defined by `ScalarRefBackend` (crate `exactgrad-backends`) and written down in

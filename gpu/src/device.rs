@@ -129,6 +129,8 @@ pub(crate) enum Kernel {
     Sum,
     Softmax,
     SoftmaxBackward,
+    SgdStep,
+    AdamStep,
     Probe,
 }
 
@@ -144,6 +146,8 @@ impl Kernel {
             Kernel::Sum => include_str!("shaders/sum.wgsl"),
             Kernel::Softmax => include_str!("shaders/softmax.wgsl"),
             Kernel::SoftmaxBackward => include_str!("shaders/softmax_backward.wgsl"),
+            Kernel::SgdStep => include_str!("shaders/sgd.wgsl"),
+            Kernel::AdamStep => include_str!("shaders/adam.wgsl"),
             Kernel::Probe => include_str!("shaders/probe.wgsl"),
         }
     }

@@ -29,8 +29,8 @@ use device::{BufView, Dispatch, Gpu, Kernel};
 use exactgrad_backends::scalar_ref::split_reduce;
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::{
-    BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SoftmaxArgs, SoftmaxBackwardArgs,
-    SumArgs, UnaryArgs, UnaryBackwardArgs,
+    AdamStepArgs, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SgdStepArgs,
+    SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
 use exactgrad_core::{
     Backend, BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp, ViewFamily, ViewLen,
@@ -51,6 +51,8 @@ pub const DEVICE_KERNELS: &[&str] = &[
     "sum",
     "softmax",
     "softmax_backward",
+    "sgd_step",
+    "adam_step",
 ];
 
 /// The environment variable that makes the tests fail, rather than skip, without a
@@ -173,6 +175,28 @@ impl WgpuBackend {
             &views,
             scratch,
             &[out.buf_view()],
+        )
+    }
+
+    /// One dispatch of `kernel` over `threads` invocations with several outputs (bound
+    /// in order after the inputs; the kernel may read them: updates in place).
+    fn run_outs(
+        &self,
+        kernel: Kernel,
+        params: Vec<u32>,
+        inputs: &[WgpuView<'_>],
+        outs: &[WgpuViewMut<'_>],
+        threads: usize,
+    ) -> Result<()> {
+        let views: Vec<BufView<'_>> = inputs.iter().map(WgpuView::buf_view).collect();
+        let outs: Vec<BufView<'_>> = outs.iter().map(WgpuViewMut::buf_view).collect();
+        self.shared.gpu.dispatch(
+            kernel,
+            self.is_exact(),
+            &[Dispatch::new(params, threads)],
+            &views,
+            0,
+            &outs,
         )
     }
 }
@@ -550,5 +574,92 @@ impl BackendImpl for WgpuBackend {
             .collect();
         dispatches.push(Dispatch::new(vec![0, r, c, 1, 0, 0, l], n));
         self.run_all(Kernel::SoftmaxBackward, &dispatches, &[y, g], 2 * rows, out)
+    }
+
+    fn sgd_step_impl(&self, args: Checked<SgdStepArgs<'_, WgpuViews>>) -> Result<()> {
+        let SgdStepArgs {
+            spec,
+            param,
+            grad,
+            momentum_buffer,
+        } = args.into_inner();
+        if std::env::var_os("TMP_HOST_OPTIM").is_some() {
+            let grad = WgpuViews::to_host(grad)?;
+            return WgpuViews::with_host_mut(param, |pp| {
+                WgpuViews::with_host_mut(momentum_buffer, |mb| match self.mode {
+                    ComputeMode::Exact => ScalarRefBackend.sgd_step(spec, pp, &grad, mb),
+                    ComputeMode::Fast => FastScalarRefBackend.sgd_step(spec, pp, &grad, mb),
+                })
+            })??;
+        }
+        let n = param.len();
+        let f = f32::to_bits;
+        let p = vec![
+            0,
+            word(n)?,
+            f(spec.neg_lr),
+            u32::from(spec.weight_decay.is_some()),
+            f(spec.weight_decay.unwrap_or(0.0)),
+            u32::from(spec.momentum.is_some()),
+            f(spec.momentum.unwrap_or(0.0)),
+            f(spec.dampening),
+            u32::from(spec.nesterov),
+            u32::from(spec.first),
+            u32::from(spec.maximize),
+        ];
+        self.run_outs(Kernel::SgdStep, p, &[grad], &[param, momentum_buffer], n)
+    }
+
+    fn adam_step_impl(&self, args: Checked<AdamStepArgs<'_, WgpuViews>>) -> Result<()> {
+        let AdamStepArgs {
+            spec,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq,
+        } = args.into_inner();
+        if std::env::var_os("TMP_HOST_OPTIM").is_some() {
+            let grad = WgpuViews::to_host(grad)?;
+            return WgpuViews::with_host_mut(param, |pp| {
+                WgpuViews::with_host_mut(exp_avg, |m| {
+                    WgpuViews::with_host_mut(exp_avg_sq, |v| {
+                        WgpuViews::with_host_mut(max_exp_avg_sq, |x| match self.mode {
+                            ComputeMode::Exact => ScalarRefBackend.adam_step(spec, pp, &grad, m, v, x),
+                            ComputeMode::Fast => FastScalarRefBackend.adam_step(spec, pp, &grad, m, v, x),
+                        })
+                    })
+                })
+            })????;
+        }
+        let n = param.len();
+        let f = f32::to_bits;
+        // `1 − w1` and the choice of the lerp's form, as `AdamSpec::element` computes
+        // them (one f32 subtraction, the same on the host as on the device).
+        let p = vec![
+            0,
+            word(n)?,
+            f(spec.neg_step),
+            f(spec.w1),
+            f(1.0 - spec.w1),
+            u32::from(spec.w1.abs() < 0.5),
+            f(spec.beta2),
+            f(spec.w2),
+            f(spec.bc2_sqrt),
+            f(spec.eps),
+            u32::from(spec.weight_decay.is_some()),
+            f(spec.weight_decay.unwrap_or(0.0)),
+            u32::from(spec.decay.is_some()),
+            f(spec.decay.unwrap_or(0.0)),
+            u32::from(spec.amsgrad),
+            u32::from(spec.maximize),
+        ];
+        self.run_outs(
+            Kernel::AdamStep,
+            p,
+            &[grad],
+            &[param, exp_avg, exp_avg_sq, max_exp_avg_sq],
+            n,
+        )
     }
 }

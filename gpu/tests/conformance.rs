@@ -80,8 +80,17 @@ macro_rules! kernels {
             fn softmax_backward() {
                 run($m, Kernel::SoftmaxBackward)
             }
+            #[test]
+            fn sgd_step() {
+                run($m, Kernel::SgdStep)
+            }
+            #[test]
+            fn adam_step() {
+                run($m, Kernel::AdamStep)
+            }
             /// Every kernel, the defaulted training and recurrent kernels included (they
-            /// run on the backend's element-wise kernels or on the host).
+            /// run on the backend's element-wise kernels or on the host; the optimizer
+            /// updates have device kernels of their own).
             #[test]
             fn every_kernel() {
                 let Some(b) = backend($m) else { return };

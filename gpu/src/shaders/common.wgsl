@@ -50,3 +50,18 @@ fn canon(v: f32) -> f32 {
 fn opaque(v: f32) -> f32 {
     return bitcast<f32>(bitcast<u32>(v) ^ p[0]);
 }
+
+// One IEEE operation, rounded on its own: the result passes `opaque`, so the compiler can
+// neither contract it with a neighbouring operation nor rewrite a chain of them with its
+// inexact algebraic rules (the optimizer kernels; the transcendental functions have their
+// own `add`, `sub`, `mul`, `div`).
+fn sep_add(a: f32, b: f32) -> f32 { return opaque(a + b); }
+fn sep_sub(a: f32, b: f32) -> f32 { return opaque(a - b); }
+fn sep_mul(a: f32, b: f32) -> f32 { return opaque(a * b); }
+fn sep_div(a: f32, b: f32) -> f32 { return opaque(a / b); }
+fn sep_sqrt(a: f32) -> f32 { return opaque(sqrt(a)); }
+
+// `v` with its sign flipped (a bit operation, as Rust's `-v`).
+fn flip_sign(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) ^ 0x80000000u);
+}
