@@ -9,10 +9,10 @@
 //! device's arithmetic is probed ([`Findings`]); a device that cannot give the bits of
 //! the mode asked for is refused with a [`WgpuError`] naming what is missing. The kernels
 //! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
-//! `unary_backward` included; the defaulted kernels keep core's reference definitions
-//! (the recurrent cells, written with the backend's element-wise kernels, so their steps
-//! run on the device; the training kernels, host loops on downloaded copies), so the
-//! backend is complete.
+//! `unary_backward` included, and the optimizer updates `sgd_step` and `adam_step`; the
+//! defaulted kernels keep core's reference definitions (the recurrent cells, written with
+//! the backend's element-wise kernels, so their steps run on the device; the other
+//! training kernels, host loops on downloaded copies), so the backend is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -40,7 +40,8 @@ use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
 /// `sum`, `softmax` and `softmax_backward` need f64 on the device (without it they run
-/// on the host).
+/// on the host); `sgd_step` and `adam_step` update their parameter and state buffers in
+/// place, one invocation per element.
 pub const DEVICE_KERNELS: &[&str] = &[
     "matmul",
     "binary",
@@ -583,15 +584,6 @@ impl BackendImpl for WgpuBackend {
             grad,
             momentum_buffer,
         } = args.into_inner();
-        if std::env::var_os("TMP_HOST_OPTIM").is_some() {
-            let grad = WgpuViews::to_host(grad)?;
-            return WgpuViews::with_host_mut(param, |pp| {
-                WgpuViews::with_host_mut(momentum_buffer, |mb| match self.mode {
-                    ComputeMode::Exact => ScalarRefBackend.sgd_step(spec, pp, &grad, mb),
-                    ComputeMode::Fast => FastScalarRefBackend.sgd_step(spec, pp, &grad, mb),
-                })
-            })??;
-        }
         let n = param.len();
         let f = f32::to_bits;
         let p = vec![
@@ -619,19 +611,6 @@ impl BackendImpl for WgpuBackend {
             exp_avg_sq,
             max_exp_avg_sq,
         } = args.into_inner();
-        if std::env::var_os("TMP_HOST_OPTIM").is_some() {
-            let grad = WgpuViews::to_host(grad)?;
-            return WgpuViews::with_host_mut(param, |pp| {
-                WgpuViews::with_host_mut(exp_avg, |m| {
-                    WgpuViews::with_host_mut(exp_avg_sq, |v| {
-                        WgpuViews::with_host_mut(max_exp_avg_sq, |x| match self.mode {
-                            ComputeMode::Exact => ScalarRefBackend.adam_step(spec, pp, &grad, m, v, x),
-                            ComputeMode::Fast => FastScalarRefBackend.adam_step(spec, pp, &grad, m, v, x),
-                        })
-                    })
-                })
-            })????;
-        }
         let n = param.len();
         let f = f32::to_bits;
         // `1 − w1` and the choice of the lerp's form, as `AdamSpec::element` computes
