@@ -278,7 +278,18 @@ fn values<B: Backend>(t: &Tensor<B>) -> Result<B::Storage> {
 
 /// Copies `src` into `dst` (same length), bits unchanged.
 fn copy<B: Backend>(be: &B, src: ViewOf<'_, B>, dst: ViewMutOf<'_, B>) -> Result<()> {
-    Ok(be.copy_strided(src, &Layout::contiguous([src.len()]), dst)?)
+    copy_as(be, src, &Layout::contiguous([src.len()]), dst)
+}
+
+/// [`copy`] with the contiguous layout of `src` given (built once for the copies of every
+/// time step).
+fn copy_as<B: Backend>(
+    be: &B,
+    src: ViewOf<'_, B>,
+    layout: &Layout,
+    dst: ViewMutOf<'_, B>,
+) -> Result<()> {
+    Ok(be.copy_strided(src, layout, dst)?)
 }
 
 /// Elements `start .. start + len` of `s`.
@@ -383,6 +394,7 @@ fn layer<B: Backend>(
         batch: d.b,
         hidden: d.h,
     };
+    let row = Layout::contiguous([bh]);
     let out = new_tensor(be, op, Shape::from([packed_rows, d.b, d.h]), |mut y| {
         for s in 0..t {
             let tt = d.time(s);
@@ -418,7 +430,7 @@ fn layer<B: Backend>(
                             h: y_t,
                         },
                     )?;
-                    copy(be, part::<B>(&cs, k * bh, bh), B::view_mut(&mut cp))?;
+                    copy_as(be, part::<B>(&cs, k * bh, bh), &row, B::view_mut(&mut cp))?;
                 }
                 Cell::Gru => {
                     be.gru_cell(
@@ -435,7 +447,7 @@ fn layer<B: Backend>(
                 }
             }
             let y_t = B::slice(B::freeze(&y), tt * bh..(tt + 1) * bh);
-            copy(be, y_t, B::view_mut(&mut hp))?;
+            copy_as(be, y_t, &row, B::view_mut(&mut hp))?;
         }
         if cell == Cell::Lstm {
             // The final cell state (c0 itself for an empty sequence).
@@ -622,12 +634,13 @@ fn layer_backward<B: Backend>(k: &Kept<B>, g: &Tensor<B>) -> Result<Vec<Option<T
     // W_hh: Δ_hᵀ · H_prev, H_prev the state before each step, in time order.
     grads.push(if need_whh {
         let mut h_prev = zeros(t * bh)?;
+        let row = Layout::contiguous([bh]);
         for tt in 0..t {
             let src = match prev(tt) {
                 Some(p) => part::<B>(&y, p * bh, bh),
                 None => B::view(&h0),
             };
-            copy(be, src, part_mut::<B>(&mut h_prev, tt * bh, bh))?;
+            copy_as(be, src, &row, part_mut::<B>(&mut h_prev, tt * bh, bh))?;
         }
         Some(new_tensor(be, op, Shape::from([gh, d.h]), |dw| {
             gemm(
