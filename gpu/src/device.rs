@@ -131,6 +131,12 @@ pub(crate) enum Kernel {
     SoftmaxBackward,
     SgdStep,
     AdamStep,
+    Im2col,
+    Col2im,
+    AvgPool,
+    PoolBackward,
+    MaxPool,
+    MaxPoolBackward,
     Probe,
 }
 
@@ -148,6 +154,12 @@ impl Kernel {
             Kernel::SoftmaxBackward => include_str!("shaders/softmax_backward.wgsl"),
             Kernel::SgdStep => include_str!("shaders/sgd.wgsl"),
             Kernel::AdamStep => include_str!("shaders/adam.wgsl"),
+            Kernel::Im2col => include_str!("shaders/im2col.wgsl"),
+            Kernel::Col2im => include_str!("shaders/col2im.wgsl"),
+            Kernel::AvgPool => include_str!("shaders/avg_pool.wgsl"),
+            Kernel::PoolBackward => include_str!("shaders/pool_backward.wgsl"),
+            Kernel::MaxPool => include_str!("shaders/max_pool.wgsl"),
+            Kernel::MaxPoolBackward => include_str!("shaders/max_pool_backward.wgsl"),
             Kernel::Probe => include_str!("shaders/probe.wgsl"),
         }
     }

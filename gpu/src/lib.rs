@@ -9,15 +9,18 @@
 //! device's arithmetic is probed ([`Findings`]); a device that cannot give the bits of
 //! the mode asked for is refused with a [`WgpuError`] naming what is missing. The kernels
 //! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
-//! `unary_backward` included, and the optimizer updates `sgd_step` and `adam_step`; the
-//! defaulted kernels keep core's reference definitions (the recurrent cells, written with
-//! the backend's element-wise kernels, so their steps run on the device; the other
-//! training kernels, host loops on downloaded copies), so the backend is complete.
+//! `unary_backward` included, the optimizer updates `sgd_step` and `adam_step`, and
+//! `im2col` and `col2im` (each image element of `col2im` a sum in the reference's
+//! order); the defaulted kernels keep core's reference definitions (the recurrent
+//! cells, written with the backend's element-wise kernels, so their steps run on the
+//! device; the other training kernels, host loops on downloaded copies), so the backend
+//! is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod device;
+mod pool;
 mod probe;
 mod storage;
 
@@ -32,6 +35,12 @@ use exactgrad_core::backend::{
     AdamStepArgs, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SgdStepArgs,
     SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
+use exactgrad_core::backend::{
+    AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AvgPool2dArgs, AvgPool2dBackwardArgs,
+    MaxPool2dArgs, MaxPool2dBackwardArgs,
+};
+use exactgrad_core::backend::{Col2imArgs, Im2colArgs};
+use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::{
     Backend, BackendImpl, ComputeMode, Error, Layout, Result, UnaryOp, ViewFamily, ViewLen,
     MAX_ELEMENTS,
@@ -39,9 +48,11 @@ use exactgrad_core::{
 use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
-/// `sum`, `softmax` and `softmax_backward` need f64 on the device (without it they run
-/// on the host); `sgd_step` and `adam_step` update their parameter and state buffers in
-/// place, one invocation per element.
+/// `sum`, `softmax`, `softmax_backward`, `avg_pool2d` and `adaptive_avg_pool2d` need f64
+/// on the device (without it they run on the host); `sgd_step` and `adam_step` update their parameter and state buffers in
+/// place, one invocation per element; `col2im` gathers each image element's sum in the
+/// reference's order (a padded size beyond 32 bits runs both on the host); the pooling
+/// backward rules gather each input element's sum in the reference's order.
 pub const DEVICE_KERNELS: &[&str] = &[
     "matmul",
     "binary",
@@ -54,6 +65,14 @@ pub const DEVICE_KERNELS: &[&str] = &[
     "softmax_backward",
     "sgd_step",
     "adam_step",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool2d_backward",
+    "max_pool2d",
+    "max_pool2d_backward",
+    "im2col",
+    "col2im",
 ];
 
 /// The environment variable that makes the tests fail, rather than skip, without a
@@ -137,8 +156,9 @@ impl WgpuBackend {
         &self.shared.findings
     }
 
-    /// Whether `sum`, `softmax` and `softmax_backward` run on the device (it has f64 and its f64
-    /// additions and rounding to f32 gave the host's bits).
+    /// Whether `sum`, `softmax`, `softmax_backward` and the average poolings' forward
+    /// kernels run on the device (it has f64 and its f64 additions and rounding to f32 gave
+    /// the host's bits).
     pub fn f64_on_device(&self) -> bool {
         self.shared.findings.f64_exact()
     }
@@ -339,6 +359,51 @@ fn unary_backward_code(op: UnaryOp) -> [u32; 7] {
     }
 }
 
+/// The parameters `[zero, n, h, w, kh, kw, oh, ow, sh, sw, dh, dw, ph, pw]` of the im2col
+/// and col2im kernels, or `None` when a padded size `h + 2·ph` or `w + 2·pw` does not fit
+/// in 32 bits (such a spec runs on the host).
+fn col2im_params(s: &Col2imSpec, n: usize) -> Result<Option<Vec<u32>>> {
+    let padded = |size: usize, pad: usize| {
+        pad.checked_mul(2)
+            .and_then(|v| v.checked_add(size))
+            .filter(|&v| u32::try_from(v).is_ok())
+    };
+    let (Some(ph), Some(pw)) = (padded(s.h, s.padding[0]), padded(s.w, s.padding[1])) else {
+        return Ok(None);
+    };
+    // A stride or dilation larger than its padded size is used only multiplied by 0 (the
+    // spec's check puts the last tap of the last window inside the padded input), so it
+    // is clamped to that size, 0 staying 0.
+    let clamp = |v: usize, padded: usize| v.min(padded.max(1));
+    Ok(Some(vec![
+        0,
+        word(n)?,
+        word(s.h)?,
+        word(s.w)?,
+        word(s.kh)?,
+        word(s.kw)?,
+        word(s.oh)?,
+        word(s.ow)?,
+        word(clamp(s.stride[0], ph))?,
+        word(clamp(s.stride[1], pw))?,
+        word(clamp(s.dilation[0], ph))?,
+        word(clamp(s.dilation[1], pw))?,
+        word(s.padding[0])?,
+        word(s.padding[1])?,
+    ]))
+}
+
+/// The tap groups of one axis of col2im (`tap_group` in `shaders/col2im.wgsl`): (groups,
+/// taps per group) for `k` taps, `o` output positions, stride `s` and dilation `d`.
+fn tap_groups(k: usize, o: usize, s: usize, d: usize) -> (usize, usize) {
+    match (s != 0, d != 0) {
+        (true, true) => (k, 1),
+        (false, true) => (o, 1),
+        (true, false) => (1, k),
+        (false, false) => (o, k),
+    }
+}
+
 impl BackendImpl for WgpuBackend {
     type Storage = WgpuStorage;
     type Views = WgpuViews;
@@ -382,6 +447,58 @@ impl BackendImpl for WgpuBackend {
             .gpu
             .write(&s.buf, 0, bytemuck::cast_slice(&data))?;
         Ok(s)
+    }
+
+    fn avg_pool2d_impl(&self, args: Checked<AvgPool2dArgs<'_, WgpuViews>>) -> Result<()> {
+        let AvgPool2dArgs { spec, x, out } = args.into_inner();
+        pool::avg_pool2d(self, spec, x, out)
+    }
+
+    fn avg_pool2d_backward_impl(
+        &self,
+        args: Checked<AvgPool2dBackwardArgs<'_, WgpuViews>>,
+    ) -> Result<()> {
+        let AvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
+        pool::avg_pool2d_backward(self, spec, g, gx)
+    }
+
+    fn adaptive_avg_pool2d_impl(
+        &self,
+        args: Checked<AdaptiveAvgPool2dArgs<'_, WgpuViews>>,
+    ) -> Result<()> {
+        let AdaptiveAvgPool2dArgs { spec, x, out } = args.into_inner();
+        pool::adaptive_avg_pool2d(self, spec, x, out)
+    }
+
+    fn adaptive_avg_pool2d_backward_impl(
+        &self,
+        args: Checked<AdaptiveAvgPool2dBackwardArgs<'_, WgpuViews>>,
+    ) -> Result<()> {
+        let AdaptiveAvgPool2dBackwardArgs { spec, g, gx } = args.into_inner();
+        pool::adaptive_avg_pool2d_backward(self, spec, g, gx)
+    }
+
+    fn max_pool2d_impl(&self, args: Checked<MaxPool2dArgs<'_, WgpuViews>>) -> Result<()> {
+        let MaxPool2dArgs {
+            spec,
+            x,
+            out,
+            argmax,
+        } = args.into_inner();
+        pool::max_pool2d(self, spec, x, out, argmax)
+    }
+
+    fn max_pool2d_backward_impl(
+        &self,
+        args: Checked<MaxPool2dBackwardArgs<'_, WgpuViews>>,
+    ) -> Result<()> {
+        let MaxPool2dBackwardArgs {
+            spec,
+            argmax,
+            g,
+            gx,
+        } = args.into_inner();
+        pool::max_pool2d_backward(self, spec, argmax, g, gx)
     }
 
     fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_, WgpuViews>>) -> Result<()> {
@@ -640,5 +757,58 @@ impl BackendImpl for WgpuBackend {
             &[param, exp_avg, exp_avg_sq, max_exp_avg_sq],
             n,
         )
+    }
+
+    fn im2col_impl(&self, args: Checked<Im2colArgs<'_, WgpuViews>>) -> Result<()> {
+        let Im2colArgs { spec, image, cols } = args.into_inner();
+        let n = cols.len();
+        let Some(p) = col2im_params(spec, n)? else {
+            let image = WgpuViews::to_host(image)?;
+            return WgpuViews::with_host_mut(cols, |o| match self.mode {
+                ComputeMode::Exact => ScalarRefBackend.im2col(spec, &image, o),
+                ComputeMode::Fast => FastScalarRefBackend.im2col(spec, &image, o),
+            })?;
+        };
+        self.run(Kernel::Im2col, p, &[image], cols, n)
+    }
+
+    fn col2im_impl(&self, args: Checked<Col2imArgs<'_, WgpuViews>>) -> Result<()> {
+        let Col2imArgs { spec, cols, image } = args.into_inner();
+        let n = image.len();
+        let Some(mut p) = col2im_params(spec, n)? else {
+            let cols = WgpuViews::to_host(cols)?;
+            return WgpuViews::with_host_mut(image, |o| match self.mode {
+                ComputeMode::Exact => ScalarRefBackend.col2im(spec, &cols, o),
+                ComputeMode::Fast => FastScalarRefBackend.col2im(spec, &cols, o),
+            })?;
+        };
+        let s = spec;
+        let (nr, sr) = tap_groups(s.kh, s.oh, s.stride[0], s.dilation[0]);
+        let (nc, sc) = tap_groups(s.kw, s.ow, s.stride[1], s.dilation[1]);
+        // No window or no tap: every element is `+0` (one dispatch of no additions).
+        let total = if s.kh == 0 || s.kw == 0 || s.oh == 0 || s.ow == 0 {
+            0
+        } else {
+            // At most kh·kw·oh·ow, the length of one channel's columns.
+            [nc, sr, sc]
+                .into_iter()
+                .try_fold(nr, usize::checked_mul)
+                .ok_or(Error::Alloc {
+                    op: "wgpu",
+                    bytes: usize::MAX,
+                    reason: "an index beyond the device's 32-bit indices",
+                })?
+        };
+        p.extend_from_slice(&[word(nr)?, word(nc)?, word(sr)?, word(sc)?, word(total)?]);
+        // The shader's loop has no loop inside it: LOOP_BUDGET iterations per dispatch.
+        let dispatches: Vec<Dispatch> = chunks(total, LOOP_BUDGET)?
+            .into_iter()
+            .map(|range| {
+                let mut q = p.clone();
+                q.extend_from_slice(&range);
+                Dispatch::new(q, n)
+            })
+            .collect();
+        self.run_all(Kernel::Col2im, &dispatches, &[cols], 0, image)
     }
 }

@@ -88,6 +88,38 @@ macro_rules! kernels {
             fn adam_step() {
                 run($m, Kernel::AdamStep)
             }
+            #[test]
+            fn im2col() {
+                run($m, Kernel::Im2col)
+            }
+            #[test]
+            fn col2im() {
+                run($m, Kernel::Col2im)
+            }
+            #[test]
+            fn avg_pool2d() {
+                run($m, Kernel::AvgPool2d)
+            }
+            #[test]
+            fn avg_pool2d_backward() {
+                run($m, Kernel::AvgPool2dBackward)
+            }
+            #[test]
+            fn adaptive_avg_pool2d() {
+                run($m, Kernel::AdaptiveAvgPool2d)
+            }
+            #[test]
+            fn adaptive_avg_pool2d_backward() {
+                run($m, Kernel::AdaptiveAvgPool2dBackward)
+            }
+            #[test]
+            fn max_pool2d() {
+                run($m, Kernel::MaxPool2d)
+            }
+            #[test]
+            fn max_pool2d_backward() {
+                run($m, Kernel::MaxPool2dBackward)
+            }
             /// Every kernel, the defaulted training and recurrent kernels included (they
             /// run on the backend's element-wise kernels or on the host; the optimizer
             /// updates have device kernels of their own).
