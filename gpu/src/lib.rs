@@ -13,13 +13,14 @@
 //! `im2col` and `col2im` (each image element of `col2im` a sum in the reference's
 //! order); the defaulted kernels keep core's reference definitions (the recurrent
 //! cells, written with the backend's element-wise kernels, so their steps run on the
-//! device; the other training kernels, host loops on downloaded copies), so the backend
-//! is complete.
+//! device), so the backend is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attention;
 mod device;
+mod norm;
 mod params;
 mod pool;
 mod probe;
@@ -40,7 +41,10 @@ use exactgrad_core::backend::{
     AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AvgPool2dArgs, AvgPool2dBackwardArgs,
     MaxPool2dArgs, MaxPool2dBackwardArgs,
 };
+use exactgrad_core::backend::{AttentionScoresArgs, DropoutMaskArgs};
 use exactgrad_core::backend::{Col2imArgs, Im2colArgs};
+use exactgrad_core::backend::{MatmulAccArgs, MatmulSpec};
+use exactgrad_core::backend::{NormBackwardArgs, NormForwardArgs, NormStatsArgs};
 use exactgrad_core::{
     Backend, BackendImpl, ComputeMode, Error, Result, ViewFamily, ViewLen, MAX_ELEMENTS,
 };
@@ -56,9 +60,13 @@ use std::sync::{Arc, OnceLock};
 /// their parameter and state buffers in place, one invocation per element; `col2im`
 /// gathers each image element's sum in the reference's order (a padded size beyond 32
 /// bits runs on the host); the pooling backward rules gather each input element's sum
-/// in the reference's order.
+/// in the reference's order; `norm_stats` and `norm_backward` need f64 on the device
+/// (without it they run on the host), `norm_forward` does not; `attention_scores`
+/// updates the scores in place and `dropout_mask` computes its Philox words on the
+/// device (any 64-bit key and start).
 pub const DEVICE_KERNELS: &[&str] = &[
     "matmul",
+    "matmul_acc",
     "binary",
     "unary",
     "unary_backward",
@@ -75,8 +83,13 @@ pub const DEVICE_KERNELS: &[&str] = &[
     "adaptive_avg_pool2d_backward",
     "max_pool2d",
     "max_pool2d_backward",
+    "norm_stats",
+    "norm_forward",
+    "norm_backward",
     "im2col",
     "col2im",
+    "attention_scores",
+    "dropout_mask",
 ];
 
 /// The environment variable that makes the tests fail, rather than skip, without a
@@ -323,6 +336,42 @@ impl BackendImpl for WgpuBackend {
         pool::max_pool2d(self, spec, x, out, argmax)
     }
 
+    fn norm_stats_impl(&self, args: Checked<NormStatsArgs<'_, WgpuViews>>) -> Result<()> {
+        let NormStatsArgs {
+            spec,
+            x,
+            mean,
+            corr,
+            sq_sum,
+        } = args.into_inner();
+        norm::norm_stats(self, spec, x, mean, corr, sq_sum)
+    }
+
+    fn norm_forward_impl(&self, args: Checked<NormForwardArgs<'_, WgpuViews>>) -> Result<()> {
+        let NormForwardArgs {
+            spec,
+            x,
+            stats,
+            weight,
+            bias,
+            out,
+        } = args.into_inner();
+        norm::norm_forward(self, spec, x, stats, weight, bias, out)
+    }
+
+    fn norm_backward_impl(&self, args: Checked<NormBackwardArgs<'_, WgpuViews>>) -> Result<()> {
+        let NormBackwardArgs {
+            spec,
+            x,
+            g,
+            stats,
+            weight,
+            stats_depend,
+            grads,
+        } = args.into_inner();
+        norm::norm_backward(self, spec, x, g, stats, weight, stats_depend, grads)
+    }
+
     fn max_pool2d_backward_impl(
         &self,
         args: Checked<MaxPool2dBackwardArgs<'_, WgpuViews>>,
@@ -472,6 +521,54 @@ impl BackendImpl for WgpuBackend {
         self.run_all(Kernel::Matmul, &dispatches, &[a, b], 0, out)
     }
 
+    fn matmul_acc_impl(&self, args: Checked<MatmulAccArgs<'_, WgpuViews>>) -> Result<()> {
+        // Core's reference definition on the device: each segment's product into a
+        // scratch buffer by `matmul`, added into `out` in segment order, NaN made
+        // canonical (exact mode).
+        let MatmulAccArgs {
+            spec,
+            seg,
+            a,
+            b,
+            mut out,
+        } = args.into_inner();
+        let n = out.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let threads = word(n)? as usize;
+        if spec.k == 0 {
+            let none = self.zeros(0)?;
+            return self.run(
+                Kernel::Accumulate,
+                vec![0, word(n)?, 0],
+                &[none.view()],
+                out,
+                threads,
+            );
+        }
+        let mut part = self.uninit(n)?;
+        for s in 0..spec.k / seg {
+            // Steps s·seg .. (s+1)·seg: a sub-product of the checked one.
+            let sub = MatmulSpec {
+                k: seg,
+                a_offset: spec.a_offset + s * seg * spec.a_strides[2],
+                b_offset: spec.b_offset + s * seg * spec.b_strides[1],
+                ..*spec
+            };
+            Backend::matmul(self, &sub, a, b, part.view_mut())?;
+            let acc = WgpuViews::reborrow(&mut out);
+            self.run(
+                Kernel::Accumulate,
+                vec![0, word(n)?, 1],
+                &[part.view()],
+                acc,
+                threads,
+            )?;
+        }
+        Ok(())
+    }
+
     fn softmax_impl(&self, args: Checked<SoftmaxArgs<'_, WgpuViews>>) -> Result<()> {
         let SoftmaxArgs {
             x,
@@ -605,6 +702,25 @@ impl BackendImpl for WgpuBackend {
             })?;
         };
         self.run(Kernel::Im2col, p, &[image], cols, n)
+    }
+
+    fn attention_scores_impl(
+        &self,
+        args: Checked<AttentionScoresArgs<'_, WgpuViews>>,
+    ) -> Result<()> {
+        let AttentionScoresArgs { spec, scores, mask } = args.into_inner();
+        attention::attention_scores(self, spec, scores, mask)
+    }
+
+    fn dropout_mask_impl(&self, args: Checked<DropoutMaskArgs<'_, WgpuViews>>) -> Result<()> {
+        let DropoutMaskArgs {
+            key,
+            p,
+            scale,
+            start,
+            out,
+        } = args.into_inner();
+        attention::dropout_mask(self, key, p, scale, start, out)
     }
 
     fn col2im_impl(&self, args: Checked<Col2imArgs<'_, WgpuViews>>) -> Result<()> {

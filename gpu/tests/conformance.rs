@@ -49,6 +49,10 @@ macro_rules! kernels {
                 run($m, Kernel::Matmul)
             }
             #[test]
+            fn matmul_acc() {
+                run($m, Kernel::MatmulAcc)
+            }
+            #[test]
             fn binary() {
                 run($m, Kernel::Binary)
             }
@@ -113,12 +117,32 @@ macro_rules! kernels {
                 run($m, Kernel::AdaptiveAvgPool2dBackward)
             }
             #[test]
+            fn norm_stats() {
+                run($m, Kernel::NormStats)
+            }
+            #[test]
+            fn norm_forward() {
+                run($m, Kernel::NormForward)
+            }
+            #[test]
+            fn norm_backward() {
+                run($m, Kernel::NormBackward)
+            }
+            #[test]
             fn max_pool2d() {
                 run($m, Kernel::MaxPool2d)
             }
             #[test]
             fn max_pool2d_backward() {
                 run($m, Kernel::MaxPool2dBackward)
+            }
+            #[test]
+            fn attention_scores() {
+                run($m, Kernel::AttentionScores)
+            }
+            #[test]
+            fn dropout_mask() {
+                run($m, Kernel::DropoutMask)
             }
             /// Every kernel, the defaulted training and recurrent kernels included (they
             /// run on the backend's element-wise kernels or on the host; the optimizer

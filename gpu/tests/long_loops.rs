@@ -1,7 +1,8 @@
 //! Reductions longer than a shader loop may run on llvmpipe (65,535 iterations, counted
 //! over nested loops): the kernels split them into dispatches that carry the
-//! accumulator, so a sum over 200,000 elements, a product with k = 70,000 and a softmax
-//! backward over 70,000 columns give the reference's bits in both modes.
+//! accumulator, so a sum over 200,000 elements, a product with k = 70,000, a softmax
+//! backward over 70,000 columns and normalisations over groups of 140,000 elements give
+//! the reference's bits in both modes.
 //!
 //! Without a Vulkan adapter each test prints why and passes, unless
 //! `EXACTGRAD_REQUIRE_GPU=1` makes that a failure.
@@ -117,4 +118,71 @@ compare!(a_softmax_backward_over_70000_columns, |b| {
     b.softmax_backward(v(b, &y), v(b, &g), 2, cols, false, vm(b, &mut out))
         .unwrap();
     down(b, &out)
+});
+
+compare!(a_normalisation_over_groups_of_140000, |b| {
+    use exactgrad_core::kernels::{NormGrads, NormParam, NormSpec, NormStats};
+    // Two groups of P·R = 140,000 elements (batch_norm's layout), and the parameter sums
+    // of a group layout over as many.
+    let spec = NormSpec {
+        p: 20,
+        q: 2,
+        r: 7_000,
+        param: NormParam::PerQ,
+    };
+    let n = 280_000;
+    let x = up(b, values(n, 6));
+    let g = up(b, values(n, 7));
+    let (mut mean, mut corr, mut sq) = (
+        b.zeros(2).unwrap(),
+        b.zeros(2).unwrap(),
+        b.zeros(2).unwrap(),
+    );
+    b.norm_stats(
+        &spec,
+        v(b, &x),
+        vm(b, &mut mean),
+        vm(b, &mut corr),
+        vm(b, &mut sq),
+    )
+    .unwrap();
+    let rstd = up(b, vec![0.75, 1.25]);
+    let stats = NormStats {
+        mean: v(b, &mean),
+        corr: v(b, &corr),
+        rstd: v(b, &rstd),
+    };
+    let mut dx = b.zeros(n).unwrap();
+    let (mut dw, mut db) = (b.zeros(2).unwrap(), b.zeros(2).unwrap());
+    let grads = NormGrads {
+        dx: Some(vm(b, &mut dx)),
+        dw: Some(vm(b, &mut dw)),
+        db: Some(vm(b, &mut db)),
+    };
+    b.norm_backward(&spec, v(b, &x), v(b, &g), &stats, None, true, grads)
+        .unwrap();
+    let group = NormSpec {
+        p: 20,
+        q: 2,
+        r: 7_000,
+        param: NormParam::Group {
+            groups: 1,
+            cpg: 2,
+            spatial: 3_500,
+        },
+    };
+    let mut gw = b.zeros(2).unwrap();
+    let grads = NormGrads {
+        dx: None,
+        dw: Some(vm(b, &mut gw)),
+        db: None,
+    };
+    b.norm_backward(&group, v(b, &x), v(b, &g), &stats, None, true, grads)
+        .unwrap();
+    let mut all = down(b, &mean);
+    for s in [&corr, &sq, &dw, &db, &gw] {
+        all.extend(down(b, s));
+    }
+    all.extend(down(b, &dx).into_iter().step_by(97));
+    all
 });
