@@ -18,6 +18,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Calls kernel `method` of the scalar reference of `mode` (`ScalarRefBackend` or
+/// `FastScalarRefBackend`) on host slices: the host path of a kernel whose device form
+/// needs what this device lacks (f64, 32-bit sizes).
+macro_rules! reference {
+    ($mode:expr, $method:ident($($arg:expr),* $(,)?)) => {
+        match $mode {
+            ::exactgrad_core::ComputeMode::Exact => {
+                ::exactgrad_backends::ScalarRefBackend.$method($($arg),*)
+            }
+            ::exactgrad_core::ComputeMode::Fast => {
+                ::exactgrad_backends::FastScalarRefBackend.$method($($arg),*)
+            }
+        }
+    };
+}
+
 mod attention;
 mod device;
 mod norm;
@@ -32,7 +48,6 @@ pub use storage::{WgpuStorage, WgpuView, WgpuViewMut, WgpuViews};
 
 use device::{BufView, Dispatch, Gpu, Kernel};
 use exactgrad_backends::scalar_ref::split_reduce;
-use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::{
     AdamStepArgs, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SgdStepArgs,
     SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
@@ -245,9 +260,8 @@ impl WgpuBackend {
 macro_rules! on_host {
     ($self:ident, [$($v:ident),*], $out:ident, $method:ident($($arg:expr),*)) => {{
         $(let $v = WgpuViews::to_host($v)?;)*
-        WgpuViews::with_host_mut($out, |o| match $self.mode {
-            ComputeMode::Exact => ScalarRefBackend.$method($(&$v,)* $($arg,)* o),
-            ComputeMode::Fast => FastScalarRefBackend.$method($(&$v,)* $($arg,)* o),
+        WgpuViews::with_host_mut($out, |o| {
+            reference!($self.mode, $method($(&$v,)* $($arg,)* o))
         })?
     }};
 }
@@ -696,9 +710,8 @@ impl BackendImpl for WgpuBackend {
         let n = cols.len();
         let Some(p) = col2im_params(spec, n)? else {
             let image = WgpuViews::to_host(image)?;
-            return WgpuViews::with_host_mut(cols, |o| match self.mode {
-                ComputeMode::Exact => ScalarRefBackend.im2col(spec, &image, o),
-                ComputeMode::Fast => FastScalarRefBackend.im2col(spec, &image, o),
+            return WgpuViews::with_host_mut(cols, |o| {
+                reference!(self.mode, im2col(spec, &image, o))
             })?;
         };
         self.run(Kernel::Im2col, p, &[image], cols, n)
@@ -728,9 +741,8 @@ impl BackendImpl for WgpuBackend {
         let n = image.len();
         let Some(mut p) = col2im_params(spec, n)? else {
             let cols = WgpuViews::to_host(cols)?;
-            return WgpuViews::with_host_mut(image, |o| match self.mode {
-                ComputeMode::Exact => ScalarRefBackend.col2im(spec, &cols, o),
-                ComputeMode::Fast => FastScalarRefBackend.col2im(spec, &cols, o),
+            return WgpuViews::with_host_mut(image, |o| {
+                reference!(self.mode, col2im(spec, &cols, o))
             })?;
         };
         let s = spec;

@@ -8,9 +8,8 @@
 
 use crate::device::{BufView, Dispatch, Kernel};
 use crate::{chunks, word, WgpuBackend, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET};
-use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::kernels::{NormGrads, NormParam, NormSpec, NormStats};
-use exactgrad_core::{Backend, BackendImpl, ComputeMode, Result, ViewFamily, ViewLen};
+use exactgrad_core::{Backend, BackendImpl, Result, ViewFamily, ViewLen};
 
 /// The parameter layout as words: `[kind, groups, cpg, spatial]`.
 fn param_words(s: &NormSpec) -> Result<[u32; 4]> {
@@ -105,10 +104,7 @@ pub(crate) fn norm_stats(
         let x = WgpuViews::to_host(x)?;
         WgpuViews::with_host_mut(mean, |m| {
             WgpuViews::with_host_mut(corr, |c| {
-                WgpuViews::with_host_mut(sq_sum, |q| match b.mode {
-                    ComputeMode::Exact => ScalarRefBackend.norm_stats(s, &x, m, c, q),
-                    ComputeMode::Fast => FastScalarRefBackend.norm_stats(s, &x, m, c, q),
-                })
+                WgpuViews::with_host_mut(sq_sum, |q| reference!(b.mode, norm_stats(s, &x, m, c, q)))
             })
         })????;
         return Ok(());
@@ -202,20 +198,10 @@ pub(crate) fn norm_backward(
             with_opt_host_mut(grads.dw, |dw| {
                 with_opt_host_mut(grads.db, |db| {
                     let grads = NormGrads { dx, dw, db };
-                    match b.mode {
-                        ComputeMode::Exact => {
-                            ScalarRefBackend.norm_backward(s, &x, &g, &hs, w, stats_depend, grads)
-                        }
-                        ComputeMode::Fast => FastScalarRefBackend.norm_backward(
-                            s,
-                            &x,
-                            &g,
-                            &hs,
-                            w,
-                            stats_depend,
-                            grads,
-                        ),
-                    }
+                    reference!(
+                        b.mode,
+                        norm_backward(s, &x, &g, &hs, w, stats_depend, grads)
+                    )
                 })
             })
         })????;

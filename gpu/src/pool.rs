@@ -9,9 +9,8 @@ use crate::device::{BufView, Dispatch, Kernel};
 use crate::{
     chunks, word, WgpuBackend, WgpuStorage, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET,
 };
-use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::kernels::{taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
-use exactgrad_core::{Backend, BackendImpl, ComputeMode, Result, ViewFamily, ViewLen};
+use exactgrad_core::{Backend, BackendImpl, Result, ViewFamily, ViewLen};
 use std::sync::Arc;
 
 /// The windows of an average pooling as the reference computes them: per output row
@@ -225,10 +224,7 @@ pub(crate) fn avg_pool2d(
     }
     if !b.f64_on_device() {
         let x = WgpuViews::to_host(x)?;
-        return WgpuViews::with_host_mut(out, |o| match b.mode {
-            ComputeMode::Exact => ScalarRefBackend.avg_pool2d(s, &x, o),
-            ComputeMode::Fast => FastScalarRefBackend.avg_pool2d(s, &x, o),
-        })?;
+        return WgpuViews::with_host_mut(out, |o| reference!(b.mode, avg_pool2d(s, &x, o)))?;
     }
     let p = &s.pool;
     let windows = Windows::new(p.oh, p.ow, |oy, ox| s.window(oy, ox));
@@ -249,9 +245,8 @@ pub(crate) fn adaptive_avg_pool2d(
     }
     if !b.f64_on_device() {
         let x = WgpuViews::to_host(x)?;
-        return WgpuViews::with_host_mut(out, |o| match b.mode {
-            ComputeMode::Exact => ScalarRefBackend.adaptive_avg_pool2d(s, &x, o),
-            ComputeMode::Fast => FastScalarRefBackend.adaptive_avg_pool2d(s, &x, o),
+        return WgpuViews::with_host_mut(out, |o| {
+            reference!(b.mode, adaptive_avg_pool2d(s, &x, o))
         })?;
     }
     let windows = Windows::new(s.oh, s.ow, |oy, ox| s.window(oy, ox));
@@ -276,9 +271,8 @@ pub(crate) fn avg_pool2d_backward(
     let windows = Windows::new(p.oh, p.ow, |oy, ox| s.window(oy, ox));
     if !windows.monotone() {
         let g = WgpuViews::to_host(g)?;
-        return WgpuViews::with_host_mut(gx, |o| match b.mode {
-            ComputeMode::Exact => ScalarRefBackend.avg_pool2d_backward(s, &g, o),
-            ComputeMode::Fast => FastScalarRefBackend.avg_pool2d_backward(s, &g, o),
+        return WgpuViews::with_host_mut(gx, |o| {
+            reference!(b.mode, avg_pool2d_backward(s, &g, o))
         })?;
     }
     b.avg_backward([p.planes, p.h, p.w, p.oh, p.ow], &windows, g, gx)
@@ -301,9 +295,8 @@ pub(crate) fn adaptive_avg_pool2d_backward(
     let windows = Windows::new(s.oh, s.ow, |oy, ox| s.window(oy, ox));
     if !windows.monotone() {
         let g = WgpuViews::to_host(g)?;
-        return WgpuViews::with_host_mut(gx, |o| match b.mode {
-            ComputeMode::Exact => ScalarRefBackend.adaptive_avg_pool2d_backward(s, &g, o),
-            ComputeMode::Fast => FastScalarRefBackend.adaptive_avg_pool2d_backward(s, &g, o),
+        return WgpuViews::with_host_mut(gx, |o| {
+            reference!(b.mode, adaptive_avg_pool2d_backward(s, &g, o))
         })?;
     }
     b.avg_backward([s.planes, s.h, s.w, s.oh, s.ow], &windows, g, gx)

@@ -13,20 +13,9 @@ use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::kernels::{AttentionScoresSpec, ScoreMask};
 use exactgrad_core::rng::unit_f32;
 use exactgrad_core::{Backend, ComputeMode, Layout, Philox};
-use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
-/// The backend in `mode`, or `None` (after a message) without an adapter when the
-/// environment does not require one.
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::backend;
 
 /// `n` values with NaNs (payloads and signs), ±∞, ±0 and subnormals sprinkled in.
 fn values(n: usize, seed: u64) -> Vec<f32> {

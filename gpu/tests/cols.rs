@@ -11,19 +11,9 @@
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::{Backend, ComputeMode, Philox};
-use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
-/// The backend in `mode`, or `None` when there is no adapter and none is required.
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::backend;
 
 /// `n` values of mixed magnitudes (so that the order of additions changes the sum),
 /// with `−0`, `+0`, infinities and NaNs of several payloads among them when `specials`.

@@ -7,20 +7,9 @@
 use exactgrad_backends::conformance::{self, check_kernel, Config, Kernel};
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::ComputeMode;
-use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
-/// The backend in `mode`, or `None` (after a message) when there is no adapter and the
-/// environment does not require one.
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::backend;
 
 /// The default number of cases (128 per kernel), inputs up to 2^15 elements.
 fn config() -> Config {

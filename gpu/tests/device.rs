@@ -9,18 +9,10 @@
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{Backend, BackendImpl, ComputeMode, UnaryOp, ViewLen};
-use exactgrad_wgpu::{double_rounding_cases, WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
+use exactgrad_wgpu::{double_rounding_cases, WgpuBackend};
 
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::backend;
 
 /// Rows `[c, a]` times columns `[1, b]`: each output is `c·1 + a·b` in the canonical
 /// order, so its second step is the multiply-add `a·b + c`.

@@ -7,18 +7,10 @@
 
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_core::{Backend, BackendImpl, BinaryOp, ComputeMode, Error, Layout, Philox, UnaryOp};
-use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
+use exactgrad_wgpu::WgpuBackend;
 
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::backend;
 
 /// The bits of `a / b` on `backend`.
 fn divided<B: Backend>(backend: &B, a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<u32> {

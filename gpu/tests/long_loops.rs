@@ -10,18 +10,9 @@
 use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{Backend, BackendImpl, ComputeMode, Layout, Philox, ViewMutOf, ViewOf};
-use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
 
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::backend;
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = Philox::new(seed);

@@ -11,23 +11,14 @@ use exactgrad::nn::reference::{
     ConvNetCase, CrnnCase, DecoderCase, EncoderCase, ReferenceCase, PINNED_HASHES,
 };
 use exactgrad::prelude::*;
-use exactgrad_wgpu::{WgpuBackend, WgpuError, REQUIRE_GPU_ENV};
+
+mod common;
+use common::backend;
 
 const CONV_NET: &[u8] = include_bytes!("../../testdata/autograd/conv_net.safetensors");
 const ENCODER: &[u8] = include_bytes!("../../testdata/autograd/encoder.safetensors");
 const CRNN: &[u8] = include_bytes!("../../testdata/autograd/crnn.safetensors");
 const DECODER: &[u8] = include_bytes!("../../testdata/autograd/decoder.safetensors");
-
-fn backend(mode: ComputeMode) -> Option<WgpuBackend> {
-    match WgpuBackend::new(mode) {
-        Ok(b) => Some(b),
-        Err(WgpuError::NoAdapter(m)) if std::env::var_os(REQUIRE_GPU_ENV).is_none() => {
-            eprintln!("skipped: {m} (set {REQUIRE_GPU_ENV}=1 to make this a failure)");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
 
 /// The hashes of the four small reference cases on `b`, in the order of
 /// `PINNED_HASHES`.
