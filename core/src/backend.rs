@@ -133,6 +133,17 @@ pub struct MatmulSpec {
 }
 
 impl MatmulSpec {
+    /// The product of segment `s` of length `seg` along `k`: steps `s·seg .. (s+1)·seg`,
+    /// every element of which this spec addresses (`matmul_acc`'s segments).
+    pub fn segment(&self, s: usize, seg: usize) -> MatmulSpec {
+        MatmulSpec {
+            k: seg,
+            a_offset: self.a_offset + s * seg * self.a_strides[2],
+            b_offset: self.b_offset + s * seg * self.b_strides[1],
+            ..*self
+        }
+    }
+
     /// Checks the spec against the buffers of a product: `out` holds exactly
     /// `batch · m · n` elements and every element of `a` (`batch × m × k`) and `b`
     /// (`batch × k × n`) that the strides address lies inside its buffer, all in checked
@@ -490,12 +501,7 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
                 // Steps s·seg .. (s+1)·seg: a sub-product of the checked one (every
                 // element it addresses is one `spec` addresses, and out is non-empty, so
                 // the offsets lie inside the checked extents).
-                let sub = MatmulSpec {
-                    k: seg,
-                    a_offset: spec.a_offset + s * seg * spec.a_strides[2],
-                    b_offset: spec.b_offset + s * seg * spec.b_strides[1],
-                    ..*spec
-                };
+                let sub = spec.segment(s, seg);
                 self.matmul_impl(Checked::new(MatmulArgs {
                     spec: &sub,
                     a: Self::shorten(a),
@@ -799,10 +805,11 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
 }
 
 /// The three statistics of a normalisation on the host (borrowed on a host backend).
-type HostStats<'a> = (Cow<'a, [f32]>, Cow<'a, [f32]>, Cow<'a, [f32]>);
+pub type HostStats<'a> = (Cow<'a, [f32]>, Cow<'a, [f32]>, Cow<'a, [f32]>);
 
-/// `stats` on the host, for the reference bodies.
-fn host_stats<'a, B: BackendImpl>(stats: &NormStats<'a, B::Views>) -> Result<HostStats<'a>> {
+/// `stats` on the host, for host reference bodies (the defaults here, a device
+/// backend's host fallbacks).
+pub fn host_stats<'a, B: BackendImpl>(stats: &NormStats<'a, B::Views>) -> Result<HostStats<'a>> {
     Ok((
         B::to_host(stats.mean)?,
         B::to_host(stats.corr)?,
@@ -812,7 +819,7 @@ fn host_stats<'a, B: BackendImpl>(stats: &NormStats<'a, B::Views>) -> Result<Hos
 
 /// Runs `f` on an optional output as a host slice ([`BackendImpl::with_host_mut`]), or on
 /// `None`.
-fn with_opt_host_mut<B: BackendImpl, R>(
+pub fn with_opt_host_mut<B: BackendImpl, R>(
     v: Option<ViewMutOf<'_, B>>,
     f: impl FnOnce(Option<&mut [f32]>) -> R,
 ) -> Result<R> {

@@ -48,6 +48,7 @@ pub use storage::{WgpuStorage, WgpuView, WgpuViewMut, WgpuViews};
 
 use device::{BufView, Dispatch, Gpu, Kernel};
 use exactgrad_backends::scalar_ref::split_reduce;
+use exactgrad_core::backend::MatmulAccArgs;
 use exactgrad_core::backend::{
     AdamStepArgs, BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SgdStepArgs,
     SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
@@ -58,13 +59,12 @@ use exactgrad_core::backend::{
 };
 use exactgrad_core::backend::{AttentionScoresArgs, DropoutMaskArgs};
 use exactgrad_core::backend::{Col2imArgs, Im2colArgs};
-use exactgrad_core::backend::{MatmulAccArgs, MatmulSpec};
 use exactgrad_core::backend::{NormBackwardArgs, NormForwardArgs, NormStatsArgs};
 use exactgrad_core::{
     Backend, BackendImpl, ComputeMode, Error, Result, ViewFamily, ViewLen, MAX_ELEMENTS,
 };
 use params::{
-    chunks, col2im_params, push_layout, tap_groups, unary_backward_code, unary_code, word,
+    chunked, chunks, col2im_params, push_layout, tap_groups, unary_backward_code, unary_code, word,
     LOOP_BUDGET,
 };
 use std::sync::{Arc, OnceLock};
@@ -483,14 +483,7 @@ impl BackendImpl for WgpuBackend {
         let count = red.shape.numel();
         p.push(word(count)?);
         let per = LOOP_BUDGET / (red.rank() + 2);
-        let dispatches: Vec<Dispatch> = chunks(count, per)?
-            .into_iter()
-            .map(|range| {
-                let mut q = p.clone();
-                q.extend_from_slice(&range);
-                Dispatch::new(q, n)
-            })
-            .collect();
+        let dispatches = chunked(&p, count, per, n, &[])?;
         self.run_all(Kernel::Sum, &dispatches, &[x], 2 * n, out)
     }
 
@@ -524,14 +517,7 @@ impl BackendImpl for WgpuBackend {
         ];
         let n = out.len();
         word(n)?;
-        let dispatches: Vec<Dispatch> = chunks(s.k, LOOP_BUDGET)?
-            .into_iter()
-            .map(|range| {
-                let mut q = p.clone();
-                q.extend_from_slice(&range);
-                Dispatch::new(q, n)
-            })
-            .collect();
+        let dispatches = chunked(&p, s.k, LOOP_BUDGET, n, &[])?;
         self.run_all(Kernel::Matmul, &dispatches, &[a, b], 0, out)
     }
 
@@ -564,12 +550,7 @@ impl BackendImpl for WgpuBackend {
         let mut part = self.uninit(n)?;
         for s in 0..spec.k / seg {
             // Steps s·seg .. (s+1)·seg: a sub-product of the checked one.
-            let sub = MatmulSpec {
-                k: seg,
-                a_offset: spec.a_offset + s * seg * spec.a_strides[2],
-                b_offset: spec.b_offset + s * seg * spec.b_strides[1],
-                ..*spec
-            };
+            let sub = spec.segment(s, seg);
             Backend::matmul(self, &sub, a, b, part.view_mut())?;
             let acc = WgpuViews::reborrow(&mut out);
             self.run(
@@ -764,14 +745,7 @@ impl BackendImpl for WgpuBackend {
         };
         p.extend_from_slice(&[word(nr)?, word(nc)?, word(sr)?, word(sc)?, word(total)?]);
         // The shader's loop has no loop inside it: LOOP_BUDGET iterations per dispatch.
-        let dispatches: Vec<Dispatch> = chunks(total, LOOP_BUDGET)?
-            .into_iter()
-            .map(|range| {
-                let mut q = p.clone();
-                q.extend_from_slice(&range);
-                Dispatch::new(q, n)
-            })
-            .collect();
+        let dispatches = chunked(&p, total, LOOP_BUDGET, n, &[])?;
         self.run_all(Kernel::Col2im, &dispatches, &[cols], 0, image)
     }
 }

@@ -7,7 +7,8 @@
 //! `norm_backward`) run on the host on a device without f64.
 
 use crate::device::{BufView, Dispatch, Kernel};
-use crate::{chunks, word, WgpuBackend, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET};
+use crate::{word, WgpuBackend, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET};
+use exactgrad_core::backend::{host_stats, with_opt_host_mut};
 use exactgrad_core::kernels::{NormGrads, NormParam, NormSpec, NormStats};
 use exactgrad_core::{Backend, BackendImpl, Result, ViewFamily, ViewLen};
 
@@ -38,36 +39,7 @@ fn param_count(s: &NormSpec) -> usize {
 /// One dispatch over `threads` invocations per range of `chunks(count, LOOP_BUDGET)`: its
 /// parameters are `params` then the range.
 fn chunked(params: &[u32], count: usize, threads: usize) -> Result<Vec<Dispatch>> {
-    Ok(chunks(count, LOOP_BUDGET)?
-        .into_iter()
-        .map(|range| {
-            let mut q = params.to_vec();
-            q.extend_from_slice(&range);
-            Dispatch::new(q, threads)
-        })
-        .collect())
-}
-
-/// The host statistics of `st` (the host fallback).
-type HostStats = (Vec<f32>, Vec<f32>, Vec<f32>);
-
-fn host_stats(st: &NormStats<'_, WgpuViews>) -> Result<HostStats> {
-    Ok((
-        WgpuViews::to_host(st.mean)?.into_owned(),
-        WgpuViews::to_host(st.corr)?.into_owned(),
-        WgpuViews::to_host(st.rstd)?.into_owned(),
-    ))
-}
-
-/// Runs `f` on an optional output as a host slice, or on `None`.
-fn with_opt_host_mut<R>(
-    v: Option<WgpuViewMut<'_>>,
-    f: impl FnOnce(Option<&mut [f32]>) -> R,
-) -> Result<R> {
-    match v {
-        Some(v) => WgpuViews::with_host_mut(v, |v| f(Some(v))),
-        None => Ok(f(None)),
-    }
+    crate::params::chunked(params, count, LOOP_BUDGET, threads, &[])
 }
 
 impl WgpuBackend {
@@ -186,7 +158,7 @@ pub(crate) fn norm_backward(
 ) -> Result<()> {
     if !b.f64_on_device() {
         let (x, g) = (WgpuViews::to_host(x)?, WgpuViews::to_host(g)?);
-        let (mean, corr, rstd) = host_stats(st)?;
+        let (mean, corr, rstd) = host_stats::<WgpuBackend>(st)?;
         let hs = NormStats {
             mean: &mean[..],
             corr: &corr[..],
@@ -194,9 +166,9 @@ pub(crate) fn norm_backward(
         };
         let w = weight.map(WgpuViews::to_host).transpose()?;
         let w = w.as_deref();
-        with_opt_host_mut(grads.dx, |dx| {
-            with_opt_host_mut(grads.dw, |dw| {
-                with_opt_host_mut(grads.db, |db| {
+        with_opt_host_mut::<WgpuBackend, _>(grads.dx, |dx| {
+            with_opt_host_mut::<WgpuBackend, _>(grads.dw, |dw| {
+                with_opt_host_mut::<WgpuBackend, _>(grads.db, |db| {
                     let grads = NormGrads { dx, dw, db };
                     reference!(
                         b.mode,

@@ -2,6 +2,7 @@
 //! operators' codes, the column kernels' geometry, and how long loops are cut into
 //! dispatches.
 
+use crate::device::Dispatch;
 use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::{Error, Layout, Result, UnaryOp};
 
@@ -172,4 +173,25 @@ pub(crate) fn tap_groups(k: usize, o: usize, s: usize, d: usize) -> (usize, usiz
         (true, false) => (1, k),
         (false, false) => (o, k),
     }
+}
+
+/// One dispatch over `threads` invocations per range of `chunks(count, per)`: its
+/// parameters are `params`, the range `[start, len]`, then `tail` (a long loop cut into
+/// dispatches that carry its accumulator).
+pub(crate) fn chunked(
+    params: &[u32],
+    count: usize,
+    per: usize,
+    threads: usize,
+    tail: &[u32],
+) -> Result<Vec<Dispatch>> {
+    Ok(chunks(count, per)?
+        .into_iter()
+        .map(|range| {
+            let mut q = params.to_vec();
+            q.extend_from_slice(&range);
+            q.extend_from_slice(tail);
+            Dispatch::new(q, threads)
+        })
+        .collect())
 }

@@ -6,9 +6,7 @@
 //! arithmetic of the reference's loops.
 
 use crate::device::{BufView, Dispatch, Kernel};
-use crate::{
-    chunks, word, WgpuBackend, WgpuStorage, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET,
-};
+use crate::{word, WgpuBackend, WgpuStorage, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET};
 use exactgrad_core::kernels::{taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
 use exactgrad_core::{Backend, BackendImpl, Result, ViewFamily, ViewLen};
 use std::sync::Arc;
@@ -99,18 +97,10 @@ impl Windows {
     }
 }
 
-/// One dispatch over `threads` invocations per range of `chunks(taps, LOOP_BUDGET)`: its
-/// parameters are `params`, the range, then `tail`.
+/// [`crate::params::chunked`] with the loop budget: one dispatch per range of
+/// `LOOP_BUDGET` taps, its parameters `params`, the range, then `tail`.
 fn chunked(params: &[u32], taps: usize, threads: usize, tail: &[u32]) -> Result<Vec<Dispatch>> {
-    Ok(chunks(taps, LOOP_BUDGET)?
-        .into_iter()
-        .map(|range| {
-            let mut q = params.to_vec();
-            q.extend_from_slice(&range);
-            q.extend_from_slice(tail);
-            Dispatch::new(q, threads)
-        })
-        .collect())
+    crate::params::chunked(params, taps, LOOP_BUDGET, threads, tail)
 }
 
 impl WgpuBackend {
