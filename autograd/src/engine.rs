@@ -57,6 +57,8 @@ pub(crate) struct Node<B: Backend> {
     #[cfg(debug_assertions)]
     pub(crate) input_shapes: Vec<Vec<usize>>,
     pub(crate) backward: Mutex<Option<BackwardFn<B>>>,
+    /// The forward record of this operation in the trace recording it, if any.
+    pub(crate) trace: Option<Box<crate::trace::NodeTrace>>,
 }
 
 impl<B: Backend> Drop for Node<B> {
@@ -127,6 +129,27 @@ pub(crate) fn record<B: Backend, F>(
 where
     F: Fn(&Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync + 'static,
 {
+    record_with(name, out, inputs, None, make_backward)
+}
+
+/// [`record`], with what a trace records of the operation besides its tensors (input
+/// names, arguments, integer inputs): `info` comes from [`crate::trace::info`], which
+/// makes it only while a trace records.
+pub(crate) fn record_with<B: Backend, F>(
+    name: &'static str,
+    out: Tensor<B>,
+    inputs: &[&Tensor<B>],
+    info: Option<crate::trace::OpInfo<B>>,
+    make_backward: impl FnOnce() -> F,
+) -> Tensor<B>
+where
+    F: Fn(&Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync + 'static,
+{
+    let traced = if crate::trace::active() {
+        crate::trace::forward(name, &out, inputs, info.unwrap_or_default())
+    } else {
+        None
+    };
     if !needs_record(inputs) {
         return out;
     }
@@ -142,6 +165,10 @@ where
             }
         })
         .collect();
+    let (trace, digest) = match traced {
+        Some((t, d)) => (Some(Box::new(t)), d),
+        None => (None, 0),
+    };
     let node = Node {
         id: next_id(),
         name,
@@ -149,6 +176,7 @@ where
         #[cfg(debug_assertions)]
         input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
         backward: Mutex::new(Some(Box::new(make_backward()))),
+        trace,
     };
     let mut out = out;
     if let Some(inner) = Arc::get_mut(&mut out.inner) {
@@ -158,13 +186,18 @@ where
         *inner.requires_grad.get_mut() = true;
         return out;
     }
-    Tensor::from_checked_parts(
+    let node = Arc::new(node);
+    let t = Tensor::from_checked_parts(
         out.inner.backend.clone(),
         Arc::clone(&out.inner.storage),
         out.inner.layout.clone(),
         true,
-        Some(Arc::new(node)),
-    )
+        Some(Arc::clone(&node)),
+    );
+    if let Some(nt) = &node.trace {
+        crate::trace::tag_output(&t, nt, digest);
+    }
+    t
 }
 
 /// The leaves a backward pass accumulates into, claimed for the pass (see point 7 of the
@@ -336,9 +369,13 @@ pub(crate) fn backward<B: Backend>(
         }
     };
     let _guard = no_grad();
+    let tracing = crate::trace::active();
     let Some(root_node) = &root.inner.grad_fn else {
         let _claim = LeafClaim::new(vec![root.clone()])?;
-        return root.accumulate_grad(&seed);
+        if tracing {
+            crate::trace::backward_start(root, &seed);
+        }
+        return accumulate_leaf(root, &seed, tracing);
     };
     let order = topological_order(root_node);
     let leaves = order
@@ -360,6 +397,9 @@ pub(crate) fn backward<B: Backend>(
             return Err(Error::GraphReleased { op: node.name });
         }
     }
+    if tracing {
+        crate::trace::backward_start(root, &seed);
+    }
     let mut pending: HashMap<u64, Tensor<B>> = HashMap::new();
     pending.insert(root_node.id, seed);
     for node in order.iter().rev() {
@@ -378,8 +418,15 @@ pub(crate) fn backward<B: Backend>(
             let f = slot
                 .as_ref()
                 .ok_or(Error::GraphReleased { op: node.name })?;
+            // The operations a rule is made of are part of its one record.
+            let _quiet = tracing.then(crate::trace::suppress);
             f(&g)?
         };
+        if tracing {
+            if let Some(nt) = &node.trace {
+                crate::trace::backward_rule(node.name, nt, &g, &grads);
+            }
+        }
         if !retain_graph {
             node.backward
                 .lock()
@@ -404,14 +451,54 @@ pub(crate) fn backward<B: Backend>(
             );
             match edge {
                 Edge::None => {}
-                Edge::Leaf(t) => t.accumulate_grad(&grad)?,
+                Edge::Leaf(t) => accumulate_leaf(t, &grad, tracing)?,
                 Edge::Node(n) => {
                     let next = match pending.remove(&n.id) {
                         None => grad,
-                        Some(old) => old.add(&grad)?,
+                        Some(old) => {
+                            let sum = {
+                                let _quiet = tracing.then(crate::trace::suppress);
+                                old.add(&grad)?
+                            };
+                            if tracing {
+                                crate::trace::grad_sum(
+                                    "grad_sum",
+                                    None,
+                                    &[("pending", &old), ("grad", &grad)],
+                                    &sum,
+                                );
+                            }
+                            sum
+                        }
                     };
                     pending.insert(n.id, next);
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adds `grad` into the gradient of `leaf`, recorded as `accumulate_grad` by a trace.
+fn accumulate_leaf<B: Backend>(leaf: &Tensor<B>, grad: &Tensor<B>, tracing: bool) -> Result<()> {
+    if !tracing {
+        return leaf.accumulate_grad(grad);
+    }
+    let old = leaf.grad();
+    {
+        let _quiet = crate::trace::suppress();
+        leaf.accumulate_grad(grad)?;
+    }
+    if let Some(new) = leaf.grad() {
+        match &old {
+            Some(old) => crate::trace::grad_sum(
+                "accumulate_grad",
+                Some(leaf),
+                &[("grad", old), ("emitted", grad)],
+                &new,
+            ),
+            None => {
+                crate::trace::grad_sum("accumulate_grad", Some(leaf), &[("emitted", grad)], &new)
             }
         }
     }

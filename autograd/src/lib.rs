@@ -32,6 +32,7 @@ pub mod gradcheck;
 pub mod ops;
 pub mod scope;
 pub mod tensor;
+pub mod trace;
 
 pub use engine::BackwardOptions;
 pub use error::{DataError, Error, Result, StateDictMismatch};

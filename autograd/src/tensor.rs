@@ -97,6 +97,9 @@ pub(crate) struct TensorImpl<B: Backend> {
     /// The backward pass accumulating into this leaf's gradient right now (0: none);
     /// see [`crate::engine`] on concurrent backward passes.
     pub(crate) accumulating: AtomicU64,
+    /// What an operation trace knows of these elements (their digest and the record that
+    /// wrote them); touched only while a trace is recording ([`crate::trace`]).
+    pub(crate) trace: Mutex<Option<crate::trace::Tag>>,
 }
 
 /// An n-dimensional array of f32 on backend `B`, with the autograd metadata needed to
@@ -236,6 +239,7 @@ impl<B: Backend> Tensor<B> {
                 grad_fn,
                 grad: Mutex::new(None),
                 accumulating: AtomicU64::new(0),
+                trace: Mutex::new(None),
             }),
         }
     }
@@ -539,13 +543,18 @@ impl<B: Backend> Tensor<B> {
 
     /// A tensor sharing storage with `self` but cut from the graph (no gradient flows).
     pub fn detach(&self) -> Self {
-        Self::from_checked_parts(
+        let t = Self::from_checked_parts(
             self.inner.backend.clone(),
             Arc::clone(&self.inner.storage),
             self.inner.layout.clone(),
             false,
             None,
-        )
+        );
+        if crate::trace::active() {
+            // The same elements: what a trace knows of them holds for the detached handle.
+            crate::trace::copy_tag(self, &t);
+        }
+        t
     }
 
     /// The accumulated gradient of this leaf, if any backward reached it.

@@ -132,6 +132,40 @@ unary_ops! {
     MulScalar(f32) => "mul_scalar", reads Neither, samples [(-2.0), (0.0), (1e-30), (NAN)];
 }
 
+impl UnaryOp {
+    /// The operator's scalar parameters in the order of its variant (`[slope]`, `[p]`,
+    /// `[lo, hi]`, `[c]`, or none), as an array and a count; with the name, what
+    /// [`UnaryOp::from_parts`] needs to make the operator again (a trace records both).
+    pub fn params(&self) -> ([f32; 2], usize) {
+        match *self {
+            UnaryOp::LeakyRelu(a)
+            | UnaryOp::Pow(a)
+            | UnaryOp::AddScalar(a)
+            | UnaryOp::MulScalar(a) => ([a, 0.0], 1),
+            UnaryOp::Clamp(lo, hi) => ([lo, hi], 2),
+            _ => ([0.0; 2], 0),
+        }
+    }
+
+    /// The operator named `name` ([`UnaryOp::name`]) with the scalar parameters `params`
+    /// ([`UnaryOp::params`]), or `None` when the name is unknown or the count is wrong.
+    pub fn from_parts(name: &str, params: &[f32]) -> Option<UnaryOp> {
+        let template = *Self::SAMPLES.iter().find(|op| op.name() == name)?;
+        let (_, n) = template.params();
+        if params.len() != n {
+            return None;
+        }
+        Some(match template {
+            UnaryOp::LeakyRelu(_) => UnaryOp::LeakyRelu(params[0]),
+            UnaryOp::Pow(_) => UnaryOp::Pow(params[0]),
+            UnaryOp::AddScalar(_) => UnaryOp::AddScalar(params[0]),
+            UnaryOp::MulScalar(_) => UnaryOp::MulScalar(params[0]),
+            UnaryOp::Clamp(..) => UnaryOp::Clamp(params[0], params[1]),
+            op => op,
+        })
+    }
+}
+
 /// The number of samples in all groups.
 const fn count(groups: &[&[UnaryOp]]) -> usize {
     let (mut n, mut i) = (0, 0);
@@ -202,6 +236,19 @@ mod tests {
         for op in UnaryOp::SAMPLES {
             assert!(UnaryOp::NAMES.contains(&op.name()), "{op:?}");
         }
+    }
+
+    #[test]
+    fn every_operator_is_made_again_from_its_name_and_parameters() {
+        for op in UnaryOp::SAMPLES {
+            let (p, n) = op.params();
+            let again = UnaryOp::from_parts(op.name(), &p[..n]).expect("known");
+            // Bit-equal parameters (NaN samples included).
+            assert_eq!(format!("{again:?}"), format!("{op:?}"));
+            assert_eq!(again.params().1, n);
+            assert!(UnaryOp::from_parts(op.name(), &[0.0; 3]).is_none());
+        }
+        assert!(UnaryOp::from_parts("no_such_op", &[]).is_none());
     }
 
     #[test]

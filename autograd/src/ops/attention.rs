@@ -20,9 +20,10 @@
 //!   was broadcast along.
 
 use super::sum_to;
-use crate::engine::{record, Saved};
+use crate::engine::{record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::{AttentionScoresSpec, ScoreMask};
 use exactgrad_core::{Backend, Layout, Shape, UnaryOp, ViewOf};
@@ -494,8 +495,29 @@ fn sdpa<B: Backend>(
     ];
     let has_additive = additive.is_some();
     let (qk, kk, vk) = (q.clone(), k.clone(), v.clone());
+    let info = crate::trace::info(|| {
+        let mut info = OpInfo::new()
+            .names(&["query", "key", "value", "mask"])
+            .attr("is_causal", Value::Bool(causal))
+            .attr("scale", Value::F32(scale));
+        match mask {
+            Some((kind, t)) => {
+                let name = match kind {
+                    MaskKind::Allow => "allow",
+                    MaskKind::Block => "block",
+                    MaskKind::Additive => "additive",
+                };
+                info = info.attr("mask", Value::Str(name.into()));
+                if kind != MaskKind::Additive {
+                    info = info.tensor("mask", t);
+                }
+            }
+            None => info = info.attr("mask", Value::Str("none".into())),
+        }
+        info
+    });
     let mask_keep = mask.map(|(kind, t)| (kind, t.clone()));
-    Ok(record(op, out, &inputs, move || {
+    Ok(record_with(op, out, &inputs, info, move || {
         let sq = Saved::new(op, &qk);
         let sk = Saved::new(op, &kk);
         let sv = (need[0] || need[1] || need[3]).then(|| Saved::new(op, &vk));

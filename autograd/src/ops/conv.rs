@@ -40,9 +40,10 @@
 
 use super::pad::pad_forward;
 use super::{fmt_pair, sum_unrecorded};
-use crate::engine::{record, Saved};
+use crate::engine::{record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{ints_of, OpInfo, Value};
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::kernels::Col2imSpec;
 use exactgrad_core::{Backend, BinaryOp, Layout, Shape, ViewMutOf, ViewOf};
@@ -789,7 +790,15 @@ fn conv2d_core<B: Backend>(
     inputs.extend(bias);
     let (x_keep, w_keep) = (x.clone(), w.clone());
     let has_bias = bias.is_some();
-    Ok(record(op, y, &inputs, move || {
+    let info = crate::trace::info(|| {
+        OpInfo::new()
+            .names(&["input", "weight", "bias"])
+            .attr("stride", ints_of(&g.stride))
+            .attr("padding", ints_of(&g.padding))
+            .attr("dilation", ints_of(&g.dilation))
+            .attr("groups", Value::Int(g.groups as i64))
+    });
+    Ok(record_with(op, y, &inputs, info, move || {
         let sx = need_w.then(|| Saved::new(op, &x_keep));
         let sw = need_x.then(|| Saved::new(op, &w_keep));
         move |gy: &Tensor<B>| {
@@ -1185,7 +1194,23 @@ fn conv_transpose2d_core<B: Backend>(
     inputs.extend(bias);
     let (x_keep, w_keep) = (x.clone(), w.clone());
     let has_bias = bias.is_some();
-    Ok(record(op, y, &inputs, move || {
+    let info = crate::trace::info(|| {
+        // The output padding that gave this output size.
+        let extra = |d: usize, size: usize, k: usize, out: usize| {
+            out + 2 * g.padding[d] - ((size - 1) * g.stride[d] + g.dilation[d] * (k - 1) + 1)
+        };
+        OpInfo::new()
+            .names(&["input", "weight", "bias"])
+            .attr("stride", ints_of(&g.stride))
+            .attr("padding", ints_of(&g.padding))
+            .attr(
+                "output_padding",
+                ints_of(&[extra(0, g.oh, g.kh, g.h), extra(1, g.ow, g.kw, g.w)]),
+            )
+            .attr("dilation", ints_of(&g.dilation))
+            .attr("groups", Value::Int(g.groups as i64))
+    });
+    Ok(record_with(op, y, &inputs, info, move || {
         let sx = need_w.then(|| Saved::new(op, &x_keep));
         let sw = need_x.then(|| Saved::new(op, &w_keep));
         move |gy: &Tensor<B>| {

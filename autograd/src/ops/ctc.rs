@@ -15,9 +15,10 @@
 //! agree (`docs/ctc.md` §4).
 
 use super::{canon, Reduction};
-use crate::engine::record;
+use crate::engine::record_with;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::backend::{try_collect, try_vec_filled, try_vec_with_capacity};
 use exactgrad_core::check::checked_mul;
 use exactgrad_core::rng::ln_f64;
@@ -510,7 +511,36 @@ impl<B: Backend> Tensor<B> {
         };
         let shape = self.dims().to_vec();
         let reduction = options.reduction;
-        Ok(record(op, out, &[self], move || {
+        let info = crate::trace::info(|| {
+            let as_i64 = |v: &[usize]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
+            let mut info = OpInfo::new()
+                .attr("blank", Value::Int(blank as i64))
+                .attr(
+                    "reduction",
+                    Value::Str(format!("{reduction:?}").to_lowercase()),
+                )
+                .attr("zero_infinity", Value::Bool(options.zero_infinity))
+                .ints(
+                    "input_lengths",
+                    vec![batch.input_lengths.len()],
+                    as_i64(batch.input_lengths),
+                )
+                .ints(
+                    "target_lengths",
+                    vec![batch.target_lengths.len()],
+                    as_i64(batch.target_lengths),
+                );
+            info = match batch.targets {
+                CtcTargets::Padded { labels, shape } => info
+                    .attr("targets", Value::Str("padded".into()))
+                    .ints("labels", shape.to_vec(), labels.to_vec()),
+                CtcTargets::Concatenated(labels) => info
+                    .attr("targets", Value::Str("concatenated".into()))
+                    .ints("labels", vec![labels.len()], labels.to_vec()),
+            };
+            info
+        });
+        Ok(record_with(op, out, &[self], info, move || {
             move |g: &Tensor<B>| {
                 let gv = g.to_vec()?;
                 let be = g.backend();

@@ -1,9 +1,10 @@
 //! Element-wise operators with broadcasting: forward and backward side by side.
 
 use super::{binary_forward, sum_to, unary_forward};
-use crate::engine::{record, Saved};
+use crate::engine::{record, record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::{Backend, BinaryOp, Shape, UnaryOp};
 
 /// Which of input and output a unary backward rule reads.
@@ -56,7 +57,16 @@ pub(crate) fn unary_op<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Result<Tensor<
         Needs::Neither => None,
     };
     let name = op.name();
-    Ok(record(name, y, &[x], move || {
+    let info = crate::trace::info(move || {
+        let (p, n) = op.params();
+        let info = OpInfo::new();
+        if n == 0 {
+            info
+        } else {
+            info.attr("params", Value::F32s(p[..n].to_vec()))
+        }
+    });
+    Ok(record_with(name, y, &[x], info, move || {
         let saved = saved_src.map(|t| Saved::new(name, &t));
         move |g: &Tensor<B>| {
             let s = match &saved {
@@ -277,8 +287,9 @@ impl<B: Backend> Tensor<B> {
         })?;
         let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());
         let (shape_a, shape_b) = (a.dims().to_vec(), b.dims().to_vec());
+        let info = crate::trace::info(|| OpInfo::new().names(&["a", "b"]).tensor("cond", cond));
         let cond = cond.clone();
-        Ok(record(op, out, &[a, b], move || {
+        Ok(record_with(op, out, &[a, b], info, move || {
             let saved = Saved::new(op, &cond);
             move |g: &Tensor<B>| {
                 let c = saved.get()?;

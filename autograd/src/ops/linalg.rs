@@ -1,9 +1,10 @@
 //! Matrix products: `matmul` (2-D, batched with broadcast batch dimensions, and the 1-D
 //! cases of PyTorch) and `linear`.
 
-use crate::engine::{record, Saved};
+use crate::engine::{record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::OpInfo;
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{Backend, Layout, Shape};
 
@@ -106,7 +107,8 @@ fn bmm<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
     let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());
     let (a_layout_t, b_layout_t) = (last_strides(a.layout()), last_strides(b.layout()));
     let (a_keep, b_keep) = (a.clone(), b.clone());
-    Ok(record("matmul", out, &[a, b], move || {
+    let info = crate::trace::info(|| OpInfo::new().names(&["a", "b"]));
+    Ok(record_with("matmul", out, &[a, b], info, move || {
         let (a, b) = (a_keep, b_keep);
         let sa = need_b.then(|| Saved::new("matmul", &a));
         let sb = need_a.then(|| Saved::new("matmul", &b));

@@ -1,9 +1,10 @@
 //! Losses: cross entropy over class indices and mean squared error.
 
 use super::canon;
-use crate::engine::{record, Saved};
+use crate::engine::{record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::{Backend, UnaryOp};
 
 /// How per-element losses are combined (PyTorch's `reduction`).
@@ -150,7 +151,17 @@ impl<B: Backend> Tensor<B> {
         let mut kept = exactgrad_core::backend::try_vec_with_capacity(op, targets.len())?;
         kept.extend_from_slice(targets);
         let targets = kept;
-        Ok(record(op, out, &[&x2], move || {
+        let info = crate::trace::info(|| {
+            OpInfo::new()
+                .attr(
+                    "reduction",
+                    Value::Str(format!("{reduction:?}").to_lowercase()),
+                )
+                .attr("ignore_index", Value::Int(ignore))
+                .attr("label_smoothing", Value::F32(eps))
+                .ints("targets", target_shape.to_vec(), targets.clone())
+        });
+        Ok(record_with(op, out, &[&x2], info, move || {
             let saved = Saved::new(op, &lp_t);
             move |g: &Tensor<B>| {
                 let lp = saved.get()?;

@@ -11,9 +11,10 @@
 //! - split, split_sizes and chunk are views (narrow), so they copy nothing.
 
 use super::{binary_forward, canon};
-use crate::engine::record;
+use crate::engine::record_with;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::{Backend, BinaryOp, Philox};
 
@@ -53,7 +54,18 @@ fn gather<B: Backend>(
     }
     let out = Tensor::from_op_vec(x.backend(), out, out_shape)?;
     let in_shape = x.dims().to_vec();
-    Ok(record(op, out, &[x], move || {
+    let info = crate::trace::info(|| {
+        let mut info = OpInfo::new().attr("dim", Value::Int(dim as i64)).ints(
+            "indices",
+            vec![indices.len()],
+            indices.iter().map(|&i| i as i64).collect(),
+        );
+        if let Some(p) = skip {
+            info = info.attr("padding_idx", Value::Int(p as i64));
+        }
+        info
+    });
+    Ok(record_with(op, out, &[x], info, move || {
         move |g: &Tensor<B>| {
             let b = g.backend();
             let mode = b.mode();
@@ -121,6 +133,25 @@ fn check_indices(op: &'static str, indices: &[i64], size: usize, what: &str) -> 
     Ok(out)
 }
 
+/// Dropout of `x` with probability `p` (in `[0, 1]`) in training, with the mask of `key`.
+pub(crate) fn dropout_with_key<B: Backend>(x: &Tensor<B>, p: f32, key: u64) -> Result<Tensor<B>> {
+    let op = "dropout";
+    let scale = 1.0f32 / (1.0f32 - p);
+    let be = x.backend();
+    let mask = super::new_tensor(be, op, x.shape().clone(), |m| {
+        Ok(be.dropout_mask(key, p, scale, 0, m)?)
+    })?;
+    let out = binary_forward(BinaryOp::Mul, x, &mask)?;
+    let info = crate::trace::info(|| {
+        OpInfo::new()
+            .attr("p", Value::F32(p))
+            .state("key", Value::U64(key))
+    });
+    Ok(record_with(op, out, &[x], info, move || {
+        move |g: &Tensor<B>| Ok(vec![Some(binary_forward(BinaryOp::Mul, g, &mask)?)])
+    }))
+}
+
 impl<B: Backend> Tensor<B> {
     /// Dropout (PyTorch's `nn.functional.dropout`): in training, zeroes each element with
     /// probability `p` and scales the kept ones by `1 / (1 − p)`; outside training the
@@ -147,15 +178,7 @@ impl<B: Backend> Tensor<B> {
             return Ok(self.clone());
         }
         let key = rng.next_u64();
-        let scale = 1.0f32 / (1.0f32 - p);
-        let be = self.backend();
-        let mask = super::new_tensor(be, op, self.shape().clone(), |m| {
-            Ok(be.dropout_mask(key, p, scale, 0, m)?)
-        })?;
-        let out = binary_forward(BinaryOp::Mul, self, &mask)?;
-        Ok(record(op, out, &[self], move || {
-            move |g: &Tensor<B>| Ok(vec![Some(binary_forward(BinaryOp::Mul, g, &mask)?)])
-        }))
+        dropout_with_key(self, p, key)
     }
 
     /// Looks up rows of `weight` (`[num_embeddings, dim]`): the output has shape

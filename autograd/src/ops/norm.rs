@@ -42,9 +42,10 @@
 //! code it fixes. In order: options, the shared kernel, the three operators.
 
 use super::canon;
-use crate::engine::{record, Saved};
+use crate::engine::{record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{ints_of, OpInfo, Value};
 use exactgrad_core::kernels::{NormGrads as KernelGrads, NormParam, NormSpec, NormStats};
 use exactgrad_core::{Backend, ComputeMode, ViewLen, ViewOf};
 
@@ -487,6 +488,7 @@ fn norm_op<B: Backend>(
     eps: f32,
     fixed: Option<(Vec<f32>, Vec<f32>)>,
     on_stats: impl FnOnce(&Stats) -> Result<()>,
+    info: Option<OpInfo<B>>,
 ) -> Result<Tensor<B>> {
     // An empty input has only empty groups: no statistics to compute or keep, however
     // large its other dimensions (or the group count) are.
@@ -569,7 +571,11 @@ fn norm_op<B: Backend>(
     if stats_depend {
         on_stats(&stats)?;
     }
-    norm_record(op, x, geo, weight, bias, y, stats, rs, stats_depend)
+    let info = info.map(|i| {
+        i.names(&["input", "weight", "bias"])
+            .attr("eps", Value::F32(eps))
+    });
+    norm_record(op, x, geo, weight, bias, y, stats, rs, stats_depend, info)
 }
 
 /// Records a normalisation's output `y` with its backward rule.
@@ -584,6 +590,7 @@ fn norm_record<B: Backend>(
     stats: Stats,
     rs: Vec<f32>,
     stats_depend: bool,
+    info: Option<OpInfo<B>>,
 ) -> Result<Tensor<B>> {
     let be = x.backend();
     let out = Tensor::from_storage(be, y, x.shape().clone())?;
@@ -600,7 +607,7 @@ fn norm_record<B: Backend>(
     let x_keep = x.clone();
     let w_keep = weight.cloned();
     let Stats { mean, corr, .. } = stats;
-    Ok(record(op, out, &inputs, move || {
+    Ok(record_with(op, out, &inputs, info, move || {
         // The rule reads x (for x̂) unless only the bias needs a gradient, and w for dx.
         let saved_x = (need[0] || need[1]).then(|| Saved::new(op, &x_keep));
         let saved_w = if need[0] {
@@ -756,7 +763,19 @@ impl<B: Backend> Tensor<B> {
                 }
                 Ok(())
             };
-            norm_op(op, self, geo, weight, bias, eps, None, update)
+            let info = crate::trace::info(|| {
+                let mut info = OpInfo::new()
+                    .attr("training", Value::Bool(true))
+                    .attr("momentum", Value::F32(momentum));
+                // Updated in place by this operation: outputs of its record.
+                for (what, t) in [("running_mean", running_mean), ("running_var", running_var)] {
+                    if let Some(t) = t {
+                        info = info.output(what, t);
+                    }
+                }
+                info
+            });
+            norm_op(op, self, geo, weight, bias, eps, None, update, info)
         } else {
             let (Some(rm), Some(rv)) = (running_mean, running_var) else {
                 return Err(Error::invalid(
@@ -766,7 +785,23 @@ impl<B: Backend> Tensor<B> {
                 ));
             };
             let fixed = (rm.to_vec()?, rv.to_vec()?);
-            norm_op(op, self, geo, weight, bias, eps, Some(fixed), |_| Ok(()))
+            let info = crate::trace::info(|| {
+                OpInfo::new()
+                    .attr("training", Value::Bool(false))
+                    .tensor("running_mean", rm)
+                    .tensor("running_var", rv)
+            });
+            norm_op(
+                op,
+                self,
+                geo,
+                weight,
+                bias,
+                eps,
+                Some(fixed),
+                |_| Ok(()),
+                info,
+            )
         }
     }
 
@@ -810,7 +845,10 @@ impl<B: Backend> Tensor<B> {
             param: ParamIndex::PerR,
             params: r,
         };
-        norm_op(op, self, geo, weight, bias, eps, None, |_| Ok(()))
+        let info = crate::trace::info(|| {
+            OpInfo::new().attr("normalized_shape", ints_of(normalized_shape))
+        });
+        norm_op(op, self, geo, weight, bias, eps, None, |_| Ok(()), info)
     }
 
     /// Group normalisation (PyTorch's `nn.functional.group_norm`) of an input
@@ -862,6 +900,8 @@ impl<B: Backend> Tensor<B> {
             },
             params: c,
         };
-        norm_op(op, self, geo, weight, bias, eps, None, |_| Ok(()))
+        let info =
+            crate::trace::info(|| OpInfo::new().attr("num_groups", Value::Int(num_groups as i64)));
+        norm_op(op, self, geo, weight, bias, eps, None, |_| Ok(()), info)
     }
 }

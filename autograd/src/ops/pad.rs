@@ -2,9 +2,10 @@
 //! (`docs/conv.md` §3); the unrecorded `pad_forward` also builds the zero-padded im2col
 //! source of the convolutions.
 
-use crate::engine::record;
+use crate::engine::record_with;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::{Backend, Layout, Shape, ViewLen};
 
 // ----- pad -------------------------------------------------------------------------------
@@ -117,7 +118,15 @@ impl<B: Backend> Tensor<B> {
         }
         let y = pad_forward(op, self, &before, &after, value)?;
         let in_dims = self.dims().to_vec();
-        Ok(record(op, y, &[self], move || {
+        let info = crate::trace::info(|| {
+            OpInfo::new()
+                .attr(
+                    "pads",
+                    Value::Ints(pads.iter().map(|&p| p as i64).collect()),
+                )
+                .attr("value", Value::F32(value))
+        });
+        Ok(record_with(op, y, &[self], info, move || {
             move |gy: &Tensor<B>| {
                 let l = gy.layout();
                 let interior = Layout {

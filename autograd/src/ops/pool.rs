@@ -6,9 +6,10 @@
 //! every sum are in `docs/conv.md` §2 (normative).
 
 use super::fmt_pair;
-use crate::engine::record;
+use crate::engine::record_with;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{ints_of, OpInfo, Value};
 use exactgrad_core::kernels::{pool_out_size, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
 use exactgrad_core::{Backend, ViewLen};
 
@@ -281,7 +282,15 @@ impl<B: Backend> Tensor<B> {
             }
             Ok(())
         })?;
-        let y = record(op, y, &[&x], move || {
+        let info = crate::trace::info(|| {
+            OpInfo::new()
+                .attr("kernel_size", ints_of(&pg.kernel))
+                .attr("stride", ints_of(&pg.stride))
+                .attr("padding", ints_of(&pg.padding))
+                .attr("dilation", ints_of(&pg.dilation))
+                .attr("ceil_mode", Value::Bool(opts.ceil_mode))
+        });
+        let y = record_with(op, y, &[&x], info, move || {
             move |gy: &Tensor<B>| {
                 let be = gy.backend();
                 let mut dims = gy.dims()[..2].to_vec();
@@ -335,7 +344,19 @@ impl<B: Backend> Tensor<B> {
             }
             Ok(())
         })?;
-        let y = record(op, y, &[&x], move || {
+        let info = crate::trace::info(|| {
+            let mut info = OpInfo::new()
+                .attr("kernel_size", ints_of(&pg.kernel))
+                .attr("stride", ints_of(&pg.stride))
+                .attr("padding", ints_of(&pg.padding))
+                .attr("ceil_mode", Value::Bool(opts.ceil_mode))
+                .attr("count_include_pad", Value::Bool(opts.count_include_pad));
+            if let Some(d) = opts.divisor_override {
+                info = info.attr("divisor_override", Value::Int(d as i64));
+            }
+            info
+        });
+        let y = record_with(op, y, &[&x], info, move || {
             move |gy: &Tensor<B>| {
                 let be = gy.backend();
                 let mut dims = gy.dims()[..2].to_vec();
@@ -381,7 +402,8 @@ impl<B: Backend> Tensor<B> {
             }
             Ok(())
         })?;
-        let y = record(op, y, &[&x], move || {
+        let info = crate::trace::info(|| OpInfo::new().attr("output_size", ints_of(&output_size)));
+        let y = record_with(op, y, &[&x], info, move || {
             move |gy: &Tensor<B>| {
                 let be = gy.backend();
                 let mut dims = gy.dims()[..2].to_vec();

@@ -1,9 +1,10 @@
 //! Reductions: sum and mean over all elements or over dimensions.
 
 use super::sum_unrecorded;
-use crate::engine::record;
+use crate::engine::record_with;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::Backend;
 
@@ -52,6 +53,8 @@ fn sum_impl<B: Backend>(
     // `summed` is unrecorded, so neither the division nor the reshape records (and with
     // grad mode left on, an open activation scope remembers their results).
     let out = {
+        // The division and reshape are part of this one operation's record.
+        let _quiet = crate::trace::active().then(crate::trace::suppress);
         let s = if mean {
             summed.div_scalar(count as f32)?
         } else {
@@ -64,7 +67,15 @@ fn sum_impl<B: Backend>(
         }
     };
     let in_shape = x.dims().to_vec();
-    Ok(record(op, out, &[x], move || {
+    let info = crate::trace::info(|| {
+        let dims: Vec<i64> = (0..flags.len() as i64)
+            .filter(|&d| flags[d as usize])
+            .collect();
+        OpInfo::new()
+            .attr("dims", Value::Ints(dims))
+            .attr("keepdim", Value::Bool(keepdim))
+    });
+    Ok(record_with(op, out, &[x], info, move || {
         move |g: &Tensor<B>| {
             let g = g.reshape_to(&kept_shape)?;
             let g = if mean { g.div_scalar(count as f32)? } else { g };

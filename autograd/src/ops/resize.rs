@@ -20,9 +20,10 @@
 //! backend; NaN written canonical in exact mode.
 
 use super::canon;
-use crate::engine::record;
+use crate::engine::record_with;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{ints_of, OpInfo, Value};
 use exactgrad_core::backend::try_vec_with_capacity;
 use exactgrad_core::{Backend, ComputeMode, Shape};
 
@@ -299,7 +300,21 @@ impl<B: Backend> Tensor<B> {
         }
         let out = Tensor::from_op_vec(be, y, out_shape)?;
         let in_shape = self.dims().to_vec();
-        Ok(record(op, out, &[self], move || {
+        let info = crate::trace::info(|| {
+            let info = OpInfo::new()
+                .attr(
+                    "mode",
+                    Value::Str(if nearest { "nearest" } else { "bilinear" }.into()),
+                )
+                .attr("align_corners", Value::Bool(options.align_corners));
+            match size {
+                InterpolateSize::Size(s) => info.attr("size", ints_of(&s)),
+                InterpolateSize::ScaleFactor(f) => info
+                    .attr("scale_factor.0", Value::F64(f[0]))
+                    .attr("scale_factor.1", Value::F64(f[1])),
+            }
+        });
+        Ok(record_with(op, out, &[self], info, move || {
             move |g: &Tensor<B>| {
                 let gv = g.to_vec()?;
                 let be = g.backend();

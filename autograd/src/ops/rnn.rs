@@ -28,9 +28,10 @@
 //! separate each backward rule from the forward whose saved values it reads.
 
 use super::{new_tensor, sum_unrecorded};
-use crate::engine::{needs_record, record, Saved};
+use crate::engine::{needs_record, record_with, Saved};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::recurrent::{
     CellShape, GruCellGradInputs, GruCellGradOutputs, GruCellInputs, GruCellOutputs,
@@ -455,8 +456,34 @@ fn layer<B: Backend>(
         }
         Ok(())
     })?;
+    let info = || {
+        crate::trace::info(|| {
+            let mut names = vec!["input", "h0"];
+            if c0.is_some() {
+                names.push("c0");
+            }
+            names.extend(["weight_ih", "weight_hh"]);
+            if w.bias_ih.is_some() {
+                names.push("bias_ih");
+            }
+            if w.bias_hh.is_some() {
+                names.push("bias_hh");
+            }
+            OpInfo::new()
+                .names(&names)
+                .attr("reverse", Value::Bool(reverse))
+        })
+    };
     if !recording {
-        return Ok(out);
+        return Ok(record_with(op, out, &inputs, info(), || {
+            |_: &Tensor<B>| -> Result<Vec<Option<Tensor<B>>>> {
+                Err(Error::invalid(
+                    "rnn",
+                    "graph",
+                    "an unrecorded layer has no rule",
+                ))
+            }
+        }));
     }
     let need = [
         x.is_requires_grad(),
@@ -481,7 +508,7 @@ fn layer<B: Backend>(
         need,
         has_bias: [w.bias_ih.is_some(), w.bias_hh.is_some()],
     };
-    Ok(record(op, out, &inputs, move || {
+    Ok(record_with(op, out, &inputs, info(), move || {
         move |g: &Tensor<B>| layer_backward(&kept, g)
     }))
 }

@@ -2,9 +2,10 @@
 //! that share storage, `contiguous`, and the copying `concat`/`stack`.
 
 use super::sum_to;
-use crate::engine::record;
+use crate::engine::{record, record_with};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::trace::{ints_of, OpInfo, Value};
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::{Backend, Layout, Shape};
 use std::sync::Arc;
@@ -216,9 +217,13 @@ impl<B: Backend> Tensor<B> {
             }
         };
         let in_shape = self.dims().to_vec();
-        Ok(record("reshape", out, &[self], move || {
-            move |g: &Tensor<B>| Ok(vec![Some(g.reshape_to(&in_shape)?)])
-        }))
+        Ok(record_with(
+            "reshape",
+            out,
+            &[self],
+            crate::trace::info(|| OpInfo::new().attr("shape", ints_of(dims))),
+            move || move |g: &Tensor<B>| Ok(vec![Some(g.reshape_to(&in_shape)?)]),
+        ))
     }
 
     /// Dimensions reordered: output dimension `i` is input dimension `dims[i]`.
@@ -233,10 +238,11 @@ impl<B: Backend> Tensor<B> {
         for (i, &p) in perm.iter().enumerate() {
             inverse[p] = i as isize;
         }
-        Ok(record(
+        Ok(record_with(
             "permute",
             view_of(self, layout)?,
             &[self],
+            crate::trace::info(|| OpInfo::new().attr("dims", ints_of(&perm))),
             move || move |g: &Tensor<B>| Ok(vec![Some(g.permute(&inverse)?)]),
         ))
     }
@@ -341,9 +347,19 @@ impl<B: Backend> Tensor<B> {
         let mut rshape = in_shape.to_vec();
         rshape[d] = len;
         region.shape = rshape.into();
-        Ok(record("slice", out, &[self], move || {
-            move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region)?)])
-        }))
+        Ok(record_with(
+            "slice",
+            out,
+            &[self],
+            crate::trace::info(|| {
+                OpInfo::new()
+                    .attr("dim", Value::Int(d as i64))
+                    .attr("start", Value::Int(s as i64))
+                    .attr("end", Value::Int(e as i64))
+                    .attr("step", Value::Int(step as i64))
+            }),
+            move || move |g: &Tensor<B>| Ok(vec![Some(scatter_region(g, &in_shape, &region)?)]),
+        ))
     }
 
     /// This tensor broadcast to `shape` without copying (PyTorch's `expand`); the
@@ -354,10 +370,11 @@ impl<B: Backend> Tensor<B> {
         }
         let layout = self.layout().broadcast_to("expand", shape)?;
         let in_shape = self.dims().to_vec();
-        Ok(record(
+        Ok(record_with(
             "expand",
             view_of(self, layout)?,
             &[self],
+            crate::trace::info(|| OpInfo::new().attr("shape", ints_of(shape))),
             move || move |g: &Tensor<B>| Ok(vec![Some(sum_to(g, &in_shape)?)]),
         ))
     }
@@ -489,21 +506,27 @@ impl<B: Backend> Tensor<B> {
         })?;
         let lens: Vec<usize> = tensors.iter().map(|t| t.dims()[d]).collect();
         let needs: Vec<bool> = tensors.iter().map(|t| t.is_requires_grad()).collect();
-        Ok(record(op, out, tensors, move || {
-            move |g: &Tensor<B>| {
-                lens.iter()
-                    .zip(&offsets)
-                    .zip(&needs)
-                    .map(|((&len, &o), &need)| {
-                        if need {
-                            g.narrow(d as isize, o, len).map(Some)
-                        } else {
-                            Ok(None)
-                        }
-                    })
-                    .collect()
-            }
-        }))
+        Ok(record_with(
+            op,
+            out,
+            tensors,
+            crate::trace::info(|| OpInfo::new().attr("dim", Value::Int(d as i64))),
+            move || {
+                move |g: &Tensor<B>| {
+                    lens.iter()
+                        .zip(&offsets)
+                        .zip(&needs)
+                        .map(|((&len, &o), &need)| {
+                            if need {
+                                g.narrow(d as isize, o, len).map(Some)
+                            } else {
+                                Ok(None)
+                            }
+                        })
+                        .collect()
+                }
+            },
+        ))
     }
 
     /// Joins tensors of equal shape along a new dimension `dim`.

@@ -1,9 +1,10 @@
 //! Softmax and log-softmax along a dimension, on the backend's row kernels.
 
 use super::new_tensor;
-use crate::engine::{record, Saved};
+use crate::engine::{record_with, Saved};
 use crate::error::Result;
 use crate::tensor::Tensor;
+use crate::trace::{OpInfo, Value};
 use exactgrad_core::shape::normalize_dim;
 use exactgrad_core::Backend;
 
@@ -17,7 +18,8 @@ fn softmax_last<B: Backend>(x: &Tensor<B>, log: bool) -> Result<Tensor<B>> {
         Ok(x.with_contiguous(|xs| b.softmax(xs, rows, cols, log, out))??)
     })?;
     let y_keep = y.clone();
-    Ok(record(op, y, &[x], move || {
+    let info = crate::trace::info(|| OpInfo::new().attr("dim", Value::Int(-1)));
+    Ok(record_with(op, y, &[x], info, move || {
         let saved = Saved::new(op, &y_keep);
         move |g: &Tensor<B>| {
             let y = saved.get()?;

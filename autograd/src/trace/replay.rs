@@ -1,0 +1,1 @@
+//! Replay of captured records.
