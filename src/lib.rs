@@ -30,6 +30,7 @@ pub use exactgrad_backends as backends;
 pub use exactgrad_core as core;
 pub use exactgrad_nn as nn;
 
+pub mod trace;
 pub mod train;
 
 /// The one error type of everything reachable from [`prelude`]: tensor operations, the

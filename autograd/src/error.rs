@@ -22,6 +22,9 @@ pub enum Error {
     /// this CPU lacks.
     #[error(transparent)]
     Core(#[from] exactgrad_core::Error),
+    /// An operation trace could not start, be written or be read (`docs/debugging.md`).
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
     /// `backward` on a tensor that does not require gradients.
     #[error("backward: the tensor of shape {shape:?} does not require grad (call requires_grad() on a leaf it depends on)")]
     NoGrad {
@@ -125,6 +128,12 @@ pub enum Error {
         /// The module that drew.
         owner: &'static str,
     },
+}
+
+impl From<crate::trace::ReadError> for Error {
+    fn from(e: crate::trace::ReadError) -> Self {
+        Error::Trace(e.into())
+    }
 }
 
 impl Error {

@@ -162,7 +162,7 @@ pub fn unit_f32(word: u32) -> f32 {
 
 /// Correctly rounded f64 square root: the hardware instruction with std, the digit
 /// recurrence [`sqrt_f64_digits`] without (both give the IEEE result).
-fn sqrt_f64(x: f64) -> f64 {
+pub(crate) fn sqrt_f64(x: f64) -> f64 {
     #[cfg(feature = "std")]
     {
         x.sqrt()

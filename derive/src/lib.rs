@@ -228,6 +228,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
                 &self,
                 #input_ident: &#private::Tensor<#backend>,
             ) -> #krate::Result<#private::Tensor<#backend>> {
+                // The records of a trace made in `forward` belong to this module's path.
+                let _scope = #private::module_scope::<#backend>(self);
                 #private::forward_output::<#backend, _>(#call)
             }
 

@@ -272,6 +272,7 @@ pub(crate) fn check_weight(
 
 impl<B: Backend> Module<B> for Conv2d<B> {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         input.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 

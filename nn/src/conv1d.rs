@@ -181,6 +181,7 @@ fn check_options(op: &'static str, o: &Conv1dOptions) -> Result<()> {
 
 impl<B: Backend> Module<B> for Conv1d<B> {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         input.conv1d(&self.weight, self.bias.as_ref(), self.options)
     }
 

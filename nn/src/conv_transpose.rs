@@ -208,6 +208,7 @@ fn check_options(op: &'static str, o: &ConvTranspose2dOptions) -> Result<()> {
 
 impl<B: Backend> Module<B> for ConvTranspose2d<B> {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         input.conv_transpose2d(&self.weight, self.bias.as_ref(), self.options)
     }
 

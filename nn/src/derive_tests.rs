@@ -155,7 +155,7 @@ fn streams_are_seeded_and_training_flags_switched() {
     let x = Tensor::ones(&BE, [2, 4]).unwrap();
     let err = Module::forward(&m, &x).unwrap_err().to_string();
     assert!(err.contains("seed_streams"), "{err}");
-    m.seed_streams(9);
+    m.seed_streams(9).unwrap();
     assert!(m.rng.is_seeded());
     let y = Module::forward(&m, &x).unwrap();
     assert_eq!(y.dims(), [2, 3]);

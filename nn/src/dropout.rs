@@ -81,6 +81,7 @@ impl Default for Dropout {
 
 impl<B: Backend> Module<B> for Dropout {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         Self::apply("Dropout", input, self.p, self.training.get(), &self.rng)
     }
 
@@ -117,7 +118,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("seed_streams"), "{err}");
-        ModuleExt::<ScalarRefBackend>::seed_streams(&d, 7);
+        ModuleExt::<ScalarRefBackend>::seed_streams(&d, 7).unwrap();
         let y = Module::<ScalarRefBackend>::forward(&d, &x)
             .unwrap()
             .to_vec()

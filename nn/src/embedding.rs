@@ -138,6 +138,7 @@ impl<B: Backend> Module<B> for Embedding<B> {
     /// The rows picked by `input`, a tensor of whole numbers (indices stored as floats).
     /// Fails when an element is not a whole number in range.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let v = input.to_vec()?;
         let mut idx = Vec::with_capacity(v.len());
         for (p, &x) in v.iter().enumerate() {

@@ -79,6 +79,7 @@ pub mod random;
 pub mod reference;
 pub mod rnn;
 pub mod sequential;
+pub mod trace;
 pub mod upsample;
 
 #[cfg(test)]

@@ -98,6 +98,7 @@ impl<B: Backend> Linear<B> {
 
 impl<B: Backend> Module<B> for Linear<B> {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         input.linear(&self.weight, self.bias.as_ref())
     }
 

@@ -43,7 +43,7 @@
 //! };
 //! let names: Vec<String> = head.named_parameters().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, ["scale", "linear.weight", "linear.bias"]);
-//! head.seed_streams(42); // every random stream of the tree, keyed by its path
+//! head.seed_streams(42)?; // every random stream of the tree, keyed by its path
 //! let y = head.forward(&Tensor::ones(&b, [3, 4])?)?;
 //! head.eval(); // the dropout child follows
 //! assert!(!head.is_training());
@@ -371,10 +371,43 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     /// at position 0 (`docs/arithmetic.md`, "Random streams of modules"). Call it once
     /// after building the model (PyTorch's `torch.manual_seed`); a training checkpoint
     /// restores the seed and the positions.
-    fn seed_streams(&self, seed: u64) {
+    ///
+    /// A stream that a restored training checkpoint keyed with this very key keeps its
+    /// position, so calling it again after a restore changes nothing and the resumed run
+    /// draws what an uninterrupted one would. Fails, changing no stream, when a restored
+    /// stream has another key (the checkpoint is of a run with another seed): re-keying
+    /// it would silently start other streams than the run it resumes; to start new
+    /// streams on purpose, use [`reseed_streams`](ModuleExt::reseed_streams).
+    fn seed_streams(&self, seed: u64) -> Result<()> {
+        let mut streams = Vec::new();
+        self.visit_entries(&mut |name, e| {
+            if let Entry::Stream(s) = e {
+                streams.push((name.to_string(), s.conflict(seed, name)));
+            }
+        });
+        if let Some((path, Some(restored))) = streams.iter().find(|(_, c)| c.is_some()) {
+            return Err(crate::Error::invalid(
+                "seed_streams",
+                "seed",
+                format!(
+                    "the random stream `{path}` was restored from a training checkpoint with the key {restored:#x}, and seed {seed} gives it another: re-keying it would break the resumed run's masks. Seed before restoring, or call reseed_streams to start new streams"
+                ),
+            ));
+        }
         self.visit_entries(&mut |name, e| {
             if let Entry::Stream(s) = e {
                 s.seed_at(seed, name);
+            }
+        });
+        Ok(())
+    }
+
+    /// Keys every random stream of the tree from `seed` at position 0, whatever it held
+    /// (a restored checkpoint's state included): starts new streams on purpose.
+    fn reseed_streams(&self, seed: u64) {
+        self.visit_entries(&mut |name, e| {
+            if let Entry::Stream(s) = e {
+                s.reseed_at(seed, name);
             }
         });
     }

@@ -140,6 +140,7 @@ impl<B: Backend> BatchNorm2d<B> {
 impl<B: Backend> Module<B> for BatchNorm2d<B> {
     /// Fails when the input is not 4-D or its channel count differs from the layer's.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let op = "BatchNorm2d";
         if input.rank() != 4 {
             return Err(Error::invalid(
@@ -317,6 +318,7 @@ impl<B: Backend> LayerNorm<B> {
 
 impl<B: Backend> Module<B> for LayerNorm<B> {
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let opts = LayerNormOptions {
             weight: self.weight.as_ref(),
             bias: self.bias.as_ref(),
@@ -458,6 +460,7 @@ impl<B: Backend> GroupNorm<B> {
 impl<B: Backend> Module<B> for GroupNorm<B> {
     /// Fails when the input has fewer than 2 dimensions or not the layer's channel count.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let d = input.dims();
         if d.len() < 2 || d[1] != self.num_channels {
             return Err(Error::invalid(

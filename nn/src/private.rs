@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 pub use crate::module::join_name;
 use crate::module::Module;
+pub use crate::trace::module_scope;
 pub use exactgrad_autograd::Tensor;
 pub use exactgrad_core::Backend;
 pub use std::string::String;

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use exactgrad_core::rng::philox4x32_10;
 use exactgrad_core::Philox;
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// FNV-1a's 64-bit offset basis and prime.
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
@@ -42,12 +42,32 @@ pub fn stream_seed(run_seed: u64, path: &str) -> u64 {
     u64::from(out[0]) | (u64::from(out[1]) << 32)
 }
 
+/// What a stream holds: its generator once keyed, and whether a training checkpoint set
+/// it (a restored stream is not re-keyed by [`ModuleExt::seed_streams`]).
+///
+/// [`ModuleExt::seed_streams`]: crate::ModuleExt::seed_streams
+#[derive(Debug, Default)]
+struct StreamState {
+    rng: Option<Philox>,
+    restored: bool,
+}
+
 /// A module's random stream (see the [module documentation](self)): unkeyed until the
 /// module tree is seeded, then a [`Philox`] stream whose key is derived from the run's
 /// seed and the stream's path.
 #[derive(Default)]
 pub struct RandomStream {
-    state: Mutex<Option<Philox>>,
+    /// Shared with the trace of a run (which reads the positions at every step's end).
+    state: Arc<Mutex<StreamState>>,
+}
+
+/// What [`RandomStream::seed_at`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Seeding {
+    /// Keyed at position 0.
+    Keyed,
+    /// Restored from a checkpoint with this very key: kept at its position.
+    Kept,
 }
 
 impl RandomStream {
@@ -56,20 +76,25 @@ impl RandomStream {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Philox>> {
+    fn lock(&self) -> MutexGuard<'_, StreamState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the stream has a key.
     pub fn is_seeded(&self) -> bool {
-        self.lock().is_some()
+        self.lock().rng.is_some()
+    }
+
+    /// Whether the stream's key and position were set by a restored training checkpoint.
+    pub fn is_restored(&self) -> bool {
+        self.lock().restored
     }
 
     /// Calls `f` with the stream's generator; `owner` names the module in the error.
     ///
     /// Fails with [`Error::UnseededStream`] when the stream has no key.
     pub fn with<R>(&self, owner: &'static str, f: impl FnOnce(&mut Philox) -> R) -> Result<R> {
-        match self.lock().as_mut() {
+        match self.lock().rng.as_mut() {
             Some(rng) => Ok(f(rng)),
             None => Err(Error::UnseededStream { owner }),
         }
@@ -83,22 +108,77 @@ impl RandomStream {
 
     /// The key and position (words drawn) of the stream, when it has a key.
     pub fn state(&self) -> Option<(u64, u64)> {
-        self.lock().as_ref().map(|r| (r.seed(), r.position()))
+        self.lock().rng.as_ref().map(|r| (r.seed(), r.position()))
     }
 
-    /// Keys the stream for path `path` of a run seeded with `run_seed`, at position 0.
-    pub(crate) fn seed_at(&self, run_seed: u64, path: &str) {
-        *self.lock() = Some(Philox::new(stream_seed(run_seed, path)));
+    /// Whether keying the stream for `path` of a run seeded with `run_seed` would replace
+    /// a restored state: the key that restored state has, when it differs.
+    pub(crate) fn conflict(&self, run_seed: u64, path: &str) -> Option<u64> {
+        let st = self.lock();
+        let key = stream_seed(run_seed, path);
+        match (&st.rng, st.restored) {
+            (Some(r), true) if r.seed() != key => Some(r.seed()),
+            _ => None,
+        }
+    }
+
+    /// Keys the stream for path `path` of a run seeded with `run_seed`, at position 0 —
+    /// unless a restored checkpoint gave it that very key, which it keeps at its position.
+    /// (A restored stream with another key is refused by the caller first.)
+    pub(crate) fn seed_at(&self, run_seed: u64, path: &str) -> Seeding {
+        let mut st = self.lock();
+        let key = stream_seed(run_seed, path);
+        if st.restored && st.rng.as_ref().is_some_and(|r| r.seed() == key) {
+            return Seeding::Kept;
+        }
+        *st = StreamState {
+            rng: Some(Philox::new(key)),
+            restored: false,
+        };
+        Seeding::Keyed
+    }
+
+    /// Keys the stream for `path` of a run seeded with `run_seed` at position 0, whatever
+    /// it held.
+    pub(crate) fn reseed_at(&self, run_seed: u64, path: &str) {
+        *self.lock() = StreamState {
+            rng: Some(Philox::new(stream_seed(run_seed, path))),
+            restored: false,
+        };
     }
 
     /// Removes the key (a restored checkpoint's stream that was never seeded).
     pub(crate) fn clear(&self) {
-        *self.lock() = None;
+        *self.lock() = StreamState {
+            rng: None,
+            restored: true,
+        };
     }
 
     /// Sets the key and position (a restored checkpoint's).
     pub(crate) fn restore(&self, seed: u64, position: u64) {
-        *self.lock() = Some(Philox::at_position(seed, position));
+        *self.lock() = StreamState {
+            rng: Some(Philox::at_position(seed, position)),
+            restored: true,
+        };
+    }
+
+    /// Sets whether the stream counts as restored (a refused restore puts the flag back).
+    pub(crate) fn set_restored(&self, restored: bool) {
+        self.lock().restored = restored;
+    }
+
+    /// A handle on the stream's state that a trace keeps to read its position at every
+    /// step's end; its address names the stream.
+    pub(crate) fn trace_handle(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        Arc::clone(&self.state) as _
+    }
+
+    /// The key and position behind a handle of [`RandomStream::trace_handle`].
+    pub(crate) fn state_of(handle: &Arc<dyn std::any::Any + Send + Sync>) -> Option<(u64, u64)> {
+        let st = handle.downcast_ref::<Mutex<StreamState>>()?;
+        let st = st.lock().unwrap_or_else(|e| e.into_inner());
+        st.rng.as_ref().map(|r| (r.seed(), r.position()))
     }
 }
 
@@ -138,7 +218,7 @@ mod tests {
             err.contains("Dropout") && err.contains("seed_streams"),
             "{err}"
         );
-        s.seed_at(7, "rng");
+        assert_eq!(s.seed_at(7, "rng"), Seeding::Keyed);
         let first = s.next_u64("Dropout").unwrap();
         assert_eq!(first, Philox::new(stream_seed(7, "rng")).next_u64());
         let (seed, position) = s.state().unwrap();

@@ -339,6 +339,7 @@ impl<B: Backend> Lstm<B> {
         h0: Option<&Tensor<B>>,
         c0: Option<&Tensor<B>>,
     ) -> Result<LstmOutput<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let (output, h_n, c_n) = self.stack.run(input, [h0, c0], &|x, w, [h0, c0], bf| {
             let o = x.lstm(
                 w,
@@ -362,6 +363,7 @@ impl<B: Backend> Lstm<B> {
 impl<B: Backend> Module<B> for Lstm<B> {
     /// The output only (see [`Lstm::forward_with_state`]).
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         Ok(self.forward_with_state(input, None, None)?.output)
     }
 
@@ -412,6 +414,7 @@ impl<B: Backend> Gru<B> {
         input: &Tensor<B>,
         h0: Option<&Tensor<B>>,
     ) -> Result<GruOutput<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let (output, h_n, _) = self.stack.run(input, [h0, None], &|x, w, [h0, _], bf| {
             let o = x.gru(
                 w,
@@ -430,6 +433,7 @@ impl<B: Backend> Gru<B> {
 impl<B: Backend> Module<B> for Gru<B> {
     /// The output only (see [`Gru::forward_with_state`]).
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         Ok(self.forward_with_state(input, None)?.output)
     }
 
@@ -530,7 +534,7 @@ mod tests {
         let err = gru.forward(&x).unwrap_err().to_string();
         assert!(err.contains("Gru") && err.contains("seed_streams"), "{err}");
         assert_eq!(gru.stream_names(), ["dropout_rng"]);
-        gru.seed_streams(5);
+        gru.seed_streams(5).unwrap();
         let a = gru.forward(&x).unwrap().to_vec().unwrap();
         let c = gru.forward(&x).unwrap().to_vec().unwrap();
         assert_ne!(a, c, "a new mask every call in training");

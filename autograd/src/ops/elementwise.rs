@@ -78,7 +78,11 @@ pub(crate) fn unary_op<B: Backend>(x: &Tensor<B>, op: UnaryOp) -> Result<Tensor<
     }))
 }
 
-fn binary_op<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
+pub(crate) fn binary_op<B: Backend>(
+    op: BinaryOp,
+    a: &Tensor<B>,
+    b: &Tensor<B>,
+) -> Result<Tensor<B>> {
     let out = binary_forward(op, a, b)?;
     let name = op.name();
     let (need_a, need_b) = (a.is_requires_grad(), b.is_requires_grad());

@@ -28,7 +28,7 @@ fn split_dims(dims: &[usize], dim: usize) -> (usize, usize, usize) {
 /// Picks entries `indices` (already validated, in `[0, size)`) along dimension `dim`,
 /// recorded. The backward adds the gradient of every position `p` into entry
 /// `indices[p]` (except `skip`, which gets none): Σ64 over positions in increasing order.
-fn gather<B: Backend>(
+pub(crate) fn gather<B: Backend>(
     op: &'static str,
     x: &Tensor<B>,
     dim: usize,

@@ -179,7 +179,7 @@ pub struct GruOutput<B: Backend> {
 
 /// The two cell types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cell {
+pub(crate) enum Cell {
     Lstm,
     Gru,
 }
@@ -325,7 +325,7 @@ struct Kept<B: Backend> {
 
 /// One layer and direction: `x` `[T, B, I]`, `h0` (and `c0`) `[B, H]`. Returns the packed
 /// result `[T, B, H]` (`y`, GRU) or `[T + 1, B, H]` (`y`, then `c_n`, LSTM), recorded.
-fn layer<B: Backend>(
+pub(crate) fn layer<B: Backend>(
     cell: Cell,
     x: &Tensor<B>,
     h0: &Tensor<B>,

@@ -124,6 +124,9 @@ pub enum TraceError {
         /// What is wrong.
         message: String,
     },
+    /// A trace or capture file could not be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
 }
 
 /// The environment variable that names records to capture when the configuration names
@@ -272,6 +275,27 @@ impl TraceConfig {
             shape: t.dims().to_vec(),
             digest: recorder::digest_of(t),
             keep: storage,
+        });
+        self
+    }
+
+    /// Names an object other than a tensor (a module's random stream) by the address of
+    /// its shared state, for [`name_of_object`]; the header lists it with `role`.
+    #[must_use]
+    pub fn name_object(
+        mut self,
+        path: &str,
+        role: &'static str,
+        object: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        let key = Arc::as_ptr(&object) as *const () as usize;
+        self.named.push(recorder::Named {
+            key,
+            path: Arc::from(path),
+            role,
+            shape: Vec::new(),
+            digest: 0,
+            keep: object,
         });
         self
     }
@@ -470,6 +494,13 @@ pub struct ModuleScope {
     on: bool,
 }
 
+impl ModuleScope {
+    /// A guard that ends no scope (for code that enters a scope only sometimes).
+    pub fn none() -> Self {
+        ModuleScope { on: false }
+    }
+}
+
 impl Drop for ModuleScope {
     fn drop(&mut self) {
         if self.on {
@@ -485,6 +516,15 @@ pub fn name_of<B: Backend>(t: &Tensor<B>) -> Option<Arc<str>> {
         return None;
     }
     recorder::name_of(t)
+}
+
+/// The path the trace on this thread knows an object by (see
+/// [`TraceConfig::name_object`]).
+pub fn name_of_object(object: &Arc<dyn std::any::Any + Send + Sync>) -> Option<Arc<str>> {
+    if !active() {
+        return None;
+    }
+    recorder::name_of_key(Arc::as_ptr(object) as *const () as usize)
 }
 
 /// While the returned guard lives, records on this thread belong to shard `shard` of the

@@ -910,6 +910,11 @@ pub(crate) fn name_of<B: Backend>(t: &Tensor<B>) -> Option<Arc<str>> {
     .flatten()
 }
 
+/// The path named by the address `key`.
+pub(crate) fn name_of_key(key: usize) -> Option<Arc<str>> {
+    with_any(|r| r.named.get(&key).map(|(p, _)| Arc::clone(p))).flatten()
+}
+
 /// Enters the section of shard `k`; returns the section to go back to.
 pub(crate) fn enter_section(section: Section) -> Option<Section> {
     with_any(|r| std::mem::replace(&mut r.section, section))

@@ -17,7 +17,7 @@ mod pool;
 
 pub use attention::{AttentionScoresSpec, ScoreMask};
 pub use norm::{NormGrads, NormParam, NormSpec, NormStats};
-pub use optim::{AdamSpec, SgdSpec};
+pub use optim::{powi_f64, AdamSpec, SgdSpec};
 pub use pool::{
     adaptive_window, avg_window, bad_max_index, pool_out_size, taps_inside, AdaptivePool2dSpec,
     AvgPool2dSpec, Col2imSpec, Pool2dSpec,

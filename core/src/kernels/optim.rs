@@ -32,7 +32,44 @@ pub struct SgdSpec {
     pub maximize: bool,
 }
 
+/// `base^n` by binary exponentiation with IEEE f64 products only, so the result is the
+/// same on every platform (no `pow` from the system's maths library).
+pub fn powi_f64(base: f64, mut n: u64) -> f64 {
+    let mut result = 1.0;
+    let mut b = base;
+    while n > 0 {
+        if n & 1 == 1 {
+            result *= b;
+        }
+        b *= b;
+        n >>= 1;
+    }
+    result
+}
+
 impl SgdSpec {
+    /// The spec of an SGD step with these hyper-parameters (f64, as PyTorch's), each
+    /// rounded to f32 where it meets the tensors; `first` when the momentum buffer is new.
+    pub fn from_hyper(
+        lr: f64,
+        momentum: f64,
+        dampening: f64,
+        weight_decay: f64,
+        nesterov: bool,
+        maximize: bool,
+        first: bool,
+    ) -> Self {
+        SgdSpec {
+            neg_lr: (-lr) as f32,
+            weight_decay: (weight_decay != 0.0).then_some(weight_decay as f32),
+            momentum: (momentum != 0.0).then_some(momentum as f32),
+            dampening: (1.0 - dampening) as f32,
+            nesterov,
+            first,
+            maximize,
+        }
+    }
+
     /// Checks the buffers: `grad` as long as `param`, the momentum buffer as long too
     /// when there is momentum and empty otherwise.
     pub fn check(&self, param: usize, grad: usize, buf: usize) -> Result<()> {
@@ -81,6 +118,38 @@ pub struct AdamSpec {
 }
 
 impl AdamSpec {
+    /// The spec of step `step` (from 1) of Adam with these hyper-parameters (f64, as
+    /// PyTorch's): `β^step` by [`powi_f64`], the bias corrections and the step size in
+    /// f64, each value rounded to f32 where it meets the tensors; `decoupled` is AdamW's
+    /// weight decay.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_hyper(
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+        decoupled: bool,
+        amsgrad: bool,
+        maximize: bool,
+        step: u64,
+    ) -> Self {
+        let (beta1, beta2) = betas;
+        let bias_correction1 = 1.0 - powi_f64(beta1, step);
+        let bias_correction2 = 1.0 - powi_f64(beta2, step);
+        AdamSpec {
+            neg_step: (-(lr / bias_correction1)) as f32,
+            w1: (1.0 - beta1) as f32,
+            beta2: beta2 as f32,
+            w2: (1.0 - beta2) as f32,
+            bc2_sqrt: crate::rng::sqrt_f64(bias_correction2) as f32,
+            eps: eps as f32,
+            weight_decay: (weight_decay != 0.0 && !decoupled).then_some(weight_decay as f32),
+            decay: (weight_decay != 0.0 && decoupled).then_some((1.0 - lr * weight_decay) as f32),
+            amsgrad,
+            maximize,
+        }
+    }
+
     /// Checks the buffers: `grad`, `exp_avg` and `exp_avg_sq` as long as `param`,
     /// `max_exp_avg_sq` as long too with AMSGrad and empty otherwise.
     pub fn check(&self, param: usize, grad: usize, m: usize, v: usize, vmax: usize) -> Result<()> {

@@ -48,7 +48,7 @@ use exactgrad_core::{Backend, Philox};
 ///     ..TransformerEncoderLayerConfig::new(16, 4)
 /// };
 /// let block = CausalTransformerLayer::new(&b, config, &mut Philox::new(0))?;
-/// block.seed_streams(1);
+/// block.seed_streams(1)?;
 /// let x = Tensor::randn(&b, [2, 5, 16], 0.0, 1.0, &mut Philox::new(1))?;
 /// assert_eq!(block.forward(&x)?.dims(), [2, 5, 16]);
 /// # Ok(())

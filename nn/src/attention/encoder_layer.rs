@@ -216,6 +216,7 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         src_key_padding_mask: Option<AttentionMask<'_, B>>,
         causal: bool,
     ) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let sa = |x: &Tensor<B>| -> Result<Tensor<B>> {
             let y = if causal {
                 self.self_attn

@@ -241,6 +241,7 @@ impl<B: Backend> MultiheadAttention<B> {
         attn_mask: Option<AttentionMask<'_, B>>,
         causal: bool,
     ) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let op = "MultiheadAttention";
         let e = self.config.embed_dim;
         let h = self.config.num_heads;

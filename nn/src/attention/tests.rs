@@ -236,15 +236,15 @@ fn attention_dropout_is_seeded_and_off_in_evaluation() {
         .unwrap();
     // The explicit path (softmax, dropout) with a negligible p gives the fused result.
     let tiny = mha(true, 1e-12);
-    tiny.seed_streams(3);
+    tiny.seed_streams(3).unwrap();
     let y = tiny
         .forward_attention(&x, &x, &x, Some(AttentionMask::Block(&kpm)), None)
         .unwrap();
     close(&y, &reference, 1e-5);
     let half = mha(true, 0.5);
-    half.seed_streams(11);
+    half.seed_streams(11).unwrap();
     let a = half.forward(&x).unwrap();
-    half.seed_streams(11);
+    half.seed_streams(11).unwrap();
     let b = half.forward(&x).unwrap();
     close(&a, &b, 0.0);
     let c = half.forward(&x).unwrap();
@@ -305,9 +305,9 @@ fn encoder_layer_names_norms_and_dropout() {
     assert_ne!(y_pre.to_vec().unwrap(), y_post.to_vec().unwrap());
     // Same weights (same seed) with dropout: seeded in training, identity in evaluation.
     let drop = layer(true, 0.3);
-    drop.seed_streams(1);
+    drop.seed_streams(1).unwrap();
     let a = drop.forward(&x).unwrap();
-    drop.seed_streams(1);
+    drop.seed_streams(1).unwrap();
     close(&drop.forward(&x).unwrap(), &a, 0.0);
     assert_ne!(a.to_vec().unwrap(), y_pre.to_vec().unwrap());
     drop.set_training(false);
@@ -420,8 +420,8 @@ fn causal_layer_dropout_draws_from_its_streams() {
     let x = randn(&[2, 4, 8], 6);
     let err = causal.forward(&x).unwrap_err().to_string();
     assert!(err.contains("seed_streams"), "{err}");
-    causal.seed_streams(11);
-    plain.seed_streams(11);
+    causal.seed_streams(11).unwrap();
+    plain.seed_streams(11).unwrap();
     // Attention dropout takes the explicit path; the masks equal the encoder layer's.
     let mask = causal_block(4);
     let want = plain
@@ -448,9 +448,9 @@ fn causal_layer_dropout_draws_from_its_streams() {
 fn multihead_causal_attention_matches_the_block_mask() {
     for dropout in [0.0, 0.25] {
         let m = mha(true, dropout);
-        m.seed_streams(3);
+        m.seed_streams(3).unwrap();
         let twin = mha(true, dropout);
-        twin.seed_streams(3);
+        twin.seed_streams(3).unwrap();
         let x = randn(&[2, 5, 8], 9);
         let mask = causal_block(5);
         let want = twin

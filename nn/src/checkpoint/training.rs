@@ -254,6 +254,11 @@ impl<'a, B: Backend> TrainingState<'a, B> {
                 put_stream(Some((rng.seed(), rng.position()))),
             );
         }
+        if let Some(step) = exactgrad_autograd::trace::current_step() {
+            // A traced run's checkpoint says which step comes next, so that the trace of a
+            // run resumed from it continues the step numbers (`docs/debugging.md`).
+            file.set_metadata(TRACE_STEP_KEY, step.to_string());
+        }
         Ok(TrainingCheckpoint { file })
     }
 
@@ -278,10 +283,29 @@ impl<'a, B: Backend> TrainingState<'a, B> {
         let plan = self.plan(checkpoint)?;
         let before = self.capture()?;
         let undo = self.plan(&before)?;
+        let mut restored = Vec::new();
+        self.model.visit_entries(&mut |_, e| {
+            if let Entry::Stream(s) = e {
+                restored.push(s.is_restored());
+            }
+        });
         if let Err(e) = self.apply(checkpoint, plan) {
             // A part refused its state after others took theirs: put everything back.
             let _ = self.apply(&before, undo);
+            let mut flags = restored.into_iter();
+            self.model.visit_entries(&mut |_, e| {
+                if let Entry::Stream(s) = e {
+                    s.set_restored(flags.next().unwrap_or(false));
+                }
+            });
             return Err(e);
+        }
+        if let Some(step) = checkpoint
+            .file
+            .metadata(TRACE_STEP_KEY)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            exactgrad_autograd::trace::set_step(step);
         }
         Ok(())
     }
@@ -430,6 +454,9 @@ impl<'a, B: Backend> TrainingState<'a, B> {
         Ok(())
     }
 }
+
+/// The metadata key of the next step of the trace that recorded a run, when one did.
+const TRACE_STEP_KEY: &str = "trace.next_step";
 
 fn put_stream(state: StreamState) -> String {
     match state {

@@ -3,6 +3,7 @@
 use super::loader::Batch;
 use super::ClassificationData;
 use crate::error::{Error, Result};
+use exactgrad_autograd::trace::RecordBuilder;
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
 use std::sync::Arc;
@@ -58,6 +59,14 @@ pub trait Collate<B: Backend>: Sized {
     /// Stacks `items` (in order) into a batch. Fails when they do not fit together
     /// (different shapes) or a tensor cannot be allocated.
     fn collate(backend: &B, items: Vec<Self>) -> Result<Self::Batch>;
+
+    /// Adds the batch's tensors and integer data, named from `name`, to the trace record
+    /// of the batch (`docs/debugging.md`), so that a trace tells batches apart by their
+    /// contents and the records that read them name the batch. The default adds nothing:
+    /// the record of such a batch holds only the loader's position.
+    fn trace_batch(batch: &Self::Batch, name: &str, record: &mut RecordBuilder) {
+        let _ = (batch, name, record);
+    }
 }
 
 /// An f32 tensor on the host: the values (row-major) and the shape of one example.
@@ -126,6 +135,10 @@ impl<B: Backend> Collate<B> for HostTensor {
         dims.extend_from_slice(&shape);
         Tensor::from_vec(backend, values, dims)
     }
+
+    fn trace_batch(batch: &Tensor<B>, name: &str, record: &mut RecordBuilder) {
+        record.output(name, batch);
+    }
 }
 
 impl<B: Backend> Collate<B> for i64 {
@@ -134,6 +147,10 @@ impl<B: Backend> Collate<B> for i64 {
 
     fn collate(_: &B, items: Vec<Self>) -> Result<Vec<i64>> {
         Ok(items)
+    }
+
+    fn trace_batch(batch: &Vec<i64>, name: &str, record: &mut RecordBuilder) {
+        record.ints(name, &[batch.len()], batch, true);
     }
 }
 
@@ -152,6 +169,10 @@ impl<B: Backend> Collate<B> for Vec<i64> {
         }
         Ok(items.concat())
     }
+
+    fn trace_batch(batch: &Vec<i64>, name: &str, record: &mut RecordBuilder) {
+        record.ints(name, &[batch.len()], batch, true);
+    }
 }
 
 impl<B: Backend, X: Collate<B>, Y: Collate<B>> Collate<B> for (X, Y) {
@@ -161,6 +182,11 @@ impl<B: Backend, X: Collate<B>, Y: Collate<B>> Collate<B> for (X, Y) {
     fn collate(backend: &B, items: Vec<Self>) -> Result<Self::Batch> {
         let (x, y): (Vec<X>, Vec<Y>) = items.into_iter().unzip();
         Ok((X::collate(backend, x)?, Y::collate(backend, y)?))
+    }
+
+    fn trace_batch(batch: &Self::Batch, name: &str, record: &mut RecordBuilder) {
+        X::trace_batch(&batch.0, &format!("{name}.0"), record);
+        Y::trace_batch(&batch.1, &format!("{name}.1"), record);
     }
 }
 
@@ -182,6 +208,12 @@ impl<B: Backend, X: Collate<B>, Y: Collate<B>, Z: Collate<B>> Collate<B> for (X,
             Y::collate(backend, y)?,
             Z::collate(backend, z)?,
         ))
+    }
+
+    fn trace_batch(batch: &Self::Batch, name: &str, record: &mut RecordBuilder) {
+        X::trace_batch(&batch.0, &format!("{name}.0"), record);
+        Y::trace_batch(&batch.1, &format!("{name}.1"), record);
+        Z::trace_batch(&batch.2, &format!("{name}.2"), record);
     }
 }
 
@@ -212,6 +244,12 @@ impl<B: Backend> Collate<B> for Vec<HostTensor> {
             .map(|c| HostTensor::collate(backend, c))
             .collect()
     }
+
+    fn trace_batch(batch: &Vec<Tensor<B>>, name: &str, record: &mut RecordBuilder) {
+        for (k, t) in batch.iter().enumerate() {
+            record.output(&format!("{name}.{k}"), t);
+        }
+    }
 }
 
 /// An input and its class label: the item of a classification data set, collated into a
@@ -235,6 +273,11 @@ impl<B: Backend> Collate<B> for Labeled {
             inputs: HostTensor::collate(backend, inputs)?,
             targets,
         })
+    }
+
+    fn trace_batch(batch: &Batch<B>, _name: &str, record: &mut RecordBuilder) {
+        record.output("inputs", &batch.inputs);
+        record.ints("targets", &[batch.targets.len()], &batch.targets, true);
     }
 }
 

@@ -405,11 +405,38 @@ where
             epoch: p.epoch,
             batch: p.batch + 1,
         });
-        Some(
-            l.indices(p.epoch, p.batch)
-                .and_then(|indices| l.build(&indices)),
-        )
+        let batch = l
+            .indices(p.epoch, p.batch)
+            .and_then(|indices| l.build(&indices));
+        if let Ok(b) = &batch {
+            if exactgrad_autograd::trace::is_recording() {
+                trace_batch::<B, D>(b, p, l.sampler.get().shuffle_seed());
+            }
+        }
+        Some(batch)
     }
+}
+
+/// Records a batch taken at `position` in the trace of this thread: its contents
+/// ([`Collate::trace_batch`]) and the position (state, so that two runs that take other
+/// batches differ at this record).
+fn trace_batch<B: Backend, D: Dataset>(
+    batch: &<D::Item as Collate<B>>::Batch,
+    position: LoaderPosition,
+    shuffle_seed: Option<u64>,
+) where
+    D::Item: Collate<B>,
+{
+    use exactgrad_autograd::trace::{record, Kind, Value};
+    let mut r = record(Kind::Data, "batch")
+        .state("epoch", Value::Int(position.epoch as i64))
+        .state("batch", Value::Int(position.batch as i64))
+        .state(
+            "shuffle_seed",
+            shuffle_seed.map_or(Value::Str("none".into()), Value::U64),
+        );
+    D::Item::trace_batch(batch, "batch", &mut r);
+    r.write();
 }
 
 impl<'a, B: Backend, D: Dataset> IntoIterator for &'a DataLoader<B, D>

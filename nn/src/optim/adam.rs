@@ -3,6 +3,7 @@
 use super::{check_non_negative, check_params, powi_f64, Optimizer};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
+use exactgrad_autograd::trace::{self, Value};
 use exactgrad_autograd::{no_grad, Tensor};
 use exactgrad_core::kernels::AdamSpec;
 use exactgrad_core::Backend;
@@ -211,6 +212,58 @@ impl<B: Backend> Adam<B> {
     }
 }
 
+/// Starts the trace record of one parameter's update: the hyper-parameters and step as
+/// state, the parameter, its gradient and its state before the update as inputs.
+fn trace_begin<B: Backend>(
+    c: &AdamConfig,
+    st: &State<B>,
+    p: &Tensor<B>,
+    g: &Tensor<B>,
+) -> trace::RecordBuilder {
+    let mut rec = trace::record(
+        trace::Kind::Optimizer,
+        if c.decoupled_weight_decay {
+            "adamw"
+        } else {
+            "adam"
+        },
+    );
+    if !rec.is_recording() {
+        return rec;
+    }
+    rec = rec
+        .state("lr", Value::F64(c.lr))
+        .state("beta1", Value::F64(c.betas.0))
+        .state("beta2", Value::F64(c.betas.1))
+        .state("eps", Value::F64(c.eps))
+        .state("weight_decay", Value::F64(c.weight_decay))
+        .state("amsgrad", Value::Bool(c.amsgrad))
+        .state("maximize", Value::Bool(c.maximize))
+        .state("step", Value::Int(st.step as i64));
+    rec.input("param", p)
+        .input("grad", g)
+        .input("exp_avg", &st.exp_avg)
+        .input("exp_avg_sq", &st.exp_avg_sq);
+    if let Some(m) = &st.max_exp_avg_sq {
+        rec.input("max_exp_avg_sq", m);
+    }
+    rec
+}
+
+/// Ends the trace record of one parameter's update: the parameter and its state after it.
+fn trace_end<B: Backend>(mut rec: trace::RecordBuilder, st: &State<B>, p: &Tensor<B>) {
+    if !rec.is_recording() {
+        return;
+    }
+    rec.output("param", p)
+        .output("exp_avg", &st.exp_avg)
+        .output("exp_avg_sq", &st.exp_avg_sq);
+    if let Some(m) = &st.max_exp_avg_sq {
+        rec.output("max_exp_avg_sq", m);
+    }
+    rec.write();
+}
+
 impl<B: Backend> Optimizer<B> for Adam<B> {
     fn step(&mut self) -> Result<()> {
         let _guard = no_grad();
@@ -229,24 +282,20 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
             }
             let Some(st) = slot.as_mut() else { continue };
             st.step += 1;
+            let rec = trace_begin(&c, st, p, &g);
+            let _quiet = rec.is_recording().then(trace::suppress);
             if p.supports_fused_step(&g) {
                 // One fused kernel: the same f32 operations, element by element.
-                let bias_correction1 = 1.0 - powi_f64(beta1, st.step);
-                let bias_correction2 = 1.0 - powi_f64(beta2, st.step);
-                let spec = AdamSpec {
-                    neg_step: (-(c.lr / bias_correction1)) as f32,
-                    w1: (1.0 - beta1) as f32,
-                    beta2: beta2 as f32,
-                    w2: (1.0 - beta2) as f32,
-                    bc2_sqrt: bias_correction2.sqrt() as f32,
-                    eps: c.eps as f32,
-                    weight_decay: (c.weight_decay != 0.0 && !c.decoupled_weight_decay)
-                        .then_some(c.weight_decay as f32),
-                    decay: (c.weight_decay != 0.0 && c.decoupled_weight_decay)
-                        .then_some((1.0 - c.lr * c.weight_decay) as f32),
-                    amsgrad: c.amsgrad,
-                    maximize: c.maximize,
-                };
+                let spec = AdamSpec::from_hyper(
+                    c.lr,
+                    c.betas,
+                    c.eps,
+                    c.weight_decay,
+                    c.decoupled_weight_decay,
+                    c.amsgrad,
+                    c.maximize,
+                    st.step,
+                );
                 p.adam_step_(
                     &g,
                     &st.exp_avg,
@@ -254,6 +303,8 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
                     st.max_exp_avg_sq.as_ref(),
                     &spec,
                 )?;
+                drop(_quiet);
+                trace_end(rec, st, p);
                 continue;
             }
             let mut d = if c.maximize { g.neg()? } else { g };
@@ -288,7 +339,10 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
             let update = st.exp_avg.mul_scalar((-step_size) as f32)?.div(&denom)?;
             let updated = p.add(&update)?;
             p.copy_(&updated)?;
+            drop(_quiet);
+            trace_end(rec, st, p);
         }
+        trace::end_step();
         Ok(())
     }
 

@@ -112,20 +112,7 @@ fn check_non_negative(op: &'static str, arg: &'static str, value: f64) -> Result
     }
 }
 
-/// `base^n` by binary exponentiation with IEEE f64 products only, so the result is the
-/// same on every platform (no `pow` from the system's maths library).
-pub(crate) fn powi_f64(base: f64, mut n: u64) -> f64 {
-    let mut result = 1.0;
-    let mut b = base;
-    while n > 0 {
-        if n & 1 == 1 {
-            result *= b;
-        }
-        b *= b;
-        n >>= 1;
-    }
-    result
-}
+pub(crate) use exactgrad_core::kernels::powi_f64;
 
 #[cfg(test)]
 mod tests {

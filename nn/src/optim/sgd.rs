@@ -3,6 +3,7 @@
 use super::{check_non_negative, check_params, Optimizer};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
+use exactgrad_autograd::trace::{self, Value};
 use exactgrad_autograd::{no_grad, Tensor};
 use exactgrad_core::kernels::SgdSpec;
 use exactgrad_core::Backend;
@@ -105,33 +106,76 @@ impl<B: Backend> Sgd<B> {
     }
 }
 
+/// Starts the trace record of one parameter's update: the hyper-parameters as state, the
+/// parameter, its gradient and its momentum buffer (once there is one) as inputs.
+fn trace_begin<B: Backend>(
+    c: &SgdConfig,
+    p: &Tensor<B>,
+    g: &Tensor<B>,
+    buf: Option<&Tensor<B>>,
+) -> trace::RecordBuilder {
+    let mut rec = trace::record(trace::Kind::Optimizer, "sgd");
+    if !rec.is_recording() {
+        return rec;
+    }
+    rec = rec
+        .state("lr", Value::F64(c.lr))
+        .state("momentum", Value::F64(c.momentum))
+        .state("dampening", Value::F64(c.dampening))
+        .state("weight_decay", Value::F64(c.weight_decay))
+        .state("nesterov", Value::Bool(c.nesterov))
+        .state("maximize", Value::Bool(c.maximize));
+    rec.input("param", p).input("grad", g);
+    if let Some(b) = buf {
+        rec.input("momentum_buffer", b);
+    }
+    rec
+}
+
+/// Ends the trace record of one parameter's update: the parameter and its momentum
+/// buffer after it.
+fn trace_end<B: Backend>(mut rec: trace::RecordBuilder, p: &Tensor<B>, buf: Option<&Tensor<B>>) {
+    if !rec.is_recording() {
+        return;
+    }
+    rec.output("param", p);
+    if let Some(b) = buf {
+        rec.output("momentum_buffer", b);
+    }
+    rec.write();
+}
+
 impl<B: Backend> Optimizer<B> for Sgd<B> {
     fn step(&mut self) -> Result<()> {
         let _guard = no_grad();
         let c = self.config;
         for (p, buf) in self.params.iter().zip(&mut self.momentum_buffers) {
             let Some(g) = p.grad() else { continue };
+            let rec = trace_begin(&c, p, &g, buf.as_ref());
+            let _quiet = rec.is_recording().then(trace::suppress);
             if p.supports_fused_step(&g) && buf.as_ref().is_none_or(|b| b.is_contiguous()) {
                 // One fused kernel: the same f32 operations, element by element.
                 let first = c.momentum != 0.0 && buf.is_none();
                 if first {
                     *buf = Some(Tensor::zeros(p.backend(), p.shape().clone())?);
                 }
-                let spec = SgdSpec {
-                    neg_lr: (-c.lr) as f32,
-                    weight_decay: (c.weight_decay != 0.0).then_some(c.weight_decay as f32),
-                    momentum: (c.momentum != 0.0).then_some(c.momentum as f32),
-                    dampening: (1.0 - c.dampening) as f32,
-                    nesterov: c.nesterov,
+                let spec = SgdSpec::from_hyper(
+                    c.lr,
+                    c.momentum,
+                    c.dampening,
+                    c.weight_decay,
+                    c.nesterov,
+                    c.maximize,
                     first,
-                    maximize: c.maximize,
-                };
+                );
                 let b = if c.momentum != 0.0 {
                     buf.as_ref()
                 } else {
                     None
                 };
                 p.sgd_step_(&g, b, &spec)?;
+                drop(_quiet);
+                trace_end(rec, p, buf.as_ref());
                 continue;
             }
             let mut d = if c.maximize { g.neg()? } else { g };
@@ -155,7 +199,10 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
             }
             let updated = p.add(&d.mul_scalar((-c.lr) as f32)?)?;
             p.copy_(&updated)?;
+            drop(_quiet);
+            trace_end(rec, p, buf.as_ref());
         }
+        trace::end_step();
         Ok(())
     }
 

@@ -100,6 +100,7 @@ impl<B: Backend> BasicBlock<B> {
 
 impl<B: Backend> Module<B> for BasicBlock<B> {
     fn forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let _scope = crate::trace::module_scope::<B>(self);
         let y = self.bn1.forward(&self.conv1.forward(x)?)?.relu()?;
         let y = self.bn2.forward(&self.conv2.forward(&y)?)?;
         let shortcut = match &self.downsample {
