@@ -16,5 +16,7 @@ mod gradcheck;
 mod oracles;
 #[path = "torch_ops/main.rs"]
 mod torch_ops;
+#[path = "trace/main.rs"]
+mod trace;
 #[path = "training/main.rs"]
 mod training;

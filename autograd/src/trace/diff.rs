@@ -8,7 +8,8 @@
 //! in that step are not compared).
 //!
 //! Among records of the same structure, a record **differs** when one of its outputs'
-//! digests differs (or, for a record without outputs, its state). The **root cause** is
+//! digests, one of its state values, or an input that no traced record produced differs.
+//! The **root cause** is
 //! the first differing record all of whose inputs matched: everything it read was the
 //! same in both runs and still its result was not, so the difference arose there — in its
 //! kernel, or in state it read (a learning rate, a random stream's key) that the report
@@ -138,14 +139,20 @@ impl DiffReport {
     }
 }
 
+/// Whether a record differs: an output's digest, a state value (a rate, a random key, a
+/// loss: what decides or reports the result besides the tensors), or an input that no
+/// traced record produced (the difference entered there, even if the outputs absorbed
+/// it: a gradient whose last bit the update rounds away).
 fn outputs_differ(a: &Record, b: &Record) -> bool {
-    if a.outputs.is_empty() && b.outputs.is_empty() {
-        return a.state != b.state;
-    }
-    a.outputs
-        .iter()
-        .zip(&b.outputs)
-        .any(|(x, y)| x.digest != y.digest)
+    a.state != b.state
+        || a.outputs
+            .iter()
+            .zip(&b.outputs)
+            .any(|(x, y)| x.digest != y.digest)
+        || a.inputs
+            .iter()
+            .zip(&b.inputs)
+            .any(|(x, y)| x.from.is_none() && x.digest != y.digest)
 }
 
 /// The role of the first input that differs, and whether a traced record produced it.
@@ -644,10 +651,15 @@ impl fmt::Display for DiffReport {
             match &rc.kind {
                 CauseKind::InputsMatched => writeln!(
                     f,
-                    "\nroot cause: step {}, {} `{}` — its outputs differ while every input matched",
+                    "\nroot cause: step {}, {} `{}` — {} while every input matched",
                     a.id.step,
                     a.kind.name(),
-                    a.op
+                    a.op,
+                    if rc.outputs.is_empty() {
+                        "its state differs"
+                    } else {
+                        "its outputs differ"
+                    }
                 )?,
                 CauseKind::UntracedInput(name) => writeln!(
                     f,

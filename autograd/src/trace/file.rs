@@ -16,8 +16,16 @@ use std::path::{Path, PathBuf};
 /// a trace of any length holds at most this much in memory.
 pub const BUFFER_BYTES: usize = 1 << 20;
 
-/// Bytes of a frame around its payload: type, length, check.
-const FRAME_OVERHEAD: usize = 1 + 4 + 4;
+/// Bytes of a frame around its payload: type, length, the head's check, the payload's
+/// check.
+const FRAME_OVERHEAD: usize = 1 + 4 + 4 + 4;
+
+/// The check of a frame's head: the bitwise complement of the length rotated by eight
+/// bits, xored with the type byte. Any change to the length or the type alone changes it,
+/// so a corrupt length is told from a torn tail.
+fn head_check(ty: u8, len: u32) -> u32 {
+    !(len.rotate_left(8) ^ u32::from(ty))
+}
 
 /// The largest payload a reader accepts (a corrupt length must not allocate without
 /// bound).
@@ -56,7 +64,9 @@ impl FileWriter {
             .open(path)?;
         let mut bytes = 0;
         if exists {
-            let scan = scan(&mut BufReader::new(&mut file), path)?;
+            let len = file.metadata()?.len();
+            let scan = scan(&mut BufReader::new(&mut file), path, len)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
             bytes = scan.valid_len;
             file.set_len(scan.valid_len)?;
             file.seek(SeekFrom::Start(scan.valid_len))?;
@@ -83,9 +93,11 @@ impl FileWriter {
     }
 
     fn frame(&mut self, ty: FrameType, payload: &[u8]) {
+        let len = payload.len() as u32;
         self.buf.push(ty as u8);
+        self.buf.extend_from_slice(&len.to_le_bytes());
         self.buf
-            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            .extend_from_slice(&head_check(ty as u8, len).to_le_bytes());
         self.buf.extend_from_slice(payload);
         self.buf
             .extend_from_slice(&frame_check(payload).to_le_bytes());
@@ -212,12 +224,15 @@ struct Frames<R: Read> {
     r: R,
     path: PathBuf,
     at: u64,
+    /// The file's length: a frame that fails its check before the end is corruption,
+    /// not a torn tail.
+    len: u64,
     /// The frames end in a torn tail (an incomplete or unreadable last frame).
     torn: bool,
 }
 
 impl<R: Read> Frames<R> {
-    fn new(mut r: R, path: &Path) -> Result<Self, ReadError> {
+    fn new(mut r: R, path: &Path, len: u64) -> Result<Self, ReadError> {
         let mut head = [0u8; 12];
         read_exact_or_eof(&mut r, &mut head)
             .map_err(|e| ReadError::Io {
@@ -247,6 +262,7 @@ impl<R: Read> Frames<R> {
             r,
             path: path.to_path_buf(),
             at: 12,
+            len,
             torn: false,
         })
     }
@@ -258,21 +274,38 @@ impl<R: Read> Frames<R> {
             path: self.path.clone(),
             error: e,
         };
-        let mut head = [0u8; 5];
+        let mut head = [0u8; 9];
         let offset = self.at;
-        match read_exact_or_eof(&mut self.r, &mut head).map_err(io)? {
-            false => {
-                // A partial head is a torn tail; a clean end reads nothing.
-                return Ok(None);
-            }
-            true => {}
+        if !read_exact_or_eof(&mut self.r, &mut head).map_err(io)? {
+            // A clean end reads nothing; a partial head is a torn tail.
+            self.torn = offset < self.len;
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
+        let check = u32::from_le_bytes(head[5..9].try_into().expect("4 bytes"));
+        if check != head_check(head[0], len) {
+            return Err(format_error(
+                &self.path,
+                offset,
+                "a frame's head fails its check: the file is corrupt",
+            ));
         }
         let Some(ty) = FrameType::from_byte(head[0]) else {
-            self.torn = true;
-            return Ok(None);
+            return Err(format_error(
+                &self.path,
+                offset,
+                format!("unknown frame type {}: the file is corrupt", head[0]),
+            ));
         };
-        let len = u32::from_le_bytes(head[1..5].try_into().expect("4 bytes"));
         if len > MAX_PAYLOAD {
+            return Err(format_error(
+                &self.path,
+                offset,
+                format!("a frame of {len} bytes, more than a trace writes"),
+            ));
+        }
+        if offset + (len as usize + FRAME_OVERHEAD) as u64 > self.len {
+            // The file ends inside this frame: a torn tail (read nothing of it).
             self.torn = true;
             return Ok(None);
         }
@@ -292,6 +325,14 @@ impl<R: Read> Frames<R> {
             return Ok(None);
         }
         if u32::from_le_bytes(check) != frame_check(&payload) {
+            let end = offset + (len as usize + FRAME_OVERHEAD) as u64;
+            if end < self.len {
+                return Err(format_error(
+                    &self.path,
+                    offset,
+                    "a frame fails its check: the file is corrupt",
+                ));
+            }
             self.torn = true;
             return Ok(None);
         }
@@ -332,15 +373,14 @@ struct SegmentScan {
     first_step: u64,
 }
 
-fn scan(r: &mut impl Read, path: &Path) -> io::Result<Scan> {
-    let to_io = |e: ReadError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-    let mut frames = Frames::new(r, path).map_err(to_io)?;
+fn scan(r: &mut impl Read, path: &Path, len: u64) -> Result<Scan, ReadError> {
+    let mut frames = Frames::new(r, path, len)?;
     let mut segments = Vec::new();
     let mut valid_len = 12;
-    while let Some(f) = frames.next_frame().map_err(to_io)? {
+    while let Some(f) = frames.next_frame()? {
         if f.ty == FrameType::Header {
-            let header = Decoder::header(&f.payload)
-                .map_err(|e| to_io(format_error(path, f.offset, e.0)))?;
+            let header =
+                Decoder::header(&f.payload).map_err(|e| format_error(path, f.offset, e.0))?;
             let first_step = first_step_of(&header);
             segments.push(SegmentScan { header, first_step });
         }
@@ -416,13 +456,19 @@ impl FileSteps {
             error: e,
         };
         let file = File::open(path).map_err(io)?;
-        let s = scan(&mut BufReader::new(file), path)
-            .map_err(|e| format_error(path, 0, e.to_string()))?;
+        let len = file
+            .metadata()
+            .map_err(|e| ReadError::Io {
+                path: path.to_path_buf(),
+                error: e,
+            })?
+            .len();
+        let s = scan(&mut BufReader::new(file), path, len)?;
         let file = File::open(path).map_err(|e| ReadError::Io {
             path: path.to_path_buf(),
             error: e,
         })?;
-        let frames = Frames::new(BufReader::with_capacity(1 << 16, file), path)?;
+        let frames = Frames::new(BufReader::with_capacity(1 << 16, file), path, len)?;
         let mut notes = Vec::new();
         if s.torn {
             notes.push(format!(
@@ -680,13 +726,25 @@ impl TraceSteps {
     }
 }
 
-/// Every capture in a trace or capture file.
-pub fn read_captures(path: &Path) -> Result<Vec<Capture>, ReadError> {
-    let file = File::open(path).map_err(|e| ReadError::Io {
+fn open_frames(path: &Path) -> Result<Frames<BufReader<File>>, ReadError> {
+    let io = |e| ReadError::Io {
         path: path.to_path_buf(),
         error: e,
-    })?;
-    let mut frames = Frames::new(BufReader::new(file), path)?;
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file
+        .metadata()
+        .map_err(|e| ReadError::Io {
+            path: path.to_path_buf(),
+            error: e,
+        })?
+        .len();
+    Frames::new(BufReader::new(file), path, len)
+}
+
+/// Every capture in a trace or capture file.
+pub fn read_captures(path: &Path) -> Result<Vec<Capture>, ReadError> {
+    let mut frames = open_frames(path)?;
     let mut out = Vec::new();
     while let Some(f) = frames.next_frame()? {
         if f.ty == FrameType::Capture {
@@ -698,11 +756,7 @@ pub fn read_captures(path: &Path) -> Result<Vec<Capture>, ReadError> {
 
 /// Every note (a line of text: a resume, a warning) in a trace file, in order.
 pub fn read_notes(path: &Path) -> Result<Vec<String>, ReadError> {
-    let file = File::open(path).map_err(|e| ReadError::Io {
-        path: path.to_path_buf(),
-        error: e,
-    })?;
-    let mut frames = Frames::new(BufReader::new(file), path)?;
+    let mut frames = open_frames(path)?;
     let mut out = Vec::new();
     while let Some(f) = frames.next_frame()? {
         if f.ty == FrameType::Note {

@@ -682,6 +682,8 @@ pub(crate) fn forward<B: Backend>(
         for t in inputs.iter_mut().chain(outputs.iter_mut()) {
             t.values = None;
         }
+        // As an input of the backward rule, the output comes from this record.
+        outputs[0].from = Some(id);
         Some((
             NodeTrace {
                 forward: id,
@@ -879,12 +881,15 @@ pub(crate) fn set_step(step: u64) -> bool {
             r.close_step(false);
         }
         if r.step != step {
-            r.ensure_header();
-            r.out.note(&format!(
-                "resumed: the next step is {step} (was {})",
-                r.step
-            ));
+            let was = r.step;
             r.step = step;
+            if !r.header_written {
+                // Nothing written yet: the segment starts at this step.
+                r.header.set("first_step", step.to_string());
+            }
+            r.ensure_header();
+            r.out
+                .note(&format!("resumed: the next step is {step} (was {was})"));
         }
     })
     .is_some()
