@@ -286,7 +286,11 @@ mod tests {
             symlink(&victim, l).unwrap();
         }
         write_atomic(&path, b"checkpoint").unwrap();
-        assert_eq!(fs::read(&victim).unwrap(), b"not yours", "written through a link");
+        assert_eq!(
+            fs::read(&victim).unwrap(),
+            b"not yours",
+            "written through a link"
+        );
         let meta = fs::symlink_metadata(&path).unwrap();
         assert!(meta.file_type().is_file(), "the checkpoint is a link");
         assert_eq!(fs::read(&path).unwrap(), b"checkpoint");
@@ -318,7 +322,10 @@ mod tests {
         .unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"second");
         assert_eq!(fs::read(&victim).unwrap(), b"not yours");
-        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert!(sub.is_dir());
         assert_eq!(fs::read(&file).unwrap(), b"someone's");
         assert!(!free.exists(), "the new temporary file was renamed");
@@ -329,7 +336,10 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("temporary name"), "{err}");
         assert_eq!(fs::read(&path).unwrap(), b"second");
-        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(fs::read(&file).unwrap(), b"someone's");
         fs::remove_dir_all(&d).unwrap();
     }
