@@ -82,6 +82,49 @@ pub(crate) fn load_entries<B: Backend>(
     prefix: &str,
     options: LoadOptions,
 ) -> Result<LoadReport> {
+    prepare_entries(walk, file, prefix, options)?.commit(walk)
+}
+
+/// The values a load will copy into a module, read and checked: committing them changes
+/// the module; dropping them changes nothing.
+pub(crate) struct Prepared<'f, B: Backend> {
+    /// Each parameter and float buffer with its new values.
+    values: Vec<(Tensor<B>, &'f [f32])>,
+    /// The new value of each integer buffer, in visiting order (`None`: keep it).
+    ints: Vec<Option<i64>>,
+    report: LoadReport,
+}
+
+impl<B: Backend> Prepared<'_, B> {
+    /// Copies the values into the module whose entries `walk` visits (the one they were
+    /// prepared for). Fails only when a tensor cannot be allocated.
+    pub(crate) fn commit(self, walk: Walk<'_, B>) -> Result<LoadReport> {
+        let _guard = no_grad();
+        for (t, v) in self.values {
+            t.copy_(&Tensor::from_slice(t.backend(), v, t.dims())?)?;
+        }
+        // The integer buffers, in the same visiting order (a missing optional one keeps
+        // its value).
+        let mut i = 0;
+        walk(&mut |_, e| {
+            let Entry::IntBuffer(b) = e else { return };
+            if let Some(Some(v)) = self.ints.get(i) {
+                b.set(*v);
+            }
+            i += 1;
+        });
+        Ok(self.report)
+    }
+}
+
+/// Reads and checks everything a load of `file` into the module whose entries `walk`
+/// visits needs, changing nothing (see [`load_entries`]).
+pub(crate) fn prepare_entries<'f, B: Backend>(
+    walk: Walk<'_, B>,
+    file: &'f TensorFile,
+    prefix: &str,
+    options: LoadOptions,
+) -> Result<Prepared<'f, B>> {
     // The parameters, then the float buffers, each in visiting order (`named_parameters`
     // followed by `named_buffers`).
     let mut entries = Vec::new();
@@ -156,19 +199,9 @@ pub(crate) fn load_entries<B: Backend>(
     if !problems.is_empty() {
         return Err(Error::StateDict(Box::new(problems)));
     }
-    let _guard = no_grad();
-    for (t, v) in values {
-        t.copy_(&Tensor::from_slice(t.backend(), v, t.dims())?)?;
-    }
-    // The integer buffers, in the same visiting order (a missing optional one keeps its
-    // value).
-    let mut i = 0;
-    walk(&mut |_, e| {
-        let Entry::IntBuffer(b) = e else { return };
-        if let Some(Some(v)) = int_values.get(i) {
-            b.set(*v);
-        }
-        i += 1;
-    });
-    Ok(report)
+    Ok(Prepared {
+        values: values.into_iter().map(|(t, v)| (t.clone(), v)).collect(),
+        ints: int_values,
+        report,
+    })
 }
