@@ -575,6 +575,33 @@ fn compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads() {
     );
 }
 
+/// `with_threads(100000)` and `with_threads(usize::MAX)` started helpers until the system
+/// refused one (or a new thread could not map its signal stack and the process aborted);
+/// now at most `ComputeContext::max_threads()` start, and the backend computes the same
+/// bits.
+#[test]
+fn compute_threads_far_beyond_the_machine_are_capped() {
+    use exactgrad::backends::cpu::ComputeContext;
+    let cap = ComputeContext::max_threads();
+    let xr = T::randn(&B, [40, 70], 0.0, 1.0, &mut Philox::new(3)).unwrap();
+    let want = xr.matmul(&xr.t().unwrap()).unwrap().to_vec().unwrap();
+    for threads in [100_000, usize::MAX] {
+        let b = ExactBackend::with_threads(threads);
+        assert!(
+            (1..=cap).contains(&b.threads()),
+            "{threads}: {}",
+            b.threads()
+        );
+        let x = Tensor::randn(&b, [40, 70], 0.0, 1.0, &mut Philox::new(3)).unwrap();
+        let got = x.matmul(&x.t().unwrap()).unwrap().to_vec().unwrap();
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(a, w)| a.to_bits() == w.to_bits()));
+        assert!(FastBackend::with_threads(threads).threads() <= cap);
+    }
+}
+
 #[test]
 fn a_data_set_whose_size_product_wraps_is_an_error() {
     use exactgrad::nn::data::ClassificationData;
