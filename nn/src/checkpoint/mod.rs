@@ -147,7 +147,11 @@ mod tests {
         let read = TensorFile::from_bytes(&sealed)?;
         assert_eq!(read, f);
         assert_eq!(read.integrity(), Integrity::Verified);
-        assert_eq!(read.metadata(CHECKSUM_KEY), None, "the digest is not content");
+        assert_eq!(
+            read.metadata(CHECKSUM_KEY),
+            None,
+            "the digest is not content"
+        );
         let unsealed = TensorFile::from_bytes(&plain)?;
         assert_eq!(unsealed, f);
         assert_eq!(unsealed.integrity(), Integrity::Unverified);
