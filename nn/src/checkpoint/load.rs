@@ -54,6 +54,7 @@ pub struct LoadReport {
 /// The state dict of the module whose entries `walk` visits (see
 /// [`ModuleExt::state_dict`](crate::ModuleExt::state_dict)).
 pub(crate) fn state_dict_of<B: Backend>(walk: Walk<'_, B>) -> Result<TensorFile> {
+    check_unique_names(walk)?;
     let mut out = TensorFile::default();
     let mut result = Ok(());
     let mut add = |name: &str, t: &Tensor<B>| {
@@ -72,6 +73,37 @@ pub(crate) fn state_dict_of<B: Backend>(walk: Walk<'_, B>) -> Result<TensorFile>
         out.insert_ints(&name, &[], vec![v])?;
     }
     Ok(out)
+}
+
+/// Fails, naming them, when two entries with state (parameters, buffers and integer
+/// buffers among themselves, random streams among themselves) have one name: a state
+/// dict would hold one of them and a load would copy one value into both. A derived module's own fields cannot collide (the derive refuses
+/// them), but nested names can (a child `a` with a parameter `b` and a field renamed
+/// `a.b`), and so can a hand-written `visit`.
+pub(crate) fn check_unique_names<B: Backend>(walk: Walk<'_, B>) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut repeated = std::collections::BTreeSet::new();
+    walk(&mut |name, e| {
+        // Tensors and streams are saved under names of their own (`model.*` and
+        // `stream.*` in a training checkpoint).
+        let space = match e {
+            Entry::Parameter(_) | Entry::Buffer(_) | Entry::IntBuffer(_) => "",
+            Entry::Stream(_) => "stream ",
+            Entry::Training(_) => return,
+        };
+        if !seen.insert((space, name.to_string())) {
+            repeated.insert(format!("{space}{name}"));
+        }
+    });
+    if repeated.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "state_dict",
+            "module",
+            format!("two or more entries of the module are named {repeated:?}"),
+        ))
+    }
 }
 
 /// [`load_state_dict_with`](super::load_state_dict_with) on the module whose entries
@@ -125,6 +157,7 @@ pub(crate) fn prepare_entries<'f, B: Backend>(
     prefix: &str,
     options: LoadOptions,
 ) -> Result<Prepared<'f, B>> {
+    check_unique_names(walk)?;
     // The parameters, then the float buffers, each in visiting order (`named_parameters`
     // followed by `named_buffers`).
     let mut entries = Vec::new();
