@@ -99,6 +99,19 @@ fn is_ours(tmp: &Path, file: &File) -> io::Result<bool> {
     }
 }
 
+/// The bytes of the regular file at `path` (a symlink to one is followed). Anything else
+/// is refused before it is opened: a FIFO would block the open until a writer came, and a
+/// device such as `/dev/zero` would be read until memory ran out.
+pub(crate) fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    if !fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, device or pipe is not read)",
+        ));
+    }
+    fs::read(path)
+}
+
 /// [`write_atomic`] with the step that writes the bytes into the temporary file given
 /// (tests inject a failing one).
 pub(crate) fn write_atomic_with(
@@ -379,6 +392,38 @@ mod tests {
         let path = d.join("c".repeat(250));
         write_atomic(&path, b"x").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"x");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A pipe blocked the reading of a checkpoint forever, and a device was read until
+    /// memory ran out: both are refused before they are opened, by every reader of files.
+    #[cfg(unix)]
+    #[test]
+    fn only_regular_files_are_read() {
+        use crate::checkpoint::{TensorFile, TrainingCheckpoint};
+        use crate::data::Digits;
+        let d = dir("fifo");
+        let fifo = d.join("ckpt.safetensors");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (f, z) = (fifo.clone(), PathBuf::from("/dev/zero"));
+        std::thread::spawn(move || {
+            let errors = [
+                TensorFile::load(&f).map(|_| ()),
+                TrainingCheckpoint::load(&f).map(|_| ()),
+                Digits::load(&f).map(|_| ()),
+                TensorFile::load(&z).map(|_| ()),
+            ];
+            let _ = tx.send(errors.map(|r| r.map_err(|e| e.to_string())));
+        });
+        let results = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a pipe or a device did not return");
+        for r in results {
+            let e = r.unwrap_err();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -30,6 +30,7 @@ pub(crate) mod tensor_file;
 mod training;
 
 pub use crate::error::StateDictMismatch;
+pub(crate) use atomic::read_regular;
 pub use atomic::write_atomic;
 pub use load::{LoadOptions, LoadReport};
 pub use tensor_file::{bf16_to_f32, f16_to_f32, Integrity, StateDict, TensorFile, CHECKSUM_KEY};

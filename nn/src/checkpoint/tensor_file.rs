@@ -186,10 +186,11 @@ impl TensorFile {
         Ok(out)
     }
 
-    /// Reads and decodes the safetensors file at `path` (see [`TensorFile::from_bytes`]).
+    /// Reads and decodes the safetensors file at `path` (see [`TensorFile::from_bytes`]);
+    /// anything but a regular file (or a symlink to one) is refused before it is opened.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        let bytes = super::atomic::read_regular(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
         })?;
