@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(fs::read(&file).unwrap(), b"someone's");
         assert!(!free.exists(), "the new temporary file was renamed");
         // Every name taken: an error, and nothing changes.
-        let err = write_atomic_named(&path, b"third", names[..3].to_vec().into_iter(), |f, b| {
+        let err = write_atomic_named(&path, b"third", names[..3].iter().cloned(), |f, b| {
             f.write_all(b)
         })
         .unwrap_err();
