@@ -225,8 +225,15 @@ impl History {
             let root = root
                 .titled(title, ("sans-serif", 22))
                 .map_err(|e| err(&e))?;
-            let first = self.rows.first().map_or(0, |r| r.0);
-            let last = self.rows.last().map_or(1, |r| r.0).max(first + 1);
+            // The abscissa's range: every x (rows may come in any order), at least one
+            // wide, also at usize::MAX.
+            let xs = self.rows.iter().map(|r| r.0);
+            let (first, last) = match (xs.clone().min(), xs.max()) {
+                (Some(a), Some(b)) if a < b => (a, b),
+                (Some(a), _) if a < usize::MAX => (a, a + 1),
+                (Some(a), _) => (a - 1, a),
+                _ => (0, 1),
+            };
             for (k, (name, area)) in self
                 .names
                 .iter()
@@ -242,22 +249,43 @@ impl History {
                     (lo.min(v), hi.max(v))
                 });
                 let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
-                let pad = ((hi - lo) * 0.05).max(1e-9);
+                // Values near ±f64::MAX are drawn in units of 2^24, so that the range's
+                // width (up to 2·f64::MAX, which is ∞) stays finite: plotters looked for
+                // ticks over an infinite range forever. The labels show the values.
+                let size = lo.abs().max(hi.abs());
+                let unit = if size > 2f64.powi(1000) {
+                    2f64.powi(24)
+                } else {
+                    1.0
+                };
+                let (lo, hi) = (lo / unit, hi / unit);
+                // A margin of 5 % of the range, and never less than a billionth of the
+                // values' size: a constant series of 1e300 had a range of no width.
+                let pad = ((hi - lo) * 0.05)
+                    .max(lo.abs().max(hi.abs()) * 1e-9)
+                    .max(1e-9);
                 let mut chart = ChartBuilder::on(&area)
                     .margin(12)
                     .x_label_area_size(30)
                     .y_label_area_size(60)
                     .build_cartesian_2d(first..last, (lo - pad)..(hi + pad))
                     .map_err(|e| err(&e))?;
-                chart
-                    .configure_mesh()
-                    .y_desc(name.as_str())
-                    .x_desc(self.x_name.as_str())
-                    .draw()
-                    .map_err(|e| err(&e))?;
+                let scaled = |v: &f64| format!("{:e}", v * unit);
+                let mut mesh = chart.configure_mesh();
+                mesh.y_desc(name.as_str()).x_desc(self.x_name.as_str());
+                if size >= 1e15 {
+                    // Scientific labels (the default writes every digit of 1e300).
+                    mesh.y_label_formatter(&scaled);
+                }
+                mesh.draw().map_err(|e| err(&e))?;
                 chart
                     .draw_series(LineSeries::new(
-                        self.rows.iter().map(|(x, v)| (*x, v[k])),
+                        // Non-finite values (a diverged loss) have no place on the axis:
+                        // the line joins the finite ones.
+                        self.rows
+                            .iter()
+                            .filter(|(_, v)| v[k].is_finite())
+                            .map(|(x, v)| (*x, v[k] / unit)),
                         &COLORS[k % COLORS.len()],
                     ))
                     .map_err(|e| err(&e))?
@@ -356,6 +384,53 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::Write { .. }), "{err}");
         Ok(())
+    }
+
+    /// Values near ±f64::MAX made the range's width ∞ and plotters looked for ticks
+    /// forever; a constant series of 1e300 had a range of no width. Each plot must come
+    /// back within seconds (here, in milliseconds), with every point drawn.
+    #[cfg(feature = "plots")]
+    #[test]
+    fn svg_of_extreme_values_returns_promptly() {
+        let cases: [&[(usize, f64)]; 8] = [
+            &[(0, 1e308), (1, -1e308)],
+            &[(0, f64::MAX), (1, -f64::MAX), (2, f64::MIN_POSITIVE)],
+            &[(0, -1e308), (1, 1e308), (2, f64::NAN), (3, f64::INFINITY)],
+            &[(0, 1e300), (1, 1e300)],
+            &[(0, 1e300), (1, 1e300 * (1.0 + f64::EPSILON))],
+            &[(0, 5e-324), (1, -5e-324)],
+            &[(usize::MAX, 1.0)],
+            &[(7, 1.0), (2, 3.0), (usize::MAX - 1, 2.0)],
+        ];
+        for (i, rows) in cases.into_iter().enumerate() {
+            let mut h = History::new("step", &["loss"]);
+            for &(x, v) in rows {
+                h.push(x, &[v]).unwrap();
+            }
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(h.to_svg("extremes"));
+            });
+            let svg = rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("case {i}: to_svg did not return"))
+                .unwrap();
+            // The series' line (red): a point per finite value.
+            let points: usize = svg
+                .split("<polyline")
+                .filter(|l| l.contains("stroke=\"#FF0000\""))
+                .map(|l| {
+                    let p = l.split("points=\"").nth(1).unwrap_or_default();
+                    p.split('"')
+                        .next()
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .count()
+                })
+                .sum();
+            let finite = rows.iter().filter(|(_, v)| v.is_finite()).count();
+            assert_eq!(points, finite, "case {i}: {svg}");
+        }
     }
 
     #[cfg(feature = "progress")]

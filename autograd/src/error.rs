@@ -235,6 +235,18 @@ pub enum DataError {
         /// The checksum of the bytes read.
         computed: u64,
     },
+    /// The digest a file stores differs from the digest of its contents.
+    #[error("{format} file is damaged: it stores the {algorithm} digest {stored}, its contents hash to {computed}")]
+    DigestMismatch {
+        /// The file format.
+        format: &'static str,
+        /// The digest's algorithm (`SHA-256`).
+        algorithm: &'static str,
+        /// The digest stored in the file (hexadecimal).
+        stored: String,
+        /// The digest of the bytes read (hexadecimal).
+        computed: String,
+    },
     /// A value outside the range the header declares.
     #[error("{format} file: {what} {value} of item {item} is out of range (maximum {max})")]
     OutOfRange {

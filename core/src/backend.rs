@@ -133,6 +133,12 @@ pub struct MatmulSpec {
 }
 
 impl MatmulSpec {
+    /// The longest reduction a product takes: [`MAX_ELEMENTS`] / 64, so that a panel of
+    /// `k` steps of 64 columns (the widest that the CPU backends pack) is a buffer that can
+    /// exist. Only operands broadcast along `k` (stride 0) reach it; every backend refuses
+    /// a longer one the same way.
+    pub const MAX_K: usize = MAX_ELEMENTS / 64;
+
     /// The product of segment `s` of length `seg` along `k`: steps `s·seg .. (s+1)·seg`,
     /// every element of which this spec addresses (`matmul_acc`'s segments).
     pub fn segment(&self, s: usize, seg: usize) -> MatmulSpec {
@@ -145,9 +151,10 @@ impl MatmulSpec {
     }
 
     /// Checks the spec against the buffers of a product: `out` holds exactly
-    /// `batch · m · n` elements and every element of `a` (`batch × m × k`) and `b`
+    /// `batch · m · n` elements, every element of `a` (`batch × m × k`) and `b`
     /// (`batch × k × n`) that the strides address lies inside its buffer, all in checked
-    /// arithmetic.
+    /// arithmetic; each operand has at most [`MAX_ELEMENTS`] elements (as a tensor view
+    /// has, broadcast ones included) and `k` is at most [`MatmulSpec::MAX_K`].
     pub fn check(&self, a_len: usize, b_len: usize, out_len: usize) -> Result<()> {
         let op = "matmul";
         let mn = checked_mul(op, "n", self.m, self.n)?;
@@ -157,6 +164,40 @@ impl MatmulSpec {
             out_len,
             checked_mul(op, "batch", self.batch, mn)?,
         )?;
+        self.check_layouts(a_len, b_len)?;
+        if self.m > 0 && self.n > 0 && self.batch > 0 {
+            for dims in [[self.batch, self.m, self.k], [self.batch, self.k, self.n]] {
+                let count = dims
+                    .iter()
+                    .try_fold(1usize, |c, &d| c.checked_mul(d))
+                    .filter(|&c| c <= MAX_ELEMENTS);
+                if count.is_none() {
+                    return Err(Error::TooLarge {
+                        op,
+                        dims: dims.to_vec(),
+                        limit: MAX_ELEMENTS,
+                    });
+                }
+            }
+            if self.k > Self::MAX_K {
+                return Err(Error::invalid(
+                    op,
+                    "k",
+                    alloc::format!(
+                        "a reduction of {} steps exceeds the longest a product takes, {} (MAX_ELEMENTS / 64)",
+                        self.k,
+                        Self::MAX_K
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The layout part of [`MatmulSpec::check`]: every element of `a` and `b` that the
+    /// strides address lies inside its buffer.
+    fn check_layouts(&self, a_len: usize, b_len: usize) -> Result<()> {
+        let op = "matmul";
         let extent = |dims: [usize; 3], offset: usize, strides: [usize; 3]| -> Option<usize> {
             if dims.contains(&0) {
                 return Some(0);

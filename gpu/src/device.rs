@@ -382,7 +382,11 @@ impl Gpu {
     /// The byte size of a buffer of `len` words (at least 16 bytes, so that empty
     /// buffers can be bound), or an error when it exceeds what one binding can hold.
     fn bytes(&self, len: usize) -> Result<u64> {
-        let b = (len.max(4) as u64) * 4;
+        // In checked arithmetic: `len` may come from a caller's sizes.
+        let b = u64::try_from(len.max(4))
+            .ok()
+            .and_then(|l| l.checked_mul(4))
+            .unwrap_or(u64::MAX);
         if b > self.max_binding || len > u32::MAX as usize {
             return Err(Error::Alloc {
                 op: "wgpu",

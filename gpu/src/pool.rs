@@ -7,6 +7,7 @@
 
 use crate::device::{BufView, Dispatch, Kernel};
 use crate::{word, WgpuBackend, WgpuStorage, WgpuView, WgpuViewMut, WgpuViews, LOOP_BUDGET};
+use exactgrad_core::backend::{try_collect, try_reserve, try_vec_filled, try_vec_with_capacity};
 use exactgrad_core::kernels::{taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
 use exactgrad_core::{Backend, BackendImpl, Result, ViewFamily, ViewLen};
 use std::sync::Arc;
@@ -21,37 +22,44 @@ struct Windows {
 
 impl Windows {
     /// The windows of `window(oy, ox)` over `oh × ow` outputs.
+    /// The tables are sized by the output, allocated fallibly (host memory may hold less
+    /// than the device).
     fn new(
         oh: usize,
         ow: usize,
         window: impl Fn(usize, usize) -> (usize, usize, usize, usize, f32),
-    ) -> Self {
-        let rows = (0..oh)
-            .map(|oy| {
+    ) -> Result<Self> {
+        let op = "wgpu pooling windows";
+        let rows = try_collect(
+            op,
+            (0..oh).map(|oy| {
                 let (r0, r1, ..) = window(oy, 0);
                 (r0, r1.max(r0))
-            })
-            .collect();
-        let cols = (0..ow)
-            .map(|ox| {
+            }),
+        )?;
+        let cols = try_collect(
+            op,
+            (0..ow).map(|ox| {
                 let (_, _, c0, c1, _) = window(0, ox);
                 (c0, c1.max(c0))
-            })
-            .collect();
-        let mut divs = Vec::with_capacity(oh * ow);
+            }),
+        )?;
+        let mut divs = try_vec_with_capacity(op, oh.saturating_mul(ow))?;
         for oy in 0..oh {
             for ox in 0..ow {
                 divs.push(window(oy, ox).4);
             }
         }
-        Self { rows, cols, divs }
+        Ok(Self { rows, cols, divs })
     }
 
     /// The forward tables: `(r0, rows)` per output row, `(c0, columns)` per output
     /// column, the divisors' bits; and the most taps of a window.
     fn forward(&self) -> Result<(Vec<u32>, usize)> {
-        let mut geo =
-            Vec::with_capacity(2 * self.rows.len() + 2 * self.cols.len() + self.divs.len());
+        let mut geo = try_vec_with_capacity(
+            "wgpu pooling tables",
+            2 * self.rows.len() + 2 * self.cols.len() + self.divs.len(),
+        )?;
         for &(a, b) in self.rows.iter().chain(&self.cols) {
             geo.push(word(a)?);
             geo.push(word(b - a)?);
@@ -65,7 +73,11 @@ impl Windows {
     /// windows contain it `(first, count)`, the same per input column, the divisors' bits;
     /// and the most windows containing one element.
     fn backward(&self, h: usize, w: usize) -> Result<(Vec<u32>, usize)> {
-        let mut geo = Vec::with_capacity(2 * h + 2 * w + self.divs.len());
+        let len = h
+            .checked_add(w)
+            .and_then(|n| n.checked_mul(2))
+            .and_then(|n| n.checked_add(self.divs.len()));
+        let mut geo = try_vec_with_capacity("wgpu pooling tables", len.unwrap_or(usize::MAX))?;
         let mut most = [0usize; 2];
         for (k, (size, windows)) in [(h, &self.rows), (w, &self.cols)].into_iter().enumerate() {
             // The windows' bounds never decrease with the output index, so the windows
@@ -217,7 +229,7 @@ pub(crate) fn avg_pool2d(
         return WgpuViews::with_host_mut(out, |o| reference!(b.mode, avg_pool2d(s, &x, o)))?;
     }
     let p = &s.pool;
-    let windows = Windows::new(p.oh, p.ow, |oy, ox| s.window(oy, ox));
+    let windows = Windows::new(p.oh, p.ow, |oy, ox| s.window(oy, ox))?;
     b.avg_forward([p.planes, p.h, p.w, p.oh, p.ow], &windows, true, x, out)
 }
 
@@ -239,7 +251,7 @@ pub(crate) fn adaptive_avg_pool2d(
             reference!(b.mode, adaptive_avg_pool2d(s, &x, o))
         })?;
     }
-    let windows = Windows::new(s.oh, s.ow, |oy, ox| s.window(oy, ox));
+    let windows = Windows::new(s.oh, s.ow, |oy, ox| s.window(oy, ox))?;
     b.avg_forward([s.planes, s.h, s.w, s.oh, s.ow], &windows, false, x, out)
 }
 
@@ -258,7 +270,7 @@ pub(crate) fn avg_pool2d_backward(
         return gx.zero();
     }
     let p = &s.pool;
-    let windows = Windows::new(p.oh, p.ow, |oy, ox| s.window(oy, ox));
+    let windows = Windows::new(p.oh, p.ow, |oy, ox| s.window(oy, ox))?;
     if !windows.monotone() {
         let g = WgpuViews::to_host(g)?;
         return WgpuViews::with_host_mut(gx, |o| {
@@ -282,7 +294,7 @@ pub(crate) fn adaptive_avg_pool2d_backward(
     if g.len() == 0 {
         return gx.zero();
     }
-    let windows = Windows::new(s.oh, s.ow, |oy, ox| s.window(oy, ox));
+    let windows = Windows::new(s.oh, s.ow, |oy, ox| s.window(oy, ox))?;
     if !windows.monotone() {
         let g = WgpuViews::to_host(g)?;
         return WgpuViews::with_host_mut(gx, |o| {
@@ -307,7 +319,7 @@ pub(crate) fn max_pool2d(
     word(x.len())?;
     // Per output row and column: the first input position of a tap inside and the taps
     // inside (core's `taps_inside`).
-    let mut geo = Vec::with_capacity(2 * (s.oh + s.ow));
+    let mut geo = try_vec_with_capacity("wgpu max pooling", 2 * (s.oh + s.ow))?;
     let mut most = [0usize; 2];
     for (k, (o, size)) in [(s.oh, s.h), (s.ow, s.w)].into_iter().enumerate() {
         let (st, d, pd, kk) = (s.stride[k], s.dilation[k], s.padding[k], s.kernel[k]);
@@ -373,7 +385,8 @@ pub(crate) fn max_pool2d_backward(
         usize::MAX => None,
         a => Some((j / ohw.max(1)) * hw + a),
     };
-    let mut geo = vec![0u32; n + 1];
+    let op = "wgpu max pooling backward";
+    let mut geo = try_vec_filled(op, n + 1, 0u32)?;
     for j in 0..argmax.len() {
         if let Some(e) = target(j) {
             geo[e + 1] += 1;
@@ -386,7 +399,8 @@ pub(crate) fn max_pool2d_backward(
     let total = geo[n] as usize;
     // The shader indexes the list from word n + 1.
     word(n + 1 + total)?;
-    let mut next: Vec<u32> = geo[..n].to_vec();
+    let mut next: Vec<u32> = try_collect(op, geo[..n].iter().copied())?;
+    try_reserve(op, &mut geo, total)?;
     geo.resize(n + 1 + total, 0);
     for j in 0..argmax.len() {
         if let Some(e) = target(j) {

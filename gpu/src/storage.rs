@@ -113,13 +113,23 @@ impl WgpuViewMut<'_> {
         WgpuViews::freeze(self).buf_view()
     }
 
-    /// Fills the view with `+0` (an upload).
+    /// Fills the view with `+0` (an upload, in pieces of at most 1 Mi words from one
+    /// buffer of zeros allocated fallibly: a view may be larger than the host's free
+    /// memory).
     pub(crate) fn zero(self) -> Result<()> {
-        let zeros = vec![0u32; self.len];
-        self.storage
-            .shared
-            .gpu
-            .write(&self.storage.buf, self.start, &zeros)
+        const PIECE: usize = 1 << 20;
+        let zeros =
+            exactgrad_core::backend::try_vec_filled("wgpu zero", self.len.min(PIECE), 0u32)?;
+        let mut at = 0;
+        while at < self.len {
+            let n = PIECE.min(self.len - at);
+            self.storage
+                .shared
+                .gpu
+                .write(&self.storage.buf, self.start + at, &zeros[..n])?;
+            at += n;
+        }
+        Ok(())
     }
 }
 

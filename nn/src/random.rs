@@ -163,11 +163,6 @@ impl RandomStream {
         };
     }
 
-    /// Sets whether the stream counts as restored (a refused restore puts the flag back).
-    pub(crate) fn set_restored(&self, restored: bool) {
-        self.lock().restored = restored;
-    }
-
     /// A handle on the stream's state that a trace keeps to read its position at every
     /// step's end; its address names the stream.
     pub(crate) fn trace_handle(&self) -> Arc<dyn std::any::Any + Send + Sync> {

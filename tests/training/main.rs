@@ -2,6 +2,7 @@
 //! that resume bit for bit, and the known defects that must not crash. A module of the `suite` test binary (`tests/suite.rs`);
 //! a module's tests by filter (`cargo test --release --test suite training::resume::`).
 
+mod hostile_checkpoints;
 mod nn_char_gpt;
 mod nn_digits;
 mod no_crash;

@@ -575,6 +575,86 @@ fn compute_threads_the_system_refuses_leave_a_backend_on_fewer_threads() {
     );
 }
 
+/// `with_threads(100000)` and `with_threads(usize::MAX)` started helpers until the system
+/// refused one (or a new thread could not map its signal stack and the process aborted);
+/// now at most `ComputeContext::max_threads()` start, and the backend computes the same
+/// bits.
+#[test]
+fn compute_threads_far_beyond_the_machine_are_capped() {
+    use exactgrad::backends::cpu::ComputeContext;
+    let cap = ComputeContext::max_threads();
+    let xr = T::randn(&B, [40, 70], 0.0, 1.0, &mut Philox::new(3)).unwrap();
+    let want = xr.matmul(&xr.t().unwrap()).unwrap().to_vec().unwrap();
+    for threads in [100_000, usize::MAX] {
+        let b = ExactBackend::with_threads(threads);
+        assert!(
+            (1..=cap).contains(&b.threads()),
+            "{threads}: {}",
+            b.threads()
+        );
+        let x = Tensor::randn(&b, [40, 70], 0.0, 1.0, &mut Philox::new(3)).unwrap();
+        let got = x.matmul(&x.t().unwrap()).unwrap().to_vec().unwrap();
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(a, w)| a.to_bits() == w.to_bits()));
+        assert!(FastBackend::with_threads(threads).threads() <= cap);
+    }
+}
+
+/// A product of operands broadcast along k (stride 0) fits any buffer, whatever k: with
+/// k = 2^60 the CPU driver divided by `16 · 2^60`, which wraps to 0 (a panic), and
+/// `Backend::matmul` with k = 2^63 likewise. Every backend now refuses a reduction beyond
+/// `MatmulSpec::MAX_K` (and an operand beyond MAX_ELEMENTS) before any work.
+#[test]
+fn products_over_a_broadcast_reduction_beyond_any_buffer_are_errors() {
+    fn tensors<Bk: Backend>(b: &Bk) {
+        let k = 1usize << 60;
+        let a = Tensor::ones(b, [1, 1]).unwrap().expand(&[1, k]).unwrap();
+        let c = Tensor::ones(b, [1, 1]).unwrap().expand(&[k, 1]).unwrap();
+        let e = assert_err("matmul", a.matmul(&c));
+        assert!(e.contains("matmul") && e.contains("k"), "{}: {e}", b.name());
+        let c3 = Tensor::ones(b, [1, 1, 1])
+            .unwrap()
+            .expand(&[1, k, 1])
+            .unwrap();
+        let a3 = Tensor::ones(b, [1, 1, 1])
+            .unwrap()
+            .expand(&[1, 1, k])
+            .unwrap();
+        assert_err("bmm", a3.matmul(&c3));
+        // Through the kernel itself, k = 2^63.
+        let spec = MatmulSpec {
+            batch: 1,
+            m: 1,
+            k: 1 << 63,
+            n: 1,
+            a_offset: 0,
+            a_strides: [0, 0, 0],
+            b_offset: 0,
+            b_strides: [0, 0, 0],
+        };
+        let x = b.storage_from_vec(vec![1.0]).unwrap();
+        let mut out = b.zeros(1).unwrap();
+        let e = assert_err(
+            "Backend::matmul",
+            b.matmul(&spec, Bk::view(&x), Bk::view(&x), Bk::view_mut(&mut out)),
+        );
+        assert!(e.contains("matmul"), "{e}");
+    }
+    for isa in Isa::ALL {
+        for threads in [1, 2] {
+            if let Ok(b) = ExactBackend::with_isa(isa, threads) {
+                within(Duration::from_secs(20), move || tensors(&b));
+            }
+            if let Ok(b) = FastBackend::with_isa(isa, threads) {
+                within(Duration::from_secs(20), move || tensors(&b));
+            }
+        }
+    }
+    within(Duration::from_secs(20), || tensors(&B));
+}
+
 #[test]
 fn a_data_set_whose_size_product_wraps_is_an_error() {
     use exactgrad::nn::data::ClassificationData;

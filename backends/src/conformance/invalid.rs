@@ -267,6 +267,37 @@ fn probes<B: Backend>(b: &B) -> exactgrad_core::Result<Vec<Probe<B>>> {
             b1.matmul(&spec, d, d, B::slice_mut(out, 0..3))
         }),
     );
+    // Operands broadcast along k (stride 0) fit any buffer: a reduction beyond
+    // `MatmulSpec::MAX_K`, or an operand of more than MAX_ELEMENTS elements, is refused
+    // (the CPU driver divided by `k · NR`, which wrapped to 0).
+    for (what, k, n) in [
+        ("matmul: k = 2^60 broadcast steps", 1usize << 60, 1),
+        ("matmul: k = 2^63 broadcast steps", 1 << 63, 1),
+        (
+            "matmul: k = 2^56 broadcast steps over 128 columns",
+            1 << 56,
+            128,
+        ),
+    ] {
+        let (b1, d1) = (b.clone(), data.clone());
+        add(
+            what,
+            Box::new(move |out| {
+                let spec = MatmulSpec {
+                    batch: 1,
+                    m: 1,
+                    k,
+                    n,
+                    a_offset: 0,
+                    a_strides: [0, 0, 0],
+                    b_offset: 0,
+                    b_strides: [0, 0, 0],
+                };
+                let d = B::view(&d1);
+                b1.matmul(&spec, d, d, B::slice_mut(out, 0..n))
+            }),
+        );
+    }
     for (what, seg, k) in [
         ("matmul_acc: segment length 0", 0, 4),
         ("matmul_acc: segment length not dividing k", 3, 4),

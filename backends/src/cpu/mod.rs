@@ -143,6 +143,10 @@ pub(crate) fn unsupported_isa(isa: Isa, mode: ComputeMode) -> exactgrad_core::Er
     }
 }
 
+/// The thread count a compute context may always reach, however few CPUs this process
+/// may use: [`ComputeContext::max_threads`] is this or the CPU count, whichever is larger.
+pub const MAX_THREADS: usize = 256;
+
 /// The threads of a compute context: its own pool (never a global one) of `threads − 1`
 /// helpers, the calling thread being the last (`docs/threads.md`, "The pool of a compute
 /// context").
@@ -180,12 +184,25 @@ impl ComputeContext {
     /// it got, which may be less than the count asked for (at least 1, the caller). This
     /// never fails or panics, because the thread count changes only the speed, never a
     /// result (`docs/threads.md`, "Threads the system refuses").
+    ///
+    /// A count above [`ComputeContext::max_threads`] (for example 100 000 or
+    /// `usize::MAX`) is reduced to it: threads beyond the CPUs only cost memory for their
+    /// stacks, and enough of them exhaust the address space.
     pub fn new(threads: usize) -> Self {
         Self::start(threads, &mut threads::spawn_os)
     }
 
+    /// The most threads a context runs on: [`MAX_THREADS`] (256), or the CPUs this
+    /// process may use ([`std::thread::available_parallelism`]) where there are more.
+    /// A larger count asked for is reduced to it (`docs/threads.md`, "How many threads").
+    pub fn max_threads() -> usize {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        MAX_THREADS.max(cpus)
+    }
+
     /// [`ComputeContext::new`] with the helpers started by `spawn`.
     fn start(threads: usize, spawn: &mut threads::Spawn<'_>) -> Self {
+        let threads = threads.min(Self::max_threads());
         let pool = (threads > 1)
             .then(|| threads::Pool::new(threads - 1, spawn))
             .filter(|p| p.helpers() > 0);
@@ -309,7 +326,8 @@ impl<M: ModeSpec> CpuBackend<M> {
         Self::with_threads(threads)
     }
 
-    /// The best path of this CPU on `threads` threads (0 counts as 1).
+    /// The best path of this CPU on `threads` threads (0 counts as 1; a count above
+    /// [`ComputeContext::max_threads`] counts as that).
     ///
     /// Never fails: if the operating system refuses to start a thread, the backend runs
     /// on the threads that started (at least the caller's), and
@@ -351,8 +369,9 @@ impl<M: ModeSpec> CpuBackend<M> {
         self.isa
     }
 
-    /// The number of threads of the compute context: the count asked for, or fewer if the
-    /// system refused some ([`CpuBackend::with_threads`]).
+    /// The number of threads of the compute context: the count asked for (at most
+    /// [`ComputeContext::max_threads`]), or fewer if the system refused some
+    /// ([`CpuBackend::with_threads`]).
     pub fn threads(&self) -> usize {
         self.ctx.threads
     }
@@ -1030,6 +1049,27 @@ mod tests {
                 .iter()
                 .zip(&want)
                 .all(|(a, w)| a.to_bits() == w.to_bits()));
+        }
+    }
+
+    /// However many threads are asked for, at most `max_threads` start: the spawn is
+    /// called once per helper up to the cap (this one would start up to 10 more).
+    #[test]
+    fn a_context_never_starts_more_than_max_threads() {
+        let cap = ComputeContext::max_threads();
+        assert!(cap >= MAX_THREADS);
+        for asked in [cap - 1, cap, cap + 1, 100_000, usize::MAX] {
+            let mut calls = 0;
+            let ctx = ComputeContext::start(asked, &mut |_, f| {
+                calls += 1;
+                if calls > cap + 10 {
+                    return Err(std::io::Error::other("refused"));
+                }
+                // A helper that leaves at once: the count is what this test checks.
+                std::thread::Builder::new().spawn(move || drop(f))
+            });
+            assert_eq!(ctx.threads(), asked.min(cap), "{asked} asked");
+            assert_eq!(calls, asked.min(cap) - 1, "{asked} asked: helpers started");
         }
     }
 

@@ -54,6 +54,7 @@ pub struct LoadReport {
 /// The state dict of the module whose entries `walk` visits (see
 /// [`ModuleExt::state_dict`](crate::ModuleExt::state_dict)).
 pub(crate) fn state_dict_of<B: Backend>(walk: Walk<'_, B>) -> Result<TensorFile> {
+    check_unique_names(walk)?;
     let mut out = TensorFile::default();
     let mut result = Ok(());
     let mut add = |name: &str, t: &Tensor<B>| {
@@ -74,6 +75,37 @@ pub(crate) fn state_dict_of<B: Backend>(walk: Walk<'_, B>) -> Result<TensorFile>
     Ok(out)
 }
 
+/// Fails, naming them, when two entries with state (parameters, buffers and integer
+/// buffers among themselves, random streams among themselves) have one name: a state
+/// dict would hold one of them and a load would copy one value into both. A derived module's own fields cannot collide (the derive refuses
+/// them), but nested names can (a child `a` with a parameter `b` and a field renamed
+/// `a.b`), and so can a hand-written `visit`.
+pub(crate) fn check_unique_names<B: Backend>(walk: Walk<'_, B>) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut repeated = std::collections::BTreeSet::new();
+    walk(&mut |name, e| {
+        // Tensors and streams are saved under names of their own (`model.*` and
+        // `stream.*` in a training checkpoint).
+        let space = match e {
+            Entry::Parameter(_) | Entry::Buffer(_) | Entry::IntBuffer(_) => "",
+            Entry::Stream(_) => "stream ",
+            Entry::Training(_) => return,
+        };
+        if !seen.insert((space, name.to_string())) {
+            repeated.insert(format!("{space}{name}"));
+        }
+    });
+    if repeated.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "state_dict",
+            "module",
+            format!("two or more entries of the module are named {repeated:?}"),
+        ))
+    }
+}
+
 /// [`load_state_dict_with`](super::load_state_dict_with) on the module whose entries
 /// `walk` visits.
 pub(crate) fn load_entries<B: Backend>(
@@ -82,6 +114,50 @@ pub(crate) fn load_entries<B: Backend>(
     prefix: &str,
     options: LoadOptions,
 ) -> Result<LoadReport> {
+    prepare_entries(walk, file, prefix, options)?.commit(walk)
+}
+
+/// The values a load will copy into a module, read and checked: committing them changes
+/// the module; dropping them changes nothing.
+pub(crate) struct Prepared<'f, B: Backend> {
+    /// Each parameter and float buffer with its new values.
+    values: Vec<(Tensor<B>, &'f [f32])>,
+    /// The new value of each integer buffer, in visiting order (`None`: keep it).
+    ints: Vec<Option<i64>>,
+    report: LoadReport,
+}
+
+impl<B: Backend> Prepared<'_, B> {
+    /// Copies the values into the module whose entries `walk` visits (the one they were
+    /// prepared for). Fails only when a tensor cannot be allocated.
+    pub(crate) fn commit(self, walk: Walk<'_, B>) -> Result<LoadReport> {
+        let _guard = no_grad();
+        for (t, v) in self.values {
+            t.copy_(&Tensor::from_slice(t.backend(), v, t.dims())?)?;
+        }
+        // The integer buffers, in the same visiting order (a missing optional one keeps
+        // its value).
+        let mut i = 0;
+        walk(&mut |_, e| {
+            let Entry::IntBuffer(b) = e else { return };
+            if let Some(Some(v)) = self.ints.get(i) {
+                b.set(*v);
+            }
+            i += 1;
+        });
+        Ok(self.report)
+    }
+}
+
+/// Reads and checks everything a load of `file` into the module whose entries `walk`
+/// visits needs, changing nothing (see [`load_entries`]).
+pub(crate) fn prepare_entries<'f, B: Backend>(
+    walk: Walk<'_, B>,
+    file: &'f TensorFile,
+    prefix: &str,
+    options: LoadOptions,
+) -> Result<Prepared<'f, B>> {
+    check_unique_names(walk)?;
     // The parameters, then the float buffers, each in visiting order (`named_parameters`
     // followed by `named_buffers`).
     let mut entries = Vec::new();
@@ -156,19 +232,9 @@ pub(crate) fn load_entries<B: Backend>(
     if !problems.is_empty() {
         return Err(Error::StateDict(Box::new(problems)));
     }
-    let _guard = no_grad();
-    for (t, v) in values {
-        t.copy_(&Tensor::from_slice(t.backend(), v, t.dims())?)?;
-    }
-    // The integer buffers, in the same visiting order (a missing optional one keeps its
-    // value).
-    let mut i = 0;
-    walk(&mut |_, e| {
-        let Entry::IntBuffer(b) = e else { return };
-        if let Some(Some(v)) = int_values.get(i) {
-            b.set(*v);
-        }
-        i += 1;
-    });
-    Ok(report)
+    Ok(Prepared {
+        values: values.into_iter().map(|(t, v)| (t.clone(), v)).collect(),
+        ints: int_values,
+        report,
+    })
 }

@@ -25,13 +25,15 @@
 
 mod atomic;
 pub(crate) mod load;
+mod sha256;
 pub(crate) mod tensor_file;
 mod training;
 
 pub use crate::error::StateDictMismatch;
+pub(crate) use atomic::read_regular;
 pub use atomic::write_atomic;
 pub use load::{LoadOptions, LoadReport};
-pub use tensor_file::{bf16_to_f32, f16_to_f32, StateDict, TensorFile};
+pub use tensor_file::{bf16_to_f32, f16_to_f32, Integrity, StateDict, TensorFile, CHECKSUM_KEY};
 pub use training::{ResumableLoader, TrainingCheckpoint, TrainingState};
 
 use crate::error::Result;
@@ -77,6 +79,7 @@ pub fn load_state_dict_with<B: Backend, M: Module<B> + ?Sized>(
 mod tests {
     use super::*;
     use crate::linear::Linear;
+    use crate::Result;
     use exactgrad_backends::ScalarRefBackend;
     use exactgrad_core::Philox;
     use safetensors::tensor::TensorView;
@@ -129,6 +132,71 @@ mod tests {
         );
         assert!(TensorFile::from_bytes(&bytes[..bytes.len() - 3]).is_err());
         assert!(TensorFile::from_bytes(b"not a file").is_err());
+    }
+
+    /// The digest: written by `to_bytes_with_checksum` as docs/checkpoints.md states
+    /// (the SHA-256 of the file with its 64 digits as `0`s), verified on reading, and
+    /// absent from `to_bytes` (whose bytes stay PyTorch's).
+    #[test]
+    fn a_digest_covers_every_byte_and_a_file_without_one_loads_unverified() -> Result<()> {
+        let mut f = TensorFile::new();
+        f.insert_floats("w", &[2, 3], vec![1.0, -2.5, 3.25, 0.0, 7.0, -1e-3])?;
+        f.insert_ints("n", &[], vec![3])?;
+        f.set_metadata("note", "x\"exactgrad.sha256\":\"");
+        let plain = f.to_bytes()?;
+        let sealed = f.to_bytes_with_checksum()?;
+        let read = TensorFile::from_bytes(&sealed)?;
+        assert_eq!(read, f);
+        assert_eq!(read.integrity(), Integrity::Verified);
+        assert_eq!(
+            read.metadata(CHECKSUM_KEY),
+            None,
+            "the digest is not content"
+        );
+        let unsealed = TensorFile::from_bytes(&plain)?;
+        assert_eq!(unsealed, f);
+        assert_eq!(unsealed.integrity(), Integrity::Unverified);
+        assert!(plain.len() < sealed.len());
+
+        // The procedure of the docs, by hand: find `"exactgrad.sha256":"` in the header
+        // (the escaped copy inside the note does not count), zero the 64 digits, hash.
+        let header_end = 8 + u64::from_le_bytes(sealed[..8].try_into().unwrap()) as usize;
+        let key = b"\"exactgrad.sha256\":\"";
+        let at = (8..header_end)
+            .find(|&i| sealed[i..].starts_with(key) && sealed[i - 1] != b'\\')
+            .unwrap()
+            + key.len();
+        let mut zeroed = sealed.clone();
+        zeroed[at..at + 64].fill(b'0');
+        let mut h = sha256::Sha256::new();
+        h.update(&zeroed);
+        assert_eq!(sha256::hex(&h.finish()).as_bytes(), &sealed[at..at + 64]);
+
+        // Every bit of the file flipped: refused, or — a flip in the digest's key, which
+        // leaves no digest — read unverified with the changed key as an entry of its own
+        // (a training checkpoint refuses that entry); never verified.
+        for byte in 0..sealed.len() {
+            for bit in 0..8 {
+                let mut b = sealed.clone();
+                b[byte] ^= 1 << bit;
+                if let Ok(g) = TensorFile::from_bytes(&b) {
+                    assert_eq!(g.integrity(), Integrity::Unverified, "{byte}.{bit}");
+                    assert!(
+                        g.metadata_entries().any(|(k, _)| k != "note"),
+                        "{byte}.{bit}"
+                    );
+                }
+            }
+        }
+        // The key is reserved; a malformed digest is refused.
+        let mut g = f.clone();
+        g.set_metadata(CHECKSUM_KEY, "0".repeat(64));
+        assert!(g.to_bytes().is_err() && g.to_bytes_with_checksum().is_err());
+        let mut upper = sealed.clone();
+        upper[at..at + 64].fill(b'A');
+        let err = TensorFile::from_bytes(&upper).unwrap_err();
+        assert!(err.to_string().contains("hex digits"), "{err}");
+        Ok(())
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! files.
 
 use super::atomic::write_atomic;
+use super::sha256::{hex, Sha256};
 use crate::error::{DataError, Error, Result};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
@@ -13,9 +14,27 @@ use std::path::Path;
 /// A state dict: named host tensors and metadata (see [`TensorFile`]).
 pub type StateDict = TensorFile;
 
+/// The `__metadata__` key under which a file stores its SHA-256 digest
+/// ([`TensorFile::to_bytes_with_checksum`]; `docs/checkpoints.md`, "Integrity").
+pub const CHECKSUM_KEY: &str = "exactgrad.sha256";
+
+/// Whether the bytes a [`TensorFile`] was read from were checked against a digest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Integrity {
+    /// The file stored a SHA-256 digest ([`CHECKSUM_KEY`]) and its bytes matched it.
+    Verified,
+    /// Nothing was checked: the file stored no digest (one written by PyTorch, by hand,
+    /// or by [`TensorFile::to_bytes`]), or the value was not read from a file.
+    #[default]
+    Unverified,
+}
+
 /// Named host tensors (`f32` or `i64` values, each with a shape) and string metadata:
 /// the contents of a safetensors file, or a state dict on its way to or from one.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// Two files are equal when their contents are (tensors, element types and metadata);
+/// whether they were verified ([`TensorFile::integrity`]) is not compared.
+#[derive(Clone, Debug, Default)]
 pub struct TensorFile {
     floats: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
     ints: BTreeMap<String, (Vec<usize>, Vec<i64>)>,
@@ -23,6 +42,17 @@ pub struct TensorFile {
     /// tensors and `I64` for the integer ones inserted by hand).
     dtypes: BTreeMap<String, Dtype>,
     metadata: BTreeMap<String, String>,
+    /// Whether the bytes this was read from matched their digest.
+    integrity: Integrity,
+}
+
+impl PartialEq for TensorFile {
+    fn eq(&self, other: &Self) -> bool {
+        self.floats == other.floats
+            && self.ints == other.ints
+            && self.dtypes == other.dtypes
+            && self.metadata == other.metadata
+    }
 }
 
 fn file_error(message: impl Into<String>) -> Error {
@@ -74,12 +104,22 @@ impl TensorFile {
     /// allowed); `I64`, `I32`, `I16`, `I8`, `U8` and `BOOL` as `i64`. Fails when the bytes
     /// are not a valid safetensors file or hold a tensor of another element type (`U64`,
     /// `F8_*`, …), naming it.
+    ///
+    /// A file that stores a digest ([`CHECKSUM_KEY`], written by
+    /// [`to_bytes_with_checksum`](Self::to_bytes_with_checksum)) is verified: a digest that
+    /// differs from its bytes' is [`DataError::DigestMismatch`], a malformed one an error
+    /// too; the digest is then not kept as metadata and [`integrity`](Self::integrity)
+    /// is [`Integrity::Verified`]. A file without one loads as [`Integrity::Unverified`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let st = SafeTensors::deserialize(bytes).map_err(|e| file_error(e.to_string()))?;
         let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| file_error(e.to_string()))?;
         let mut out = TensorFile::default();
         if let Some(m) = meta.metadata() {
             out.metadata = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        }
+        if let Some(stored) = out.metadata.remove(CHECKSUM_KEY) {
+            verify_checksum(bytes, &stored)?;
+            out.integrity = Integrity::Verified;
         }
         for (name, view) in st.tensors() {
             let shape = view.shape().to_vec();
@@ -146,10 +186,11 @@ impl TensorFile {
         Ok(out)
     }
 
-    /// Reads and decodes the safetensors file at `path` (see [`TensorFile::from_bytes`]).
+    /// Reads and decodes the safetensors file at `path` (see [`TensorFile::from_bytes`]);
+    /// anything but a regular file (or a symlink to one) is refused before it is opened.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        let bytes = super::atomic::read_regular(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
         })?;
@@ -161,7 +202,59 @@ impl TensorFile {
     /// `safetensors.torch.save_file` without metadata). The tensors are laid out as the
     /// safetensors library lays them out (by element type, then by name), so a state dict
     /// without metadata gives the same bytes as `save_file` on the same tensors in PyTorch.
+    ///
+    /// No digest is written (see [`to_bytes_with_checksum`](Self::to_bytes_with_checksum));
+    /// metadata under the key [`CHECKSUM_KEY`], which a digest uses, is an error.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.check_reserved()?;
+        self.serialize(&self.metadata)
+    }
+
+    /// The bytes of [`to_bytes`](Self::to_bytes) with a SHA-256 digest of the whole file
+    /// in the metadata (key [`CHECKSUM_KEY`], 64 lowercase hex digits): the digest of
+    /// every byte of the file — length prefix, header and data — with the 64 digits
+    /// replaced by 64 `0` characters (`docs/checkpoints.md`, "Integrity"). The file
+    /// remains a safetensors file that PyTorch reads (`load_file` ignores metadata);
+    /// [`from_bytes`](Self::from_bytes) verifies it.
+    pub fn to_bytes_with_checksum(&self) -> Result<Vec<u8>> {
+        self.check_reserved()?;
+        let mut metadata = self.metadata.clone();
+        metadata.insert(CHECKSUM_KEY.to_string(), "0".repeat(64));
+        let mut bytes = self.serialize(&metadata)?;
+        let at = checksum_position(&bytes)?;
+        let mut h = Sha256::new();
+        h.update(&bytes);
+        let digest = hex(&h.finish());
+        bytes[at..at + 64].copy_from_slice(digest.as_bytes());
+        Ok(bytes)
+    }
+
+    /// Writes [`to_bytes_with_checksum`](Self::to_bytes_with_checksum) to `path`
+    /// atomically (see [`write_atomic`]).
+    pub fn save_with_checksum(&self, path: impl AsRef<Path>) -> Result<()> {
+        write_atomic(path.as_ref(), &self.to_bytes_with_checksum()?)
+    }
+
+    /// Whether the bytes this file was read from matched a stored digest
+    /// ([`Integrity::Verified`]) or stored none ([`Integrity::Unverified`], also the value
+    /// of a file built in memory).
+    pub fn integrity(&self) -> Integrity {
+        self.integrity
+    }
+
+    fn check_reserved(&self) -> Result<()> {
+        if self.metadata.contains_key(CHECKSUM_KEY) {
+            return Err(Error::invalid(
+                "TensorFile::to_bytes",
+                "metadata",
+                format!("the key `{CHECKSUM_KEY}` is reserved for the file's digest"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The file's bytes with `metadata` as its `__metadata__` (none when empty).
+    fn serialize(&self, metadata: &BTreeMap<String, String>) -> Result<Vec<u8>> {
         let mut data: Vec<(&str, Dtype, &[usize], Vec<u8>)> = Vec::new();
         for (name, (shape, v)) in &self.floats {
             let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -179,10 +272,10 @@ impl TensorFile {
         }
         let bytes = safetensors::serialize(views, None::<HashMap<String, String>>)
             .map_err(|e| file_error(e.to_string()))?;
-        if self.metadata.is_empty() {
+        if metadata.is_empty() {
             return Ok(bytes);
         }
-        with_sorted_metadata(&bytes, &self.metadata)
+        with_sorted_metadata(&bytes, metadata)
     }
 
     /// Writes the file to `path` atomically (see [`write_atomic`]): a crash or error while
@@ -396,4 +489,75 @@ fn with_sorted_metadata(bytes: &[u8], metadata: &BTreeMap<String, String>) -> Re
     out.extend_from_slice(&new_header);
     out.extend_from_slice(&bytes[end..]);
     Ok(out)
+}
+
+/// Where the 64 hex digits of the digest lie in `bytes`: right after the one occurrence
+/// in the header of `"exactgrad.sha256":"` whose first `"` is not escaped (not preceded
+/// by an odd number of backslashes: inside a JSON string every `"` is escaped, so only the
+/// key itself starts so), followed by `"`.
+fn checksum_position(bytes: &[u8]) -> Result<usize> {
+    let malformed = |why: &str| file_error(format!("the digest `{CHECKSUM_KEY}` {why}"));
+    let n = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .and_then(|n| usize::try_from(n).ok())
+        .and_then(|n| n.checked_add(8))
+        .filter(|&end| end <= bytes.len())
+        .ok_or_else(|| malformed("lies outside the header"))?;
+    let header = &bytes[8..n];
+    let pattern = format!("\"{CHECKSUM_KEY}\":\"");
+    let pattern = pattern.as_bytes();
+    let mut found = header
+        .windows(pattern.len())
+        .enumerate()
+        .filter(|&(i, w)| {
+            w == pattern
+                && header[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|&&b| b == b'\\')
+                    .count()
+                    % 2
+                    == 0
+        })
+        .map(|(i, _)| 8 + i + pattern.len());
+    let (Some(at), None) = (found.next(), found.next()) else {
+        return Err(malformed(
+            "is not written as `\"exactgrad.sha256\":\"` once in the header",
+        ));
+    };
+    if at + 64 >= n || bytes[at + 64] != b'"' {
+        return Err(malformed("is not 64 characters long"));
+    }
+    Ok(at)
+}
+
+/// Checks `bytes` against the digest `stored` (the metadata value of [`CHECKSUM_KEY`]).
+fn verify_checksum(bytes: &[u8], stored: &str) -> Result<()> {
+    let at = checksum_position(bytes)?;
+    let digits = &bytes[at..at + 64];
+    if !digits
+        .iter()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+        || digits != stored.as_bytes()
+    {
+        return Err(file_error(format!(
+            "the digest `{CHECKSUM_KEY}` = `{stored}` is not 64 lowercase hex digits"
+        )));
+    }
+    let mut h = Sha256::new();
+    h.update(&bytes[..at]);
+    h.update(&[b'0'; 64]);
+    h.update(&bytes[at + 64..]);
+    let computed = hex(&h.finish());
+    if computed != stored {
+        return Err(Error::Data(DataError::DigestMismatch {
+            format: "safetensors",
+            algorithm: "SHA-256",
+            stored: stored.to_string(),
+            computed,
+        }));
+    }
+    Ok(())
 }

@@ -1,21 +1,21 @@
 //! Training checkpoints: [`TrainingState`] captures and restores everything a run needs
 //! to continue with the same bits, in one call each; [`TrainingCheckpoint`] is the file.
 
-use super::load::{load_entries, LoadOptions};
-use super::tensor_file::TensorFile;
+use super::load::{load_entries, prepare_entries, LoadOptions, Prepared};
+use super::tensor_file::{Integrity, TensorFile};
 use crate::data::{Collate, DataLoader, Dataset, LoaderPosition, LoaderState};
 use crate::error::{Error, Result};
 use crate::module::{Entry, Module, ModuleExt};
 use crate::optim::{LrScheduler, Optimizer, SchedulerKind, SchedulerState};
 use exactgrad_core::{Backend, Philox};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 const MODEL: &str = "model.";
 const OPTIMIZER: &str = "optimizer.";
 /// The metadata entry naming the format and its version.
 const FORMAT_KEY: &str = "format";
-const FORMAT: &str = "exactgrad training checkpoint 2";
+const FORMAT: &str = "exactgrad training checkpoint 3";
 
 const KINDS: [SchedulerKind; 7] = [
     SchedulerKind::Step,
@@ -34,6 +34,11 @@ const KINDS: [SchedulerKind; 7] = [
 /// (`loader.*`), the loop's own random streams (`rng.<name>`) and free entries
 /// (`user.*`). Made by [`TrainingState::capture`] and read by [`TrainingState::restore`]
 /// (`docs/checkpoints.md` lists the entries). The same state always gives the same bytes.
+///
+/// [`save`](Self::save) and [`to_bytes`](Self::to_bytes) add a SHA-256 digest of the
+/// whole file, which [`load`](Self::load) and [`from_bytes`](Self::from_bytes) verify
+/// ([`integrity`](Self::integrity)); a file without one (written by hand or by other
+/// tools) still loads, as [`Integrity::Unverified`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainingCheckpoint {
     file: TensorFile,
@@ -54,17 +59,38 @@ impl TrainingCheckpoint {
         &self.file
     }
 
-    /// Reads the checkpoint at `path`.
+    /// Reads the checkpoint at `path`, verifying its digest if it has one (see
+    /// [`TensorFile::from_bytes`]; a damaged file is an error).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         Ok(Self {
             file: TensorFile::load(path)?,
         })
     }
 
-    /// Writes the checkpoint to `path` atomically: a crash while writing leaves the
-    /// previous checkpoint at `path` intact ([`super::write_atomic`]).
+    /// Decodes a checkpoint's bytes, verifying its digest if it has one.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Ok(Self {
+            file: TensorFile::from_bytes(bytes)?,
+        })
+    }
+
+    /// The bytes of the checkpoint's file, with the SHA-256 digest of the whole file
+    /// ([`TensorFile::to_bytes_with_checksum`]).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.file.to_bytes_with_checksum()
+    }
+
+    /// Writes the checkpoint, with its digest, to `path` atomically: a crash while
+    /// writing leaves the previous checkpoint at `path` intact ([`super::write_atomic`]).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.file.save(path)
+        self.file.save_with_checksum(path)
+    }
+
+    /// Whether the bytes the checkpoint was read from matched their digest
+    /// ([`Integrity::Verified`]), or held none ([`Integrity::Unverified`]; also for a
+    /// checkpoint captured in memory).
+    pub fn integrity(&self) -> Integrity {
+        self.file.integrity()
     }
 
     /// Stores a free entry (a run's configuration, its history) as metadata `user.<key>`.
@@ -127,7 +153,9 @@ where
 /// Restoring is strict: the checkpoint must hold exactly the parts given (a scheduler
 /// given with no scheduler state in the file is an error, and so is a scheduler state with
 /// no scheduler given), the model's streams by their paths, and values that the
-/// optimizer and scheduler can hold. When anything does not fit, nothing changes.
+/// optimizer and scheduler can hold; every tensor and metadata entry of the file must
+/// belong to exactly one part (the error names what is missing and what is left over).
+/// When anything does not fit, nothing changes.
 ///
 /// ```
 /// use exactgrad_autograd::Tensor;
@@ -184,7 +212,8 @@ pub struct TrainingState<'a, B: Backend> {
 type StreamState = Option<(u64, u64)>;
 
 /// Everything a checkpoint says, read and checked before anything changes.
-struct Plan {
+struct Plan<'f, B: Backend> {
+    model: Prepared<'f, B>,
     model_streams: BTreeMap<String, StreamState>,
     scheduler: Option<SchedulerState>,
     loader: Option<LoaderState>,
@@ -267,37 +296,44 @@ impl<'a, B: Backend> TrainingState<'a, B> {
         self.capture()?.save(path)
     }
 
-    /// Reads the checkpoint at `path` and restores it (see [`restore`](Self::restore)).
-    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
+    /// Reads the checkpoint at `path` and restores it (see [`restore`](Self::restore));
+    /// returns whether the file's digest was verified.
+    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<Integrity> {
         self.restore(&TrainingCheckpoint::load(path)?)
     }
 
     /// Restores every part from `checkpoint`: the model's parameters, buffers and random
-    /// streams, the optimizer's state, the scheduler's progress (and the optimizer's rate
-    /// from it), the loader's shuffle seed and position, and the named streams.
+    /// streams, the optimizer's state (its buffers and hyper-parameters, the learning
+    /// rate included, whether a scheduler or the program set it), the scheduler's
+    /// progress, the loader's shuffle seed and position, and the named streams. Returns
+    /// whether the bytes the checkpoint was read from matched their digest
+    /// ([`Integrity::Verified`]) or held none ([`Integrity::Unverified`]).
     ///
     /// Fails, changing nothing, when the checkpoint is not of this format, lacks a part
-    /// given here or holds one not given, does not fit the model (the error names every
-    /// entry), or holds optimizer or scheduler values they cannot hold (named).
-    pub fn restore(&mut self, checkpoint: &TrainingCheckpoint) -> Result<()> {
+    /// given here or holds one not given, holds an entry that belongs to no part, does
+    /// not fit the model (the error names every entry), or holds optimizer or scheduler
+    /// values they cannot hold (named).
+    pub fn restore(&mut self, checkpoint: &TrainingCheckpoint) -> Result<Integrity> {
         let plan = self.plan(checkpoint)?;
         let before = self.capture()?;
-        let undo = self.plan(&before)?;
-        let mut restored = Vec::new();
-        self.model.visit_entries(&mut |_, e| {
-            if let Entry::Stream(s) = e {
-                restored.push(s.is_restored());
+        let scheduler_before = self.scheduler.as_ref().map(|s| s.state());
+        // The parts that can still refuse their state go first, each all or nothing: the
+        // scheduler, whose own state always loads back, then the optimizer.
+        if let (Some(s), Some(state)) = (self.scheduler.as_deref_mut(), &plan.scheduler) {
+            s.load_state(state)?;
+        }
+        if let Err(e) = self
+            .optimizer
+            .load_state_dict(&checkpoint.file.strip_prefix(OPTIMIZER))
+        {
+            if let (Some(s), Some(state)) = (self.scheduler.as_deref_mut(), &scheduler_before) {
+                let _ = s.load_state(state);
             }
-        });
-        if let Err(e) = self.apply(checkpoint, plan) {
-            // A part refused its state after others took theirs: put everything back.
-            let _ = self.apply(&before, undo);
-            let mut flags = restored.into_iter();
-            self.model.visit_entries(&mut |_, e| {
-                if let Entry::Stream(s) = e {
-                    s.set_restored(flags.next().unwrap_or(false));
-                }
-            });
+            return Err(e);
+        }
+        if let Err(e) = self.apply_checked(plan) {
+            // Only an allocation can fail here: put everything back as well as possible.
+            self.roll_back(&before, scheduler_before.as_ref());
             return Err(e);
         }
         if let Some(step) = checkpoint
@@ -305,13 +341,59 @@ impl<'a, B: Backend> TrainingState<'a, B> {
             .metadata(TRACE_STEP_KEY)
             .and_then(|v| v.parse::<u64>().ok())
         {
+            // The trace of the resumed run continues the step numbers.
             exactgrad_autograd::trace::set_step(step);
+        }
+        Ok(checkpoint.integrity())
+    }
+
+    /// Applies the parts of a plan that were checked in full (the model's values, the
+    /// loader's position, the streams).
+    fn apply_checked(&mut self, plan: Plan<'_, B>) -> Result<()> {
+        plan.model.commit(&|f| self.model.visit_entries(f))?;
+        if let (Some(l), Some(state)) = (self.loader, &plan.loader) {
+            l.restore_loader_state(state)?;
+        }
+        self.model.visit_entries(&mut |name, e| {
+            if let Entry::Stream(s) = e {
+                match plan.model_streams.get(name) {
+                    Some(Some((seed, position))) => s.restore(*seed, *position),
+                    Some(None) => s.clear(),
+                    None => {}
+                }
+            }
+        });
+        for ((_, rng), state) in self.streams.iter_mut().zip(plan.streams) {
+            **rng = state;
         }
         Ok(())
     }
 
-    /// Reads and checks everything `checkpoint` holds for the parts given.
-    fn plan(&self, checkpoint: &TrainingCheckpoint) -> Result<Plan> {
+    /// Puts back the state captured in `before` (best effort, after a failed
+    /// allocation): the model's values (any value: they are its own), the optimizer's
+    /// and the scheduler's states and the loader's position. The streams are set last,
+    /// so they never changed.
+    fn roll_back(&mut self, before: &TrainingCheckpoint, scheduler: Option<&SchedulerState>) {
+        let file = &before.file;
+        let own = LoadOptions {
+            allow_non_finite: true,
+            ..LoadOptions::default()
+        };
+        let _ = load_entries(&|f| self.model.visit_entries(f), file, MODEL, own);
+        let _ = self
+            .optimizer
+            .load_state_dict(&file.strip_prefix(OPTIMIZER));
+        if let (Some(s), Some(state)) = (self.scheduler.as_deref_mut(), scheduler) {
+            let _ = s.load_state(state);
+        }
+        if let (Some(l), Ok(Some(state))) = (self.loader, get_loader(file)) {
+            let _ = l.restore_loader_state(&state);
+        }
+    }
+
+    /// Reads and checks everything `checkpoint` holds for the parts given, and that every
+    /// entry belongs to one of them.
+    fn plan<'f>(&self, checkpoint: &'f TrainingCheckpoint) -> Result<Plan<'f, B>> {
         let op = "TrainingState::restore";
         let file = &checkpoint.file;
         match file.metadata(FORMAT_KEY) {
@@ -325,6 +407,35 @@ impl<'a, B: Backend> TrainingState<'a, B> {
                     format!("has no `{FORMAT_KEY}` entry: not a training checkpoint of this format ({FORMAT})"),
                 ))
             }
+        }
+        // Every entry must belong to exactly one part: what each part reads is counted
+        // here, and whatever is left is refused by name.
+        let mut used: BTreeSet<String> = BTreeSet::from([FORMAT_KEY.to_string()]);
+        let metadata_under = |prefix: &str| -> Vec<String> {
+            file.metadata_entries()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(k, _)| k.to_string())
+                .collect()
+        };
+        // The model's tensors (its strict load refuses an unknown one) and the
+        // optimizer's tensors and metadata (so does its load).
+        used.extend(
+            file.names()
+                .into_iter()
+                .filter(|n| n.starts_with(MODEL) || n.starts_with(OPTIMIZER))
+                .map(str::to_string),
+        );
+        used.extend(metadata_under(OPTIMIZER));
+        used.extend(metadata_under("user."));
+        // The next step of the trace that recorded the run (read by `restore`).
+        if let Some(v) = file.metadata(TRACE_STEP_KEY) {
+            if v.parse::<u64>().is_err() {
+                return Err(bad(
+                    op,
+                    format!("metadata entry `{TRACE_STEP_KEY}` = `{v}` is not a step number"),
+                ));
+            }
+            used.insert(TRACE_STEP_KEY.to_string());
         }
         // The model's streams, by path, strictly.
         let mut paths = Vec::new();
@@ -360,26 +471,48 @@ impl<'a, B: Backend> TrainingState<'a, B> {
                 ),
             ));
         }
-        let scheduler = match (&self.scheduler, file.metadata("scheduler.kind")) {
-            (Some(_), Some(_)) => Some(get_scheduler(file, "scheduler")?),
-            (None, None) => None,
-            (Some(_), None) => {
+        used.extend(metadata_under("stream."));
+        let model = prepare_entries(
+            &|f| self.model.visit_entries(f),
+            file,
+            MODEL,
+            LoadOptions::default(),
+        )?;
+        let held = |prefix: &str| !metadata_under(prefix).is_empty();
+        let scheduler = match (&self.scheduler, held("scheduler.")) {
+            (Some(_), true) => {
+                let state = get_scheduler(file, "scheduler")?;
+                let mut keys = TensorFile::new();
+                put_scheduler(&mut keys, "scheduler", &state);
+                used.extend(keys.metadata_entries().map(|(k, _)| k.to_string()));
+                Some(state)
+            }
+            (None, false) => None,
+            (Some(_), false) => {
                 return Err(bad(op, "holds no scheduler state, but a scheduler was given"))
             }
-            (None, Some(_)) => {
+            (None, true) => {
                 return Err(bad(
                     op,
                     "holds a scheduler's state: give the scheduler (`.scheduler(&mut s)`) to restore it",
                 ))
             }
         };
-        let loader = match (&self.loader, get_loader(file)?) {
-            (Some(_), Some(state)) => Some(state),
-            (None, None) => None,
-            (Some(_), None) => {
+        let loader = match (&self.loader, held("loader.")) {
+            (Some(_), true) => {
+                let state = get_loader(file)?.ok_or_else(|| {
+                    bad(op, "holds part of a data loader's state but no `loader.epoch`")
+                })?;
+                let mut keys = TensorFile::new();
+                put_loader(&mut keys, &state);
+                used.extend(keys.metadata_entries().map(|(k, _)| k.to_string()));
+                Some(state)
+            }
+            (None, false) => None,
+            (Some(_), false) => {
                 return Err(bad(op, "holds no data loader state, but a loader was given"))
             }
-            (None, Some(_)) => {
+            (None, true) => {
                 return Err(bad(
                     op,
                     "holds a data loader's position: give the loader (`.loader(&loader)`) to restore it",
@@ -396,6 +529,7 @@ impl<'a, B: Backend> TrainingState<'a, B> {
                 Some((seed, position)) => streams.push(Philox::at_position(seed, position)),
                 None => return Err(bad(op, format!("entry `{key}` has no seed"))),
             }
+            used.insert(key);
         }
         let extra: Vec<&str> = file
             .metadata_entries()
@@ -408,50 +542,29 @@ impl<'a, B: Backend> TrainingState<'a, B> {
                 format!("holds random streams that were not given: {extra:?}"),
             ));
         }
+        let left: Vec<String> = file
+            .names()
+            .into_iter()
+            .map(str::to_string)
+            .chain(file.metadata_entries().map(|(k, _)| k.to_string()))
+            .filter(|k| !used.contains(k))
+            .collect();
+        if !left.is_empty() {
+            return Err(bad(
+                op,
+                format!("holds entries that belong to no part given: {left:?}"),
+            ));
+        }
         if let (Some(l), Some(state)) = (&self.loader, &loader) {
             l.check_loader_state(state)?;
         }
         Ok(Plan {
+            model,
             model_streams,
             scheduler,
             loader,
             streams,
         })
-    }
-
-    /// Applies a checked plan; the parts that can still refuse (the model's entries, the
-    /// optimizer's and scheduler's values) go first.
-    fn apply(&mut self, checkpoint: &TrainingCheckpoint, plan: Plan) -> Result<()> {
-        let file = &checkpoint.file;
-        load_entries(
-            &|f| self.model.visit_entries(f),
-            file,
-            MODEL,
-            LoadOptions::default(),
-        )?;
-        self.optimizer
-            .load_state_dict(&file.strip_prefix(OPTIMIZER))?;
-        if let (Some(s), Some(state)) = (self.scheduler.as_deref_mut(), &plan.scheduler) {
-            s.load_state(state)?;
-            self.optimizer
-                .set_lr(crate::optim::scheduler::optimizer_rate(s.get_last_lr()))?;
-        }
-        if let (Some(l), Some(state)) = (self.loader, &plan.loader) {
-            l.restore_loader_state(state)?;
-        }
-        self.model.visit_entries(&mut |name, e| {
-            if let Entry::Stream(s) = e {
-                match plan.model_streams.get(name) {
-                    Some(Some((seed, position))) => s.restore(*seed, *position),
-                    Some(None) => s.clear(),
-                    None => {}
-                }
-            }
-        });
-        for ((_, rng), state) in self.streams.iter_mut().zip(plan.streams) {
-            **rng = state;
-        }
-        Ok(())
     }
 }
 

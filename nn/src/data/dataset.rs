@@ -105,7 +105,17 @@ impl<B: Backend> Collate<B> for HostTensor {
 
     fn collate(backend: &B, items: Vec<Self>) -> Result<Tensor<B>> {
         let shape = items.first().map(|t| t.shape.clone()).unwrap_or_default();
-        let per: usize = shape.iter().product();
+        // The fields are public: a shape whose product overflows is an error, not a
+        // wrapped count.
+        let per = exactgrad_core::Shape::from(shape.clone())
+            .checked_numel()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "collate",
+                    "items",
+                    format!("item 0 has shape {shape:?}, whose element count overflows"),
+                )
+            })?;
         let total = per.checked_mul(items.len()).ok_or_else(|| {
             Error::invalid("collate", "items", "the batch's element count overflows")
         })?;
@@ -330,6 +340,19 @@ mod tests {
         let err = HostTensor::collate(&b, bad).unwrap_err().to_string();
         assert!(err.contains("item 1 has shape [1]"), "{err}");
         assert!(HostTensor::new(vec![1.0], [2]).is_err());
+        // A shape built by hand whose count overflows (2^63 · 2 wraps to 0, which the
+        // empty values would have matched) is refused by name.
+        let wrapped = HostTensor {
+            shape: vec![1 << 63, 2],
+            values: Vec::new(),
+        };
+        let err = HostTensor::collate(&b, vec![wrapped])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("item 0 has shape [9223372036854775808, 2]"),
+            "{err}"
+        );
         let seqs = <Vec<i64>>::collate(&b, vec![vec![1, 2], vec![3, 4]])?;
         assert_eq!(seqs, [1, 2, 3, 4]);
         assert!(<Vec<i64>>::collate(&b, vec![vec![1, 2], vec![3]]).is_err());

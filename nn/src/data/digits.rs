@@ -110,10 +110,11 @@ impl Digits {
         Self::parse(BUNDLED).expect("the bundled digits file is checked by the crate's tests")
     }
 
-    /// Reads and parses a digits file.
+    /// Reads and parses a digits file (a regular file: a pipe or device is refused
+    /// before it is opened).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        let bytes = crate::checkpoint::read_regular(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
         })?;

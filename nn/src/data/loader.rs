@@ -120,14 +120,27 @@ impl BatchSampler {
         }
     }
 
-    /// The mini-batches of indices of epoch `epoch`. Fails when they cannot be allocated.
+    /// The mini-batches of indices of epoch `epoch`. Fails when they cannot be allocated
+    /// (every vector is obtained fallibly; an epoch of one batch is the order itself, not
+    /// a copy of it).
     pub fn batches(&self, epoch: u64) -> Result<Vec<Vec<usize>>> {
-        let order = self.order(epoch)?;
-        Ok(order
-            .chunks(self.batch_size)
-            .filter(|c| !self.drop_last || c.len() == self.batch_size)
-            .map(<[usize]>::to_vec)
-            .collect())
+        let op = "BatchSampler::batches";
+        let mut order = self.order(epoch)?;
+        let n = self.num_batches();
+        let mut out = exactgrad_core::backend::try_vec_with_capacity(op, n)?;
+        if n == 1 {
+            order.truncate(self.batch_size);
+            out.push(order);
+            return Ok(out);
+        }
+        // With `drop_last`, the `n` full batches; without, every chunk.
+        for chunk in order.chunks(self.batch_size).take(n) {
+            out.push(exactgrad_core::backend::try_collect(
+                op,
+                chunk.iter().copied(),
+            )?);
+        }
+        Ok(out)
     }
 }
 
@@ -302,10 +315,11 @@ where
     }
 
     fn build(&self, indices: &[usize]) -> Result<<D::Item as Collate<B>>::Batch> {
-        let items = indices
-            .iter()
-            .map(|&i| self.dataset.get(i))
-            .collect::<Result<Vec<_>>>()?;
+        let mut items =
+            exactgrad_core::backend::try_vec_with_capacity("DataLoader::batch", indices.len())?;
+        for &i in indices {
+            items.push(self.dataset.get(i)?);
+        }
         D::Item::collate(&self.backend, items)
     }
 
@@ -319,7 +333,11 @@ where
         let bs = self.sampler.get().batch_size();
         // batch < num_batches, so the start lies inside the order.
         let start = batch.saturating_mul(bs).min(o.len());
-        Ok(o[start..start.saturating_add(bs).min(o.len())].to_vec())
+        let batch = &o[start..start.saturating_add(bs).min(o.len())];
+        Ok(exactgrad_core::backend::try_collect(
+            "DataLoader::batch",
+            batch.iter().copied(),
+        )?)
     }
 
     /// The state a training checkpoint saves.

@@ -138,7 +138,8 @@ pub struct Adam<B: Backend> {
     pub(super) state: Vec<Option<State<B>>>,
 }
 
-fn validate(op: &'static str, c: &AdamConfig) -> Result<()> {
+/// The checks of [`Adam::new`] on a configuration (also those of a restored state).
+pub(super) fn validate(op: &'static str, c: &AdamConfig) -> Result<()> {
     check_non_negative(op, "lr", c.lr)?;
     check_non_negative(op, "eps", c.eps)?;
     check_non_negative(op, "weight_decay", c.weight_decay)?;

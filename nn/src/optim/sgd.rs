@@ -65,28 +65,34 @@ pub struct Sgd<B: Backend> {
     pub(super) momentum_buffers: Vec<Option<Tensor<B>>>,
 }
 
+/// The checks of [`Sgd::new`] on a configuration (also those of a restored state).
+pub(super) fn validate(op: &'static str, config: &SgdConfig) -> Result<()> {
+    check_non_negative(op, "lr", config.lr)?;
+    check_non_negative(op, "momentum", config.momentum)?;
+    check_non_negative(op, "weight_decay", config.weight_decay)?;
+    if !config.dampening.is_finite() {
+        return Err(Error::invalid(
+            op,
+            "dampening",
+            format!("must be finite, got {}", config.dampening),
+        ));
+    }
+    if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
+        return Err(Error::invalid(
+            op,
+            "nesterov",
+            "Nesterov momentum requires a momentum > 0 and zero dampening",
+        ));
+    }
+    Ok(())
+}
+
 impl<B: Backend> Sgd<B> {
     /// An optimizer over `params` (leaves that require grad).
     pub fn new(params: Vec<Tensor<B>>, config: SgdConfig) -> Result<Self> {
         let op = "Sgd::new";
         check_params(op, &params)?;
-        check_non_negative(op, "lr", config.lr)?;
-        check_non_negative(op, "momentum", config.momentum)?;
-        check_non_negative(op, "weight_decay", config.weight_decay)?;
-        if !config.dampening.is_finite() {
-            return Err(Error::invalid(
-                op,
-                "dampening",
-                format!("must be finite, got {}", config.dampening),
-            ));
-        }
-        if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
-            return Err(Error::invalid(
-                op,
-                "nesterov",
-                "Nesterov momentum requires a momentum > 0 and zero dampening",
-            ));
-        }
+        validate(op, &config)?;
         let n = params.len();
         Ok(Self {
             params,

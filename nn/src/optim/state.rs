@@ -1,44 +1,136 @@
 //! Saving and restoring optimizer state ([`Optimizer::state_dict`],
 //! [`Optimizer::load_state_dict`]); the format is in `docs/checkpoints.md`.
 
-use super::adam::State;
-use super::{check_non_negative, Adam, Sgd};
+use super::adam::{validate as validate_adam, State};
+use super::sgd::validate as validate_sgd;
+use super::{Adam, AdamConfig, Sgd, SgdConfig};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::str::FromStr;
 
 /// The metadata common to every optimizer: its type, parameter count and learning rate.
 fn header(kind: &str, params: usize, lr: f64) -> TensorFile {
     let mut f = TensorFile::new();
     f.set_metadata("optimizer", kind);
     f.set_metadata("params", params.to_string());
-    // `{:?}` of an f64 is the shortest decimal that parses back to the same bits.
-    f.set_metadata("lr", format!("{lr:?}"));
+    put(&mut f, "lr", lr);
     f
 }
 
-/// Checks the header and returns the learning rate.
-fn check_header(op: &'static str, kind: &str, params: usize, state: &TensorFile) -> Result<f64> {
-    let bad = |message: String| Error::invalid(op, "state", message);
-    match state.metadata("optimizer") {
-        Some(k) if k == kind => {}
-        Some(k) => return Err(bad(format!("is the state of a {k} optimizer, not {kind}"))),
-        None => return Err(bad("has no `optimizer` metadata entry".into())),
+/// A hyper-parameter as metadata: `{:?}`, for an f64 the shortest decimal that parses
+/// back to the same bits, for a bool `true` or `false`.
+fn put(f: &mut TensorFile, key: &str, value: impl Debug) {
+    f.set_metadata(key, format!("{value:?}"));
+}
+
+/// Reads an optimizer state and keeps account of what it read: every tensor and metadata
+/// entry must be read exactly once (a parameter's buffer, a hyper-parameter), and what is
+/// missing or left over is named in one error ([`Reader::finish`]).
+struct Reader<'a> {
+    op: &'static str,
+    state: &'a TensorFile,
+    used: BTreeSet<String>,
+    missing: Vec<String>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(op: &'static str, state: &'a TensorFile) -> Self {
+        Self {
+            op,
+            state,
+            used: BTreeSet::new(),
+            missing: Vec::new(),
+        }
     }
-    let n: usize = state
-        .metadata_parsed("params", "a parameter count")
-        .map_err(|e| bad(e.to_string()))?;
-    if n != params {
-        return Err(bad(format!(
-            "holds {n} parameters, the optimizer has {params}"
-        )));
+
+    fn bad(&self, message: String) -> Error {
+        Error::invalid(self.op, "state", message)
     }
-    let lr: f64 = state
-        .metadata_parsed("lr", "a learning rate")
-        .map_err(|e| bad(e.to_string()))?;
-    check_non_negative(op, "state.lr", lr)?;
-    Ok(lr)
+
+    /// The metadata entry `key` parsed; a missing one is recorded (and the default
+    /// returned, which the caller never uses: [`Reader::check`] fails first).
+    fn meta<T: FromStr + Default>(&mut self, key: &str, what: &str) -> Result<T> {
+        match self.state.metadata(key) {
+            Some(v) => {
+                self.used.insert(key.to_string());
+                v.parse()
+                    .map_err(|_| self.bad(format!("metadata entry `{key}` = `{v}` is not {what}")))
+            }
+            None => {
+                self.missing.push(key.to_string());
+                Ok(T::default())
+            }
+        }
+    }
+
+    /// The type, parameter count and learning rate; fails at once on another type or
+    /// count.
+    fn header(&mut self, kind: &str, params: usize) -> Result<f64> {
+        match self.state.metadata("optimizer") {
+            Some(k) if k == kind => {}
+            Some(k) => return Err(self.bad(format!("is the state of a {k} optimizer, not {kind}"))),
+            None => return Err(self.bad("has no `optimizer` metadata entry".into())),
+        }
+        self.used.insert("optimizer".into());
+        let n: usize = self.meta("params", "a parameter count")?;
+        self.check_missing()?;
+        if n != params {
+            return Err(self.bad(format!("holds {n} parameters, the optimizer has {params}")));
+        }
+        self.meta("lr", "a learning rate")
+    }
+
+    /// Whether the tensor `name` is there; if so it counts as read.
+    fn take(&mut self, name: &str) -> bool {
+        let there = self.state.contains(name);
+        if there {
+            self.used.insert(name.to_string());
+        }
+        there
+    }
+
+    /// Fails, naming them, when entries were missing (the hyper-parameters, read before
+    /// the buffers that depend on them).
+    fn check_missing(&self) -> Result<()> {
+        if self.missing.is_empty() {
+            Ok(())
+        } else {
+            Err(self.bad(format!("is incomplete: missing {:?}", self.missing)))
+        }
+    }
+
+    /// Fails, naming them, when entries were missing or entries no part of the state
+    /// reads are left over.
+    fn check(&self) -> Result<()> {
+        let left: Vec<String> = self
+            .state
+            .names()
+            .into_iter()
+            .map(str::to_string)
+            .chain(self.state.metadata_entries().map(|(k, _)| k.to_string()))
+            .filter(|k| !self.used.contains(k))
+            .collect();
+        match (self.missing.is_empty(), left.is_empty()) {
+            (true, true) => Ok(()),
+            (false, true) => Err(self.bad(format!("is incomplete: missing {:?}", self.missing))),
+            (true, false) => Err(self.bad(format!(
+                "holds entries that are no part of the state of this optimizer's parameters: {left:?}"
+            ))),
+            (false, false) => Err(self.bad(format!(
+                "is incomplete: missing {:?}; and holds entries that are no part of the state of this optimizer's parameters: {left:?}",
+                self.missing
+            ))),
+        }
+    }
+
+    /// [`Reader::check`] after every entry was read.
+    fn finish(self) -> Result<()> {
+        self.check()
+    }
 }
 
 /// Which values an optimizer buffer can hold: finite ones (momentum, first moments), or
@@ -102,7 +194,13 @@ fn buffer<B: Backend>(
 
 impl<B: Backend> Sgd<B> {
     pub(super) fn save_state(&self) -> Result<TensorFile> {
-        let mut f = header("Sgd", self.params.len(), self.config.lr);
+        let c = &self.config;
+        let mut f = header("Sgd", self.params.len(), c.lr);
+        put(&mut f, "momentum", c.momentum);
+        put(&mut f, "dampening", c.dampening);
+        put(&mut f, "weight_decay", c.weight_decay);
+        put(&mut f, "nesterov", c.nesterov);
+        put(&mut f, "maximize", c.maximize);
         for (i, b) in self.momentum_buffers.iter().enumerate() {
             if let Some(b) = b {
                 f.insert_tensor(&format!("state.{i}.momentum_buffer"), b)?;
@@ -113,25 +211,47 @@ impl<B: Backend> Sgd<B> {
 
     pub(super) fn restore_state(&mut self, state: &TensorFile) -> Result<()> {
         let op = "Sgd::load_state_dict";
-        let lr = check_header(op, "Sgd", self.params.len(), state)?;
+        let mut r = Reader::new(op, state);
+        let lr = r.header("Sgd", self.params.len())?;
+        let config = SgdConfig {
+            lr,
+            momentum: r.meta("momentum", "a momentum")?,
+            dampening: r.meta("dampening", "a dampening")?,
+            weight_decay: r.meta("weight_decay", "a weight decay")?,
+            nesterov: r.meta("nesterov", "true or false")?,
+            maximize: r.meta("maximize", "true or false")?,
+        };
+        r.check_missing()?;
+        validate_sgd(op, &config)?;
         let mut buffers = Vec::with_capacity(self.params.len());
         for (i, p) in self.params.iter().enumerate() {
+            // Only a step with momentum makes a buffer; one in a state without momentum
+            // is left over.
             let name = format!("state.{i}.momentum_buffer");
-            buffers.push(if state.contains(&name) {
+            buffers.push(if config.momentum != 0.0 && r.take(&name) {
                 Some(buffer(op, state, &name, p, Values::Finite)?)
             } else {
                 None
             });
         }
+        r.finish()?;
         self.momentum_buffers = buffers;
-        self.config.lr = lr;
+        self.config = config;
         Ok(())
     }
 }
 
 impl<B: Backend> Adam<B> {
     pub(super) fn save_state_as(&self, kind: &str) -> Result<TensorFile> {
-        let mut f = header(kind, self.params.len(), self.config.lr);
+        let c = &self.config;
+        let mut f = header(kind, self.params.len(), c.lr);
+        put(&mut f, "beta1", c.betas.0);
+        put(&mut f, "beta2", c.betas.1);
+        put(&mut f, "eps", c.eps);
+        put(&mut f, "weight_decay", c.weight_decay);
+        put(&mut f, "amsgrad", c.amsgrad);
+        put(&mut f, "maximize", c.maximize);
+        put(&mut f, "decoupled_weight_decay", c.decoupled_weight_decay);
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
             let step = i64::try_from(st.step).unwrap_or(i64::MAX);
@@ -151,62 +271,86 @@ impl<B: Backend> Adam<B> {
         kind: &str,
         state: &TensorFile,
     ) -> Result<()> {
-        let lr = check_header(op, kind, self.params.len(), state)?;
+        let mut r = Reader::new(op, state);
+        let lr = r.header(kind, self.params.len())?;
+        let config = AdamConfig {
+            lr,
+            betas: (
+                r.meta("beta1", "a decay rate")?,
+                r.meta("beta2", "a decay rate")?,
+            ),
+            eps: r.meta("eps", "an epsilon")?,
+            weight_decay: r.meta("weight_decay", "a weight decay")?,
+            amsgrad: r.meta("amsgrad", "true or false")?,
+            maximize: r.meta("maximize", "true or false")?,
+            decoupled_weight_decay: r.meta("decoupled_weight_decay", "true or false")?,
+        };
+        r.check_missing()?;
+        validate_adam(op, &config)?;
+        if kind == "AdamW" && !config.decoupled_weight_decay {
+            return Err(r.bad(
+                "is an AdamW state without decoupled weight decay (`decoupled_weight_decay` = false)".into(),
+            ));
+        }
         let mut slots = Vec::with_capacity(self.params.len());
         for (i, p) in self.params.iter().enumerate() {
-            let step_name = format!("state.{i}.step");
-            if !state.contains(&step_name) {
+            let name = |what: &str| format!("state.{i}.{what}");
+            let mut parts = vec!["step", "exp_avg", "exp_avg_sq"];
+            if config.amsgrad {
+                parts.push("max_exp_avg_sq");
+            }
+            // A parameter that has not stepped has no state; one that has, all of it.
+            let present: Vec<bool> = parts.iter().map(|w| r.take(&name(w))).collect();
+            if !present.contains(&true) {
                 slots.push(None);
                 continue;
             }
+            for (w, there) in parts.iter().zip(&present) {
+                if !there {
+                    r.missing.push(name(w));
+                }
+            }
+            if present.contains(&false) {
+                slots.push(None);
+                continue;
+            }
+            let step_name = name("step");
             let step = match state.ints(&step_name) {
                 Ok((s, v)) if s.is_empty() && v.len() == 1 && v[0] > 0 => v[0] as u64,
                 _ => {
-                    return Err(Error::invalid(
-                        op,
-                        "state",
-                        format!("entry `{step_name}` must be a positive integer of shape []"),
-                    ))
+                    return Err(r.bad(format!(
+                        "entry `{step_name}` must be a positive integer of shape []"
+                    )))
                 }
             };
-            let max_name = format!("state.{i}.max_exp_avg_sq");
-            let max_exp_avg_sq = match (self.config.amsgrad, state.contains(&max_name)) {
-                (true, _) => Some(buffer(op, state, &max_name, p, Values::NonNegative)?),
-                (false, false) => None,
-                (false, true) => {
-                    return Err(Error::invalid(
-                        op,
-                        "state",
-                        format!("entry `{max_name}` is an AMSGrad state; this optimizer does not use AMSGrad"),
-                    ))
-                }
-            };
-            let sq_name = format!("state.{i}.exp_avg_sq");
+            let sq_name = name("exp_avg_sq");
             let exp_avg_sq = buffer(op, state, &sq_name, p, Values::NonNegative)?;
-            if max_exp_avg_sq.is_some() {
+            let max_exp_avg_sq = if config.amsgrad {
+                let max_name = name("max_exp_avg_sq");
+                let max = buffer(op, state, &max_name, p, Values::NonNegative)?;
                 // AMSGrad keeps the running maximum of the second moment.
                 let (_, v) = state.floats(&sq_name)?;
                 let (_, m) = state.floats(&max_name)?;
                 if let Some(j) = v.iter().zip(m).position(|(v, m)| m < v) {
-                    return Err(Error::invalid(
-                        op,
-                        "state",
-                        format!(
-                            "entry `{max_name}` element {j} ({}) is below `{sq_name}` ({}): not a running maximum",
-                            m[j], v[j]
-                        ),
-                    ));
+                    return Err(r.bad(format!(
+                        "entry `{max_name}` element {j} ({}) is below `{sq_name}` ({}): not a running maximum",
+                        m[j], v[j]
+                    )));
                 }
-            }
+                Some(max)
+            } else {
+                None
+            };
             slots.push(Some(State {
                 step,
-                exp_avg: buffer(op, state, &format!("state.{i}.exp_avg"), p, Values::Finite)?,
+                exp_avg: buffer(op, state, &name("exp_avg"), p, Values::Finite)?,
                 exp_avg_sq,
                 max_exp_avg_sq,
             }));
         }
+        r.finish()?;
         self.state = slots;
-        self.config.lr = lr;
+        self.config = config;
         Ok(())
     }
 }

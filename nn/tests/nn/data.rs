@@ -364,3 +364,118 @@ fn the_loader_advances_its_own_position_and_restores_it() {
         assert!(none.iter().next().is_none());
     }
 }
+
+/// Set in the child process of the next test.
+const BATCHES_CHILD: &str = "EXACTGRAD_BATCHES_CHILD";
+
+/// `BatchSampler::batches` copied the epoch's order into its batches with infallible
+/// allocations: an epoch whose order fitted in memory but whose copy did not aborted the
+/// process. The child process limits its own address space to what it uses plus 96 MiB
+/// (with `prlimit`), then asks for an epoch of 2^23 items (a 64 MiB order): in one batch
+/// (now the order itself: the right answer), in two (a copy that no longer fits: an
+/// error), and as a loader's batch (whose indices are copied: an error). None may abort.
+#[cfg(target_os = "linux")]
+#[test]
+fn batches_that_memory_cannot_hold_are_an_error_not_an_abort() {
+    let n = 1usize << 23;
+    if std::env::var_os(BATCHES_CHILD).is_some() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let vm_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        let limit = (vm_kib + 96 * 1024) * 1024;
+        let limited = std::process::Command::new("prlimit")
+            .arg(format!("--pid={}", std::process::id()))
+            .arg(format!("--as={limit}"))
+            .status()
+            .is_ok_and(|s| s.success());
+        let one = BatchSampler::new(n, n).unwrap().batches(0).unwrap();
+        assert_eq!(one.len(), 1);
+        assert!(one[0].iter().enumerate().all(|(i, &j)| i == j));
+        drop(one);
+        let two = BatchSampler::new(n, n / 2).unwrap().batches(0);
+        match two {
+            Err(e) => {
+                assert!(limited, "refused without a limit: {e}");
+                assert!(e.to_string().contains("BatchSampler::batches"), "{e}");
+            }
+            Ok(b) => {
+                // Without prlimit the copy fits: then it must be right.
+                assert!(!limited, "two batches of 32 MiB copied under the limit");
+                assert_eq!(b.len(), 2);
+                assert!(b[1].iter().enumerate().all(|(i, &j)| j == n / 2 + i));
+            }
+        }
+        // A loader's batch of the whole epoch: the order (64 MiB, kept by the loader) and
+        // the batch's indices (another 64 MiB, which no longer fit).
+        struct Counting(usize);
+        impl exactgrad_nn::data::Dataset for Counting {
+            type Item = i64;
+            fn len(&self) -> usize {
+                self.0
+            }
+            fn get(&self, index: usize) -> exactgrad_nn::Result<i64> {
+                Ok(index as i64)
+            }
+        }
+        let loader = DataLoader::new(&ScalarRefBackend, Counting(n), n).unwrap();
+        match loader.iter().next().unwrap() {
+            Err(e) => assert!(
+                limited && e.to_string().contains("DataLoader::batch"),
+                "{e}"
+            ),
+            Ok(batch) => {
+                assert!(!limited, "a batch of 64 MiB built under the limit");
+                assert_eq!(batch.len(), n);
+            }
+        }
+        println!("child: batches returned (limited: {limited})");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "data::batches_that_memory_cannot_hold_are_an_error_not_an_abort",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(BATCHES_CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("child: batches returned"),
+        "child failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn batches_are_the_chunks_of_the_order() {
+    for (len, bs, drop_last) in [
+        (10, 3, false),
+        (10, 3, true),
+        (9, 3, true),
+        (2, 3, true),
+        (2, 3, false),
+        (0, 4, false),
+        (7, 7, false),
+    ] {
+        let s = BatchSampler::new(len, bs)
+            .unwrap()
+            .shuffle(4)
+            .drop_last(drop_last);
+        let order = s.order(2).unwrap();
+        let want: Vec<Vec<usize>> = order
+            .chunks(bs)
+            .filter(|c| !drop_last || c.len() == bs)
+            .map(<[usize]>::to_vec)
+            .collect();
+        assert_eq!(s.batches(2).unwrap(), want, "{len} {bs} {drop_last}");
+        assert_eq!(want.len(), s.num_batches());
+    }
+}

@@ -328,3 +328,67 @@ fn sizes_whose_products_overflow_are_errors() {
     assert!(d.image(d.len()).is_none());
     assert!(d.to_data(&[1 << 58]).is_err());
 }
+
+/// Two entries with one name: the state dict held one of them (the other's values were
+/// lost) and a load copied one value into both. Now both refuse, naming the key: a
+/// derived module whose field is renamed onto a child's entry, and a hand-written
+/// `visit` that reports one name twice.
+#[test]
+fn entries_with_one_name_are_refused_by_state_dict_and_load() {
+    use exactgrad_nn::checkpoint::LoadOptions;
+    use exactgrad_nn::{Dropout, Visitor};
+
+    #[derive(Module)]
+    struct Nested<B: exactgrad_core::Backend> {
+        a: Linear<B>,
+        #[module(rename = "a.bias", param)]
+        extra: Tensor<B>,
+    }
+    impl<B: exactgrad_core::Backend> Nested<B> {
+        fn forward(&self, x: &Tensor<B>) -> exactgrad_nn::Result<Tensor<B>> {
+            self.a.forward(x)
+        }
+    }
+    let mut rng = Philox::new(3);
+    let nested = Nested {
+        a: Linear::new(&BE, 2, 2, &mut rng).unwrap(),
+        extra: Tensor::from_vec(&BE, vec![7.0, 8.0], [2])
+            .unwrap()
+            .requires_grad()
+            .unwrap(),
+    };
+    let err = nested.state_dict().unwrap_err().to_string();
+    assert!(err.contains("\"a.bias\""), "{err}");
+    let mut file = exactgrad_nn::checkpoint::TensorFile::new();
+    file.insert_floats("a.weight", &[2, 2], vec![0.0; 4])
+        .unwrap();
+    file.insert_floats("a.bias", &[2], vec![1.0, 2.0]).unwrap();
+    let before = nested.extra.to_vec().unwrap();
+    let err = nested
+        .load_state_dict(&file, LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"a.bias\""), "{err}");
+    assert_eq!(nested.extra.to_vec().unwrap(), before, "nothing changed");
+
+    // Two streams of one name would be restored from one checkpoint entry.
+    struct Twice {
+        one: Dropout,
+        two: Dropout,
+    }
+    impl Module<B> for Twice {
+        fn forward(&self, x: &Tensor<B>) -> exactgrad_nn::Result<Tensor<B>> {
+            self.two.forward(&self.one.forward(x)?)
+        }
+        fn visit(&self, v: &mut Visitor<'_, B>) {
+            v.child("drop", &self.one);
+            v.child("drop", &self.two);
+        }
+    }
+    let twice = Twice {
+        one: Dropout::new(0.5).unwrap(),
+        two: Dropout::new(0.5).unwrap(),
+    };
+    let err = twice.state_dict().unwrap_err().to_string();
+    assert!(err.contains("stream drop.rng"), "{err}");
+}

@@ -299,8 +299,16 @@ unsafe fn drive<K: Kernel>(
     let npanels = n.div_ceil(nr);
     let b_shared = batch == 1 || spec.b_strides[0] == 0;
     let b_batches = if b_shared { 1 } else { batch };
-    let panel_len = k * nr;
-    let b_batch_len = npanels * panel_len;
+    // In checked arithmetic: `k` comes from the caller (an operand broadcast along `k` has
+    // any length up to `MatmulSpec::MAX_K`), and a product that wrapped to 0 was divided
+    // by below.
+    let too_large = || exactgrad_core::Error::TooLarge {
+        op: "matmul",
+        dims: vec![b_batches, npanels, k, nr],
+        limit: exactgrad_core::MAX_ELEMENTS,
+    };
+    let panel_len = k.checked_mul(nr).ok_or_else(too_large)?;
+    let b_batch_len = npanels.checked_mul(panel_len).ok_or_else(too_large)?;
     // A product with few rows per `B` reads each packed panel only a few times, so the
     // copy costs about as much as the products; with unit column stride the full panels
     // are then read in place (the same values in the same order: the same bits) when B
@@ -339,7 +347,7 @@ unsafe fn drive<K: Kernel>(
     // stays in level 1 or 2 instead of making a round trip through memory (the same copy,
     // so the same bits). The chunks are then ranges of panels, each packing its own.
     if !direct && batch == 1 && m <= blk.mc && npanels >= 2 {
-        let min_panels = MIN_CHUNK_MADDS.div_ceil(m * k * nr);
+        let min_panels = MIN_CHUNK_MADDS.div_ceil(m.saturating_mul(panel_len));
         let panels_per_chunk = npanels.div_ceil(target).max(min_panels);
         let chunks = npanels.div_ceil(panels_per_chunk);
         let slots = ctx.threads().min(chunks).min(MAX_CHUNKS);
@@ -366,7 +374,7 @@ unsafe fn drive<K: Kernel>(
     // most MAX_CHUNKS), none smaller than MIN_CHUNK_MADDS, a multiple of MR. The chunks
     // decide which thread computes an output, never how: no bit depends on them.
     let total_rows = batch * m;
-    let min_rows = MIN_CHUNK_MADDS.div_ceil(n * k);
+    let min_rows = MIN_CHUNK_MADDS.div_ceil(n.saturating_mul(k));
     let rows_per_chunk = total_rows.div_ceil(target).max(min_rows).div_ceil(mr) * mr;
     let chunks = total_rows.div_ceil(rows_per_chunk);
     debug_assert!(chunks <= MAX_CHUNKS);
@@ -381,7 +389,7 @@ unsafe fn drive<K: Kernel>(
     let slots = ctx.threads().min(chunks).min(MAX_CHUNKS);
     let apack_len =
         (blk.mc.min(rows_per_chunk).div_ceil(mr) * mr * blk.kc.min(k)).div_ceil(LINE) * LINE;
-    let blen = b_batches * b_batch_len;
+    let blen = b_batches.checked_mul(b_batch_len).ok_or_else(too_large)?;
     let mut bstore = buffers::buffer(&ctx.buffers, "matmul", blen + LINE - 1, false)?;
     let mut astore = buffers::buffer(&ctx.buffers, "matmul", slots * apack_len + LINE - 1, false)?;
     let bbuf = line_aligned(&mut bstore, blen);

@@ -352,3 +352,37 @@ fn the_tiles_of_the_block_rule_are_the_kernels() {
         shape(ScalarFast::MR, ScalarFast::NR)
     );
 }
+
+/// The driver on its own (without core's check): a reduction whose packed panel `k · NR`
+/// overflows is an error, not a division by the product wrapped to 0, on every path.
+#[test]
+fn a_reduction_whose_panel_overflows_is_an_error() {
+    let ctx = ComputeContext::new(1);
+    let (a, b) = (vec![1.0f32], vec![1.0f32]);
+    for isa in Isa::ALL {
+        if !isa.is_supported(ComputeMode::Exact) {
+            continue;
+        }
+        for (k, n) in [
+            (1usize << 60, 1),
+            (1 << 60, 300),
+            (1 << 63, 1),
+            (1 << 63, 300),
+        ] {
+            let spec = MatmulSpec {
+                batch: 1,
+                m: 1,
+                k,
+                n,
+                a_offset: 0,
+                a_strides: [0, 0, 0],
+                b_offset: 0,
+                b_strides: [0, 0, 0],
+            };
+            let mut out = vec![0.0f32; n];
+            // SAFETY: the path is supported on this CPU (checked above).
+            let r = unsafe { matmul::<Exact>(isa, &ctx, &spec, 0, &a, &b, &mut out) };
+            assert!(r.is_err(), "{isa:?}: k = {k}, n = {n} accepted");
+        }
+    }
+}
