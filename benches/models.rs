@@ -26,6 +26,10 @@
 //!   AdamW with learning rate 3e-4 and weight decay 0.01) of the GPT-style decoder
 //!   (`GptCase::pinned`: vocabulary 256, context 128, 6 pre-norm blocks of width 256 with
 //!   4 heads and a GELU feed-forward block of 1024) on 8 sequences of 128 tokens.
+//! - `step/resnet18/…/trace-steps`, `…/trace-ops` and the same for `step/gpt` (exact
+//!   mode): those steps with an operation trace recording at each level
+//!   (`docs/debugging.md`), streamed to a temporary file, for the overhead of tracing;
+//!   the summary gives each trace's records and bytes per step.
 //!
 //! Each benchmark's inputs are made only when it runs (a filtered-out benchmark makes
 //! nothing), so a profile of one benchmark (`--profile-time`) holds its own work.
@@ -52,6 +56,7 @@ use exactgrad::nn::reference::{
     ResNetCase,
 };
 use exactgrad::prelude::*;
+use exactgrad::trace::{TraceConfig, TraceLevel, TraceModel, TraceSteps};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -288,6 +293,96 @@ fn step<B: Backend, C: ReferenceCase<B> + 'static, O: Optimizer<B> + 'static>(
     })
 }
 
+/// [`step`] with an operation trace recording at `level` for as long as the benchmark
+/// runs (one trace step per training step, streamed to a temporary file); the file's
+/// records and bytes per step go to `sizes`.
+#[allow(clippy::too_many_arguments)]
+fn traced_step<
+    B: Backend,
+    M: Module<B>,
+    C: ReferenceCase<B> + 'static,
+    O: Optimizer<B> + 'static,
+>(
+    c: &mut Criterion,
+    label: &str,
+    level: TraceLevel,
+    make: impl FnOnce() -> C,
+    model: impl Fn(&C) -> &M,
+    optimizer: impl FnOnce(Vec<Tensor<B>>) -> O,
+    sizes: &RefCell<Vec<String>>,
+) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "exactgrad-bench-{}-{}.trace",
+        std::process::id(),
+        label.replace('/', "-")
+    ));
+    let line = bench(c, label, || {
+        let case = make();
+        let trace = TraceConfig::new(&path)
+            .level(level)
+            .model(model(&case))
+            .start()
+            .unwrap();
+        let mut opt = optimizer(case.parameters());
+        move || {
+            let _recording = &trace;
+            case.forward_backward().unwrap();
+            opt.step().unwrap();
+        }
+    });
+    if let Ok(mut steps) = TraceSteps::open(&[&path]) {
+        let (mut n, mut records) = (0u64, 0u64);
+        while let Ok(Some(s)) = steps.next_step() {
+            n += 1;
+            records += s.records.len() as u64;
+        }
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if n > 0 && records > 0 {
+            sizes.borrow_mut().push(format!(
+                "{label:<44} {:.0} records, {:.1} KiB per step; {:.1} bytes per record ({n} steps)",
+                records as f64 / n as f64,
+                bytes as f64 / n as f64 / 1024.0,
+                bytes as f64 / records as f64
+            ));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    line
+}
+
+/// The ResNet-18 and GPT steps with a trace at each level, beside the untraced steps of
+/// [`run`] (the overhead of tracing, `docs/debugging.md`).
+fn run_traced<B: Backend>(
+    c: &mut Criterion,
+    b: &B,
+    tag: &str,
+    summary: &mut Vec<String>,
+    sizes: &RefCell<Vec<String>>,
+) {
+    for level in [TraceLevel::Steps, TraceLevel::Ops] {
+        let label = format!("models/step/resnet18/{tag}/trace-{}", level.name());
+        summary.push(traced_step(
+            c,
+            &label,
+            level,
+            || ResNetCase::pinned(b).unwrap(),
+            |case| &case.model,
+            sgd_momentum,
+            sizes,
+        ));
+        let label = format!("models/step/gpt/{tag}/trace-{}", level.name());
+        summary.push(traced_step(
+            c,
+            &label,
+            level,
+            || GptCase::pinned(b).unwrap(),
+            |case| &case.model,
+            adamw,
+            sizes,
+        ));
+    }
+}
+
 /// Adam with learning rate 1e-3 (the conv net and encoder steps).
 fn adam<B: Backend>(params: Vec<Tensor<B>>) -> Adam<B> {
     Adam::new(params, AdamConfig::new(1e-3)).unwrap()
@@ -410,6 +505,7 @@ fn main() {
     let mut summary = Vec::new();
     let peaks = RefCell::new(Vec::new());
     let hashes = RefCell::new(Vec::new());
+    let sizes = RefCell::new(Vec::new());
     for threads in [1, 2] {
         let exact = Isa::best(ComputeMode::Exact);
         let b = ExactBackend::with_isa(exact, threads).unwrap();
@@ -420,6 +516,13 @@ fn main() {
             &mut summary,
             &peaks,
             &hashes,
+        );
+        run_traced(
+            &mut c,
+            &b,
+            &format!("exact/{exact}/t{threads}"),
+            &mut summary,
+            &sizes,
         );
         let fast = Isa::best(ComputeMode::Fast);
         let b = FastBackend::with_isa(fast, threads).unwrap();
@@ -441,6 +544,13 @@ fn main() {
     if !peaks.is_empty() {
         println!("\nPeak memory of one step (the backend's pool, docs/memory.md §5):");
         for line in peaks {
+            println!("{line}");
+        }
+    }
+    let sizes = sizes.into_inner();
+    if !sizes.is_empty() {
+        println!("\nOperation traces of the traced steps (docs/debugging.md):");
+        for line in sizes {
             println!("{line}");
         }
     }

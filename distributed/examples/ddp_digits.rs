@@ -7,7 +7,7 @@
 //! target/release/examples/ddp_digits                   # one process: the same hash
 //!   [--backend exact|scalar-ref|fast] [--isa avx512|avx2|v128|neon|scalar] [--threads N]
 //!   [--shards S] [--shuffle-shards SEED] [--epochs N] [--seed S] [--batch-size N]
-//!   [--hidden N] [--lr X] [--save PATH]
+//!   [--hidden N] [--lr X] [--save PATH] [--trace DIR]
 //! ```
 //!
 //! The model and data are those of the workspace's `digits` example: Linear(64,
@@ -18,12 +18,15 @@
 //! of processes ends with the same parameters. (The sharded mean gradient is rounded
 //! differently from the one-batch gradient of the `digits` example, so its hashes
 //! differ from that example's.) Rank 0 prints; `--save PATH` writes the final
-//! parameters (little-endian f32 in `state_dict` order) from rank 0 only.
+//! parameters (little-endian f32 in `state_dict` order) from rank 0 only. `--trace DIR`
+//! records an operation trace per rank, `DIR/rank{R}.trace`; `exactgrad trace diff DIR1
+//! DIR2` then compares two runs across world sizes (`docs/debugging.md`).
 
 use exactgrad::nn::data::{DataLoader, Digits};
 use exactgrad::nn::metrics::accuracy;
 use exactgrad::nn::{Linear, ModuleExt, Relu, Sequential};
 use exactgrad::prelude::*;
+use exactgrad::trace::{TraceConfig, TraceLevel, TraceModel};
 use exactgrad_distributed::{run, Assignment, Comm, DataParallel, DdpConfig, Error, Result};
 use std::time::Instant;
 
@@ -41,12 +44,13 @@ struct Args {
     hidden: usize,
     lr: f64,
     save: Option<String>,
+    trace: Option<String>,
 }
 
 const USAGE: &str =
     "usage: ddp_digits [--backend exact|scalar-ref|fast] [--isa avx512|avx2|v128|neon|scalar] \
 [--threads N] [--shards S] [--shuffle-shards SEED] [--epochs N] [--seed S] [--batch-size N] \
-[--hidden N] [--lr X] [--save PATH]";
+[--hidden N] [--lr X] [--save PATH] [--trace DIR]";
 
 fn parse_args() -> std::result::Result<Args, String> {
     let mut a = Args {
@@ -61,6 +65,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         hidden: 128,
         lr: 5e-3,
         save: None,
+        trace: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,6 +98,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--hidden" => a.hidden = num(&flag, &value)?,
             "--lr" => a.lr = num(&flag, &value)?,
             "--save" => a.save = Some(value),
+            "--trace" => a.trace = Some(value),
             _ => return Err(format!("unknown argument `{flag}`\n{USAGE}")),
         }
     }
@@ -117,6 +123,18 @@ fn train<B: Backend>(comm: &Comm, b: &B, args: &Args) -> Result<()> {
         DdpConfig::new(args.shards).with_assignment(assignment),
     )?;
     let mut opt = Adam::new(model.parameters(), AdamConfig::new(args.lr))?;
+    let trace = match &args.trace {
+        Some(dir) => {
+            let path = std::path::Path::new(dir).join(format!("rank{}.trace", comm.rank()));
+            let config = TraceConfig::new(path)
+                .level(TraceLevel::Ops)
+                .seed(args.seed)
+                .rank(comm.rank(), comm.size())
+                .model(&model);
+            Some(config.start().map_err(exactgrad::Error::from)?)
+        }
+        None => None,
+    };
     // Every rank draws the same batches; each computes only its shards' examples.
     let loader = DataLoader::new(b, &split.train, args.batch_size)?.shuffle(args.seed ^ 0x5eed);
     let say = |line: String| {
@@ -163,6 +181,13 @@ fn train<B: Backend>(comm: &Comm, b: &B, args: &Args) -> Result<()> {
             epoch + 1,
             args.epochs,
             total / split.train.len() as f64
+        ));
+    }
+    if let Some(t) = trace {
+        let summary = t.finish().map_err(exactgrad::Error::from)?;
+        say(format!(
+            "trace: {} steps, {} records, {} bytes on rank 0",
+            summary.steps, summary.records, summary.bytes
         ));
     }
     let params = model.parameters();

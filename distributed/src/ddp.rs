@@ -6,6 +6,7 @@ use crate::plan::{DdpConfig, ReductionPlan, Shard, ShardResults, StepReport};
 use crate::tree::{self, Node};
 use exactgrad::nn::{Module, ModuleExt};
 use exactgrad::prelude::*;
+use exactgrad::trace::{self, Kind, Value};
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Root};
@@ -366,6 +367,9 @@ impl<B: Backend> DataParallel<B> {
                 range: self.shard_range(s, batch),
                 step: self.step,
             };
+            // The shard's records form a section of the step of their own, so that the
+            // traces of every world size merge into one sequence (docs/debugging.md).
+            let _section = trace::shard(s);
             let losses = shard_loss(&shard)?;
             if losses.dims() != [shard.range.len()] {
                 return Err(Error::invalid(
@@ -394,6 +398,11 @@ impl<B: Backend> DataParallel<B> {
             leaf.extend(now.iter().zip(&buffers0).map(|(&b, &b0)| b - b0));
             leaf.push(total.item()?);
             leaf.push(shard.range.len() as f32);
+            // What this shard sends: its gradients, buffer changes, loss and count.
+            let mut rec = trace::record(Kind::Reduction, "shard_contribution")
+                .attr("shard", Value::Int(s as i64));
+            rec.host("contribution", &[leaf.len()], &leaf, true);
+            rec.write();
             leaves[s] = Some(leaf);
         }
         for (_, p) in &self.params {
@@ -461,6 +470,24 @@ impl<B: Backend> DataParallel<B> {
             at += n;
         }
         install(&self.buffers, &reduced[g..g + nb])?;
+        if trace::is_recording() {
+            // The combination: the same on every rank and every world size, with the
+            // installed gradients and buffers as outputs (the optimizer's records read
+            // them from here).
+            let mut rec = trace::record(Kind::Reduction, "combine")
+                .attr("shards", Value::Int(self.config.shards as i64))
+                .attr("batch", Value::Int(batch as i64));
+            rec.host("combined", &[reduced.len()], &reduced, true);
+            for (name, p) in &self.params {
+                if let Some(g) = p.grad() {
+                    rec.output(&format!("grad {name}"), &g);
+                }
+            }
+            for (name, t) in &self.buffers {
+                rec.output(&format!("buffer {name}"), t);
+            }
+            rec.write();
+        }
         let loss = reduced[g + nb] / batch as f32;
         self.scratch.gathered = reduced;
         let exchange = start.elapsed();

@@ -390,6 +390,57 @@ fn worker_bad_input(comm: &Comm) -> Result<()> {
     Ok(())
 }
 
+/// Trains the conv net for 3 steps on this rank's exact backend (every rank another path
+/// or thread count), traced at the operations level into `DIR/rank{R}.trace`; with
+/// `change` = `lr`, the learning rate is halved before step 2.
+fn worker_trace(comm: &Comm, dir: &str, change: &str) -> Result<()> {
+    let choices = exact_choices();
+    let (r, p) = (comm.rank(), comm.size());
+    match choices[(r + p - 1) % choices.len()] {
+        None => trace_run(comm, &ScalarRefBackend, dir, change),
+        Some(isa) => {
+            let b =
+                ExactBackend::with_isa(isa, 1 + r % 2).map_err(|e| Error::Mpi(e.to_string()))?;
+            trace_run(comm, &b, dir, change)
+        }
+    }
+}
+
+fn trace_run<B: Backend>(comm: &Comm, b: &B, dir: &str, change: &str) -> Result<()> {
+    use exactgrad::trace::{TraceConfig, TraceLevel, TraceModel};
+    let data = Digits::bundled().split()?.train;
+    let model = conv_net(b, 1)?;
+    let mut ddp = DataParallel::new(comm, &model, DdpConfig::new(SHARDS))?;
+    let mut opt = Adam::new(model.parameters(), AdamConfig::new(1e-2))?;
+    let path = std::path::Path::new(dir).join(format!("rank{}.trace", comm.rank()));
+    let trace = TraceConfig::new(path)
+        .level(TraceLevel::Ops)
+        .rank(comm.rank(), comm.size())
+        .model(&model)
+        .start()
+        .map_err(exactgrad::Error::from)?;
+    let batches = BatchSampler::new(data.len(), BATCH)?
+        .shuffle(3)
+        .batches(0)?;
+    for (step, batch) in batches.iter().take(3).enumerate() {
+        if step == 1 && change == "lr" {
+            opt.set_lr(5e-3)?;
+        }
+        ddp.step(batch.len(), |shard| -> Result<Tensor<B>> {
+            Ok(losses_of(
+                b,
+                &model,
+                &data,
+                &batch[shard.range.clone()],
+                true,
+            )?)
+        })?;
+        opt.step()?;
+    }
+    trace.finish().map_err(exactgrad::Error::from)?;
+    Ok(())
+}
+
 fn worker(args: &[String]) -> Result<()> {
     let scenario = args.first().map(String::as_str).unwrap_or("");
     let arg = args.get(1).cloned().unwrap_or_default();
@@ -407,6 +458,7 @@ fn worker(args: &[String]) -> Result<()> {
                 expect_refusal(comm, &mlp(&b, 32, 1)?, DdpConfig::new(shards))
             }
             "root_file" => worker_root_file(comm, &arg),
+            "trace" => worker_trace(comm, &arg, args.get(2).map_or("", String::as_str)),
             "bad_input" => worker_bad_input(comm),
             "panic" => {
                 train(comm, &b, Model::Mlp, DdpConfig::new(SHARDS), Fault::Panic).map(|_| ())
@@ -713,6 +765,57 @@ fn driver() -> usize {
         }
         for l in lines.iter().filter(|l| l.starts_with("BAD-INPUT rank 0")) {
             println!("    {l}");
+        }
+        Ok(())
+    });
+    // Traces: one per rank, merged by the diff into a sequence that does not depend on the
+    // number of processes (docs/debugging.md).
+    let dir = |name: &str| {
+        let d =
+            std::env::temp_dir().join(format!("exactgrad-ddp-trace-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("a temporary directory");
+        d
+    };
+    let (one, three, changed) = (dir("np1"), dir("np3"), dir("np3-lr"));
+    let traced = |np: usize,
+                  d: &std::path::Path,
+                  change: &str|
+     -> std::result::Result<Vec<std::path::PathBuf>, String> {
+        let o = mpirun(np, "trace", &[&d.to_string_lossy(), change], LIMIT);
+        if !o.success {
+            return Err(explain(&o, "a traced run failed"));
+        }
+        exactgrad::trace::run_files(&d.to_string_lossy()).map_err(|e| e.to_string())
+    };
+    test("trace_at_1_and_3_processes_is_identical", &mut || {
+        let a = traced(1, &one, "")?;
+        let b = traced(3, &three, "")?;
+        if b.len() != 3 {
+            return Err(format!("{} trace files for 3 ranks", b.len()));
+        }
+        let report = exactgrad::trace::diff::diff(&a, &b).map_err(|e| e.to_string())?;
+        if !report.identical() || report.steps != 3 {
+            return Err(format!("1 and 3 processes differ:\n{report}"));
+        }
+        if !report.notes.is_empty() {
+            return Err(format!("the ranks disagree:\n{report}"));
+        }
+        Ok(())
+    });
+    test("trace_names_a_rate_changed_at_step_2_np3", &mut || {
+        let a = exactgrad::trace::run_files(&one.to_string_lossy()).map_err(|e| e.to_string())?;
+        let b = traced(3, &changed, "lr")?;
+        let report = exactgrad::trace::diff::diff(&a, &b).map_err(|e| e.to_string())?;
+        let rc = report
+            .root_cause
+            .as_ref()
+            .ok_or_else(|| format!("no root cause:\n{report}"))?;
+        let r = &rc.records.a;
+        if (r.kind, r.id.step) != (exactgrad::trace::Kind::Optimizer, 2)
+            || !rc.state.iter().any(|(k, ..)| k == "lr")
+        {
+            return Err(format!("another root cause:\n{report}"));
         }
         Ok(())
     });

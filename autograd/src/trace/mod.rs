@@ -637,6 +637,15 @@ impl RecordBuilder {
         self
     }
 
+    /// Host values the record reads (`output = false`) or writes, of `shape` (a buffer of
+    /// a data-parallel exchange).
+    pub fn host(&mut self, name: &str, shape: &[usize], values: &[f32], output: bool) -> &mut Self {
+        if let Some(p) = &mut self.pending {
+            p.host(name, shape, values, output);
+        }
+        self
+    }
+
     /// Writes the record; its id when a trace records.
     pub fn write(self) -> Option<RecordId> {
         self.pending.map(recorder::Pending::write)

@@ -1003,6 +1003,24 @@ impl Pending {
         }
     }
 
+    pub(crate) fn host(&mut self, name: &str, shape: &[usize], v: &[f32], output: bool) {
+        let keep = with_any(|r| v.len() <= r.values_up_to).unwrap_or(false);
+        let info = TensorInfo {
+            name: name.to_string(),
+            param: None,
+            from: None,
+            dtype: Dtype::F32,
+            shape: shape.to_vec(),
+            digest: Some(TraceHasher::of(v)),
+            values: (keep || self.capture).then(|| v.to_vec()),
+        };
+        if output {
+            self.record.outputs.push(info);
+        } else {
+            self.record.inputs.push(info);
+        }
+    }
+
     pub(crate) fn write(self) -> RecordId {
         let Pending {
             record,
