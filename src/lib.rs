@@ -79,6 +79,11 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../docs/memory.md")]
 pub struct MemoryDoctests;
 
+/// The code blocks of `docs/debugging.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/debugging.md")]
+pub struct DebuggingDoctests;
+
 /// What a user needs for most programs: tensors, backends, modes, the operators' option
 /// structs, losses, layers, optimizers, schedulers, checkpoints, the data set and loader,
 /// and the grad-mode guard. Every fallible call among them returns

@@ -454,7 +454,12 @@ impl Recorder {
         id: RecordId,
         digest: Option<u64>,
     ) -> TensorInfo {
-        let d = digest.unwrap_or_else(|| digest_of(t));
+        // A tensor the trace already knows unchanged (a gradient a rule passes through)
+        // keeps its digest; anything else is digested now.
+        let d = digest.unwrap_or_else(|| match valid_tag(self.session, t) {
+            Some(tag) => tag.digest,
+            None => digest_of(t),
+        });
         set_tag(self.session, t, d, Some(id));
         let values = (t.numel() <= self.values_up_to)
             .then(|| t.to_vec().ok())
