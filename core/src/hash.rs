@@ -324,8 +324,9 @@ mod tests {
         let word = u64::from(1.0f32.to_bits()) | u64::from((-2.5f32).to_bits()) << 32;
         let mut lanes = TraceHasher::LANE_SEEDS;
         lanes[0] = (lanes[0] ^ word).wrapping_mul(TRACE_P).rotate_left(31);
-        for l in 1..4 {
-            lanes[l] = (lanes[l] ^ 0).wrapping_mul(TRACE_P).rotate_left(31);
+        // Lanes 1 to 3 take the zero words that complete the block.
+        for lane in &mut lanes[1..] {
+            *lane = lane.wrapping_mul(TRACE_P).rotate_left(31);
         }
         let mut h = 2u64.wrapping_mul(TRACE_P) ^ 0x2545_F491_4F6C_DD1D;
         for a in lanes {

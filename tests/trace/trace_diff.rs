@@ -69,7 +69,7 @@ impl BackendImpl for OneUlpOff {
     fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> CoreResult<()> {
         let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let MatmulArgs { spec, a, b, out } = args.into_inner();
-        ScalarRefBackend.matmul(&spec, a, b, &mut *out)?;
+        ScalarRefBackend.matmul(spec, a, b, &mut *out)?;
         if n == self.bad_call {
             if let Some(v) = out.first_mut() {
                 *v = f32::from_bits(v.to_bits() + 1);

@@ -171,6 +171,10 @@ fn to_isize(v: &[usize]) -> Vec<isize> {
     v.iter().map(|&d| d as isize).collect()
 }
 
+/// The outputs of a replayed forward operation, and the leaves made for a backward replay
+/// (by input role).
+type Replayed<B> = (Vec<Tensor<B>>, Vec<(String, Tensor<B>)>);
+
 /// Runs the forward operation of record `r` on the captured inputs; returns its outputs
 /// in the record's order (the leaves made for a backward replay are `leaves`).
 fn run_forward<B: Backend>(
@@ -178,7 +182,7 @@ fn run_forward<B: Backend>(
     r: &Record,
     ints: &[(String, Vec<i64>)],
     leaves: &[&str],
-) -> Result<(Vec<Tensor<B>>, Vec<(String, Tensor<B>)>)> {
+) -> Result<Replayed<B>> {
     let inp = Inputs { b, record: r, ints };
     let mut made: Vec<(String, Tensor<B>)> = Vec::new();
     let mut leaf = |name: &str| -> Result<Tensor<B>> {
