@@ -134,22 +134,32 @@ fn train<B: Backend>(b: &B, run: &Run, path: &Path) -> exactgrad::Result<TraceSu
                     opt.set_lr(lr)?;
                 }
             }
-            let x = match run.arch {
-                Arch::Mlp => batch.inputs.clone(),
-                Arch::ConvNet => batch.inputs.reshape([batch.targets.len(), 1, 8, 8])?,
-            };
-            let loss = model
-                .forward(&x)?
-                .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
-            opt.clear_grad();
-            loss.backward()?;
-            opt.step()?;
+            train_step(&model, &mut opt, run.arch, batch)?;
             if step == run.steps {
                 break;
             }
         }
     }
     Ok(trace.finish()?)
+}
+
+/// One training step of `model` on `batch` (images `[N, 1, 8, 8]` for the conv net).
+fn train_step<B: Backend>(
+    model: &Sequential<B>,
+    opt: &mut dyn Optimizer<B>,
+    arch: Arch,
+    batch: Batch<B>,
+) -> exactgrad::Result<()> {
+    let x = match arch {
+        Arch::Mlp => batch.inputs.clone(),
+        Arch::ConvNet => batch.inputs.reshape([batch.targets.len(), 1, 8, 8])?,
+    };
+    let loss = model
+        .forward(&x)?
+        .cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
+    opt.clear_grad();
+    loss.backward()?;
+    opt.step()
 }
 
 /// The diff of two traces.

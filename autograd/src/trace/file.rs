@@ -374,7 +374,10 @@ struct SegmentScan {
 }
 
 fn scan(r: &mut impl Read, path: &Path, len: u64) -> Result<Scan, ReadError> {
-    let mut frames = Frames::new(r, path, len)?;
+    scan_frames(&mut Frames::new(r, path, len)?, path)
+}
+
+fn scan_frames<R: Read>(frames: &mut Frames<R>, path: &Path) -> Result<Scan, ReadError> {
     let mut segments = Vec::new();
     let mut valid_len = 12;
     while let Some(f) = frames.next_frame()? {
@@ -451,24 +454,9 @@ struct FileSteps {
 
 impl FileSteps {
     fn open(path: &Path) -> Result<(Self, Vec<Header>, Vec<String>), ReadError> {
-        let io = |e| ReadError::Io {
-            path: path.to_path_buf(),
-            error: e,
-        };
-        let file = File::open(path).map_err(io)?;
-        let len = file
-            .metadata()
-            .map_err(|e| ReadError::Io {
-                path: path.to_path_buf(),
-                error: e,
-            })?
-            .len();
-        let s = scan(&mut BufReader::new(file), path, len)?;
-        let file = File::open(path).map_err(|e| ReadError::Io {
-            path: path.to_path_buf(),
-            error: e,
-        })?;
-        let frames = Frames::new(BufReader::with_capacity(1 << 16, file), path, len)?;
+        let mut first = open_frames(path)?;
+        let s = scan_frames(&mut first, path)?;
+        let frames = open_frames(path)?;
         let mut notes = Vec::new();
         if s.torn {
             notes.push(format!(
@@ -726,20 +714,15 @@ impl TraceSteps {
     }
 }
 
+/// The frames of the trace file at `path`, from its start.
 fn open_frames(path: &Path) -> Result<Frames<BufReader<File>>, ReadError> {
-    let io = |e| ReadError::Io {
+    let io = |error| ReadError::Io {
         path: path.to_path_buf(),
-        error: e,
+        error,
     };
     let file = File::open(path).map_err(io)?;
-    let len = file
-        .metadata()
-        .map_err(|e| ReadError::Io {
-            path: path.to_path_buf(),
-            error: e,
-        })?
-        .len();
-    Frames::new(BufReader::new(file), path, len)
+    let len = file.metadata().map_err(io)?.len();
+    Frames::new(BufReader::with_capacity(1 << 16, file), path, len)
 }
 
 /// Every capture in a trace or capture file.
