@@ -296,6 +296,8 @@ kernel_args! {
     CopyStridedArgs<'a, F> { src: F::View<'a>, layout: &'a Layout, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::unary`].
     UnaryArgs<'a, F> { op: UnaryOp, x: F::View<'a>, out: F::ViewMut<'a> }
+    /// The arguments of [`Backend::digest`].
+    DigestArgs<'a, F> { x: F::View<'a> }
     /// The arguments of [`Backend::unary_backward`].
     UnaryBackwardArgs<'a, F> { op: UnaryOp, x: F::View<'a>, y: F::View<'a>, g: F::View<'a>, out: F::ViewMut<'a> }
     /// The arguments of [`Backend::binary`].
@@ -506,6 +508,14 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
 
     /// [`Backend::copy_strided`] on checked arguments.
     fn copy_strided_impl(&self, args: Checked<CopyStridedArgs<'_, Self::Views>>) -> Result<()>;
+
+    /// [`Backend::digest`] on checked arguments. The default digests the elements on the
+    /// host with the scalar reference ([`crate::TraceHasher`]); a backend may digest its
+    /// blocks in parallel or with vector units, and must give the same value.
+    fn digest_impl(&self, args: Checked<DigestArgs<'_, Self::Views>>) -> Result<u64> {
+        let x = Self::to_host(args.into_inner().x)?;
+        Ok(crate::TraceHasher::of(&x))
+    }
 
     /// [`Backend::unary`] on checked arguments.
     fn unary_impl(&self, args: Checked<UnaryArgs<'_, Self::Views>>) -> Result<()>;
@@ -913,6 +923,15 @@ pub trait Backend: BackendImpl + sealed::Sealed {
             src: Self::shorten(src),
             layout,
             out: Self::shorten_mut(out),
+        }))
+    }
+
+    /// The trace digest of the elements of `x` ([`crate::TraceHasher`]): what an operation
+    /// trace records of a tensor (`docs/debugging.md`). Integer arithmetic only, so the
+    /// same on every backend, path and thread count.
+    fn digest(&self, x: ViewOf<'_, Self>) -> Result<u64> {
+        self.digest_impl(Checked::new(DigestArgs {
+            x: Self::shorten(x),
         }))
     }
 

@@ -60,31 +60,43 @@ impl GradHasher {
 /// The trace digest: a fast 64-bit digest of f32 bit patterns (and of integer data) that
 /// an operation trace records for every tensor (`docs/debugging.md`, "The digest").
 ///
-/// Definition: the elements' bit patterns in row-major order, each NaN replaced by the
-/// canonical NaN `0x7FC00000` (so that NaN payloads, which fast mode may leave differing
-/// between machines, never count as a difference), are taken in pairs as 64-bit words
-/// `w = lo | hi << 32`, and the words in blocks of four, the last block completed with
-/// zero words. Word `l` of every block goes to lane `l`, whose state `a` (initially
-/// [`TraceHasher::LANE_SEEDS`]) becomes `rotl((a ^ w) · P, 31)` with
-/// `P = 0x9E3779B97F4A7C15` (wrapping). The digest is `h = n · P ^ D` (`n` the number of
-/// elements, `D = 0x2545F4914F6CDD1D`), then `h = fmix(h ^ a_l)` for the lanes in order,
-/// and last `fmix(h ^ n)`, where `fmix` is MurmurHash3's 64-bit finalizer.
+/// Definition. The elements' bit patterns in row-major order, each NaN replaced by the
+/// canonical NaN `0x7FC00000` (NaN payloads, which fast mode may leave differing between
+/// machines, never count as a difference), are cut into **blocks** of
+/// [`TraceHasher::BLOCK`] elements (the last one shorter). A block is digested in
+/// **chunks** of 32 elements (the last chunk completed with zeros): element pairs form
+/// 64-bit words `w_l = e[2l] | e[2l+1] << 32`, and word `l` of each chunk goes to lane `l`
+/// of 16 ([`TraceHasher::LANES`]), whose state `a` — initially
+/// `seed_l = fmix((l + 1) · P)` with `P = 0x9E3779B97F4A7C15` — becomes
+/// `rotl((a ^ w) · P, 31)` (wrapping). The block's digest is `h = m · P ^ 0x6A09E667F3BCC909`
+/// (`m` its element count), `h = fmix(h ^ a_l)` for the lanes in order, then
+/// `fmix(h ^ m)`. The digest of the whole is `h = D`, then `h = fmix(h ^ d_b)` for the
+/// blocks' digests in order, then `fmix(h ^ n · P)` (`n` the element count,
+/// `D = 0x2545F4914F6CDD1D`). `fmix` is MurmurHash3's 64-bit finalizer.
 ///
-/// Each step of a lane is a bijection of its state for a fixed word and of the word for a
-/// fixed state, so two inputs of one length that differ in a single word always give
-/// different lane states, and `fmix` is a bijection: a difference confined to one lane
-/// always changes the digest. Integer data (class labels, indices) is fed with
-/// [`TraceHasher::update_i64`]: each integer as two words (low, high, not canonicalised,
-/// so `n` counts two per integer) and `D = 0x9C6E6B2AF0D13E47`, a domain of its own.
+/// Every step is a bijection of a lane's state for a fixed word and of the word for a
+/// fixed state, and `fmix` is a bijection, so two inputs of one length that differ in a
+/// single element always get different digests. Blocks are independent, so a backend may
+/// digest them on several threads, and sixteen lanes suit vector units
+/// (`BackendImpl::digest_impl`); the result never depends on either. Integer data
+/// (class labels, indices) is fed with [`TraceHasher::update_i64`]: each integer as two
+/// 32-bit words (low, high, not canonicalised, so `n` counts two per integer) and
+/// `D = 0x9C6E6B2AF0D13E47`, a domain of its own.
 ///
-/// The digest is integer arithmetic only: the same on every platform. Feeding a tensor in
-/// pieces gives the digest of the whole (the pieces' boundaries do not matter).
+/// The digest is integer arithmetic only: the same on every platform. Feeding the
+/// elements in pieces gives the digest of the whole (the pieces' boundaries do not
+/// matter).
 #[derive(Clone, Debug)]
 pub struct TraceHasher {
-    lanes: [u64; 4],
-    /// Words of an incomplete block of eight.
-    pending: [u32; 8],
+    /// The lanes of the current block.
+    block: BlockLanes,
+    /// Words of the current incomplete chunk.
+    pending: [u32; 32],
     buffered: usize,
+    /// Elements (words) taken into the current block, complete chunks and pending.
+    in_block: usize,
+    /// The chain over the completed blocks' digests.
+    chain: u64,
     count: u64,
     domain: u64,
 }
@@ -97,6 +109,12 @@ impl Default for TraceHasher {
 
 /// The lanes' multiplier (odd: multiplication by it is a bijection).
 const TRACE_P: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The domain constant of float data.
+const DOMAIN_F32: u64 = 0x2545_F491_4F6C_DD1D;
+/// The domain constant of integer data.
+const DOMAIN_I64: u64 = 0x9C6E_6B2A_F0D1_3E47;
+/// The constant of a block's fold.
+const BLOCK_FOLD: u64 = 0x6A09_E667_F3BC_C909;
 
 /// MurmurHash3's 64-bit finalizer (a bijection).
 #[inline]
@@ -110,7 +128,7 @@ pub const fn fmix64(mut h: u64) -> u64 {
 
 /// The canonical form of an f32 bit pattern for the digest: every NaN becomes 0x7FC00000.
 #[inline(always)]
-fn canonical_bits(w: u32) -> u32 {
+pub const fn canonical_bits(w: u32) -> u32 {
     if w & 0x7fff_ffff > 0x7f80_0000 {
         0x7fc0_0000
     } else {
@@ -118,58 +136,159 @@ fn canonical_bits(w: u32) -> u32 {
     }
 }
 
+/// The sixteen lanes of one block of the trace digest (see [`TraceHasher`]): what a
+/// vectorised digest of a block starts from, updates chunk by chunk, and finishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockLanes {
+    /// The lanes' states.
+    pub lanes: [u64; 16],
+}
+
+impl Default for BlockLanes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BlockLanes {
+    /// The lanes' initial states, `fmix((l + 1) · P)`.
+    pub const SEEDS: [u64; 16] = {
+        let mut s = [0u64; 16];
+        let mut l = 0;
+        while l < 16 {
+            s[l] = fmix64((l as u64 + 1).wrapping_mul(TRACE_P));
+            l += 1;
+        }
+        s
+    };
+
+    /// The lanes of a block before any chunk.
+    pub const fn new() -> Self {
+        Self { lanes: Self::SEEDS }
+    }
+
+    /// One lane's step with word `w`: `rotl((a ^ w) · P, 31)`.
+    #[inline(always)]
+    pub const fn step(a: u64, w: u64) -> u64 {
+        (a ^ w).wrapping_mul(TRACE_P).rotate_left(31)
+    }
+
+    /// Takes one chunk of 32 words (already canonical where they are floats).
+    #[inline(always)]
+    pub fn absorb(&mut self, w: &[u32; 32]) {
+        for (l, lane) in self.lanes.iter_mut().enumerate() {
+            let word = u64::from(w[2 * l]) | u64::from(w[2 * l + 1]) << 32;
+            *lane = Self::step(*lane, word);
+        }
+    }
+
+    /// Takes the elements of `values` (whole chunks, then a last one completed with
+    /// zeros), canonicalising NaNs: the scalar form of a block's chunks.
+    pub fn absorb_f32(&mut self, values: &[f32]) {
+        let mut buf = [0u32; 32];
+        for c in values.chunks(32) {
+            buf.iter_mut().for_each(|w| *w = 0);
+            for (d, v) in buf.iter_mut().zip(c) {
+                *d = canonical_bits(v.to_bits());
+            }
+            self.absorb(&buf);
+        }
+    }
+
+    /// The digest of a block of `m` elements whose chunks these lanes took.
+    pub fn finish(&self, m: u64) -> u64 {
+        let mut h = m.wrapping_mul(TRACE_P) ^ BLOCK_FOLD;
+        for a in self.lanes {
+            h = fmix64(h ^ a);
+        }
+        fmix64(h ^ m)
+    }
+}
+
 impl TraceHasher {
-    /// The initial states of the four lanes.
-    pub const LANE_SEEDS: [u64; 4] = [
-        0x243F_6A88_85A3_08D3,
-        0x1319_8A2E_0370_7344,
-        0xA409_3822_299F_31D0,
-        0x082E_FA98_EC4E_6C89,
-    ];
+    /// Elements per block.
+    pub const BLOCK: usize = 1 << 16;
+    /// Lanes per block.
+    pub const LANES: usize = 16;
 
     /// A hasher in its initial state (the digest of no elements so far).
     pub const fn new() -> Self {
         Self {
-            lanes: Self::LANE_SEEDS,
-            pending: [0; 8],
+            block: BlockLanes::new(),
+            pending: [0; 32],
             buffered: 0,
+            in_block: 0,
+            chain: DOMAIN_F32,
             count: 0,
-            domain: 0x2545_F491_4F6C_DD1D,
+            domain: DOMAIN_F32,
         }
     }
 
-    #[inline(always)]
-    fn block(lanes: &mut [u64; 4], w: &[u32; 8]) {
-        for (l, lane) in lanes.iter_mut().enumerate() {
-            let word = u64::from(w[2 * l]) | u64::from(w[2 * l + 1]) << 32;
-            *lane = (*lane ^ word).wrapping_mul(TRACE_P).rotate_left(31);
-        }
+    /// The digest of one block of at most [`TraceHasher::BLOCK`] elements (the scalar
+    /// reference of a vectorised block digest).
+    pub fn block_digest(values: &[f32]) -> u64 {
+        let mut b = BlockLanes::new();
+        b.absorb_f32(values);
+        b.finish(values.len() as u64)
     }
 
+    /// The digest of `n` float elements whose blocks have the digests `blocks`, in
+    /// order.
+    pub fn combine(n: u64, blocks: impl IntoIterator<Item = u64>) -> u64 {
+        let mut h = DOMAIN_F32;
+        for d in blocks {
+            h = fmix64(h ^ d);
+        }
+        fmix64(h ^ n.wrapping_mul(TRACE_P))
+    }
+
+    /// Takes canonical words, continuing the sequence.
     fn words(&mut self, mut words: &[u32]) {
-        self.count = self.count.wrapping_add(words.len() as u64);
-        if self.buffered > 0 {
-            let take = (8 - self.buffered).min(words.len());
-            self.pending[self.buffered..self.buffered + take].copy_from_slice(&words[..take]);
-            self.buffered += take;
-            words = &words[take..];
-            if self.buffered < 8 {
-                return;
+        while !words.is_empty() {
+            // Never past the end of the current block.
+            let room = Self::BLOCK - self.in_block;
+            let take = room.min(words.len());
+            let (now, rest) = words.split_at(take);
+            words = rest;
+            self.in_block += take;
+            self.count = self.count.wrapping_add(take as u64);
+            let mut now = now;
+            if self.buffered > 0 {
+                let fill = (32 - self.buffered).min(now.len());
+                self.pending[self.buffered..self.buffered + fill].copy_from_slice(&now[..fill]);
+                self.buffered += fill;
+                now = &now[fill..];
+                if self.buffered == 32 {
+                    let p = self.pending;
+                    self.block.absorb(&p);
+                    self.buffered = 0;
+                }
             }
-            let p = self.pending;
-            Self::block(&mut self.lanes, &p);
-            self.buffered = 0;
+            let mut chunks = now.chunks_exact(32);
+            for c in &mut chunks {
+                self.block.absorb(c.try_into().expect("chunks of 32"));
+            }
+            let tail = chunks.remainder();
+            self.pending[..tail.len()].copy_from_slice(tail);
+            self.buffered += tail.len();
+            if self.in_block == Self::BLOCK {
+                self.close_block();
+            }
         }
-        let mut chunks = words.chunks_exact(8);
-        let mut lanes = self.lanes;
-        for c in &mut chunks {
-            let c: &[u32; 8] = c.try_into().expect("chunks of eight");
-            Self::block(&mut lanes, c);
+    }
+
+    /// Ends the current block (its pending words completed with zeros) into the chain.
+    fn close_block(&mut self) {
+        if self.buffered > 0 {
+            let mut last = [0u32; 32];
+            last[..self.buffered].copy_from_slice(&self.pending[..self.buffered]);
+            self.block.absorb(&last);
         }
-        self.lanes = lanes;
-        let rest = chunks.remainder();
-        self.pending[..rest.len()].copy_from_slice(rest);
-        self.buffered = rest.len();
+        let d = self.block.finish(self.in_block as u64);
+        self.chain = fmix64(self.chain ^ d);
+        self.block = BlockLanes::new();
+        self.buffered = 0;
+        self.in_block = 0;
     }
 
     /// Feeds f32 elements (their bit patterns, NaNs canonical), continuing the sequence.
@@ -198,7 +317,7 @@ impl TraceHasher {
     /// they are; a digest that integers entered is kept apart from one of floats (see the
     /// type's documentation).
     pub fn update_i64(&mut self, values: &[i64]) {
-        self.domain = 0x9C6E_6B2A_F0D1_3E47;
+        self.domain = DOMAIN_I64;
         let mut buf = [0u32; 256];
         for chunk in values.chunks(128) {
             for (d, &v) in buf.chunks_exact_mut(2).zip(chunk) {
@@ -216,17 +335,17 @@ impl TraceHasher {
 
     /// The digest of everything fed so far.
     pub fn finish(&self) -> u64 {
-        let mut lanes = self.lanes;
-        if self.buffered > 0 {
-            let mut last = [0u32; 8];
-            last[..self.buffered].copy_from_slice(&self.pending[..self.buffered]);
-            Self::block(&mut lanes, &last);
+        let mut h = self.clone();
+        if h.in_block > 0 {
+            h.close_block();
         }
-        let mut h = self.count.wrapping_mul(TRACE_P) ^ self.domain;
-        for a in lanes {
-            h = fmix64(h ^ a);
-        }
-        fmix64(h ^ self.count)
+        // The chain started from the float domain; integer data switches it here.
+        let chain = if h.domain == DOMAIN_F32 {
+            h.chain
+        } else {
+            fmix64(h.chain ^ h.domain)
+        };
+        fmix64(chain ^ h.count.wrapping_mul(TRACE_P))
     }
 
     /// The digest of `values`.
@@ -319,20 +438,56 @@ mod tests {
 
     #[test]
     fn trace_digest_is_pinned() {
-        // The definition written out for two elements (one word, lane 0).
+        // The definition written out for two elements (one block, one chunk: lane 0 takes
+        // the word, lanes 1 to 15 the zero words that complete it).
         let v = [1.0f32, -2.5];
         let word = u64::from(1.0f32.to_bits()) | u64::from((-2.5f32).to_bits()) << 32;
-        let mut lanes = TraceHasher::LANE_SEEDS;
-        lanes[0] = (lanes[0] ^ word).wrapping_mul(TRACE_P).rotate_left(31);
-        // Lanes 1 to 3 take the zero words that complete the block.
-        for lane in &mut lanes[1..] {
-            *lane = lane.wrapping_mul(TRACE_P).rotate_left(31);
+        let mut lanes = [0u64; 16];
+        for (l, a) in lanes.iter_mut().enumerate() {
+            let seed = fmix64((l as u64 + 1).wrapping_mul(TRACE_P));
+            let w = if l == 0 { word } else { 0 };
+            *a = (seed ^ w).wrapping_mul(TRACE_P).rotate_left(31);
         }
-        let mut h = 2u64.wrapping_mul(TRACE_P) ^ 0x2545_F491_4F6C_DD1D;
+        let mut b = 2u64.wrapping_mul(TRACE_P) ^ 0x6A09_E667_F3BC_C909;
         for a in lanes {
-            h = fmix64(h ^ a);
+            b = fmix64(b ^ a);
         }
-        assert_eq!(TraceHasher::of(&v), fmix64(h ^ 2));
+        let block = fmix64(b ^ 2);
+        let whole = fmix64(fmix64(0x2545_F491_4F6C_DD1D ^ block) ^ 2u64.wrapping_mul(TRACE_P));
+        assert_eq!(TraceHasher::of(&v), whole);
+        assert_eq!(TraceHasher::block_digest(&v), block);
+        assert_eq!(TraceHasher::combine(2, [block]), whole);
+    }
+
+    #[test]
+    fn trace_digest_blocks_combine_to_the_whole() {
+        // Three blocks, the last one partial: the blocks' digests combine to the digest
+        // of the whole, fed in any pieces.
+        let n = 2 * TraceHasher::BLOCK + 77;
+        let v: std::vec::Vec<f32> = (0..n).map(|i| (i as f32 * 0.001).sin()).collect();
+        let blocks = v.chunks(TraceHasher::BLOCK).map(TraceHasher::block_digest);
+        let whole = TraceHasher::combine(n as u64, blocks);
+        assert_eq!(TraceHasher::of(&v), whole);
+        for cut in [
+            1,
+            31,
+            32,
+            33,
+            TraceHasher::BLOCK - 1,
+            TraceHasher::BLOCK,
+            n - 5,
+        ] {
+            let mut h = TraceHasher::new();
+            h.update(&v[..cut]);
+            h.update(&v[cut..]);
+            assert_eq!(h.finish(), whole, "cut at {cut}");
+        }
+        // One flipped bit anywhere changes it.
+        for i in [0, 40_000, TraceHasher::BLOCK, n - 1] {
+            let mut w = v.clone();
+            w[i] = f32::from_bits(w[i].to_bits() ^ 1);
+            assert_ne!(TraceHasher::of(&w), whole, "element {i}");
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub mod view;
 #[cfg(feature = "alloc")]
 pub use backend::{Backend, BackendImpl, Checked, ViewMutOf, ViewOf};
 pub use error::{Error, Result};
-pub use hash::{GradHasher, TraceHasher};
+pub use hash::{BlockLanes, GradHasher, TraceHasher};
 pub use memory::{MemoryPool, PoolStats};
 pub use mode::ComputeMode;
 pub use ops::{BackwardReads, BinaryOp, UnaryOp};

@@ -222,25 +222,29 @@ pub(crate) fn current_step() -> Option<u64> {
     with_any(|r| r.step)
 }
 
-/// The digest of a tensor's elements in row-major order.
+/// The digest of a tensor's elements in row-major order, by its backend's digest kernel
+/// (where its storage lives, on its threads): of its storage's range when it is
+/// contiguous, of a contiguous copy otherwise.
 pub(crate) fn digest_of<B: Backend>(t: &Tensor<B>) -> u64 {
+    // A released tensor has no elements to digest: a fixed marker stands for it.
+    const RELEASED: u64 = 0x7265_6c65_6173_6564;
+    let b = t.backend();
     let l = t.layout();
-    let n = l.numel();
-    let mut h = TraceHasher::new();
     if l.is_contiguous() {
-        if let Ok(data) = t.read() {
-            if let Ok(host) = B::to_host(B::slice(data.as_ref(), l.offset..l.offset + n)) {
-                h.update(&host);
-                return h.finish();
-            }
+        let Ok(data) = t.read() else { return RELEASED };
+        let view = B::slice(data.as_ref(), l.offset..l.offset + l.numel());
+        if let Ok(d) = b.digest(view) {
+            return d;
+        }
+    } else if let Ok(c) = crate::ops::contiguous_storage(t) {
+        if let Ok(d) = b.digest(B::view(&c)) {
+            return d;
         }
     }
     match t.to_vec() {
-        Ok(v) => h.update(&v),
-        // A released tensor has no elements to digest: a fixed marker stands for it.
-        Err(_) => return 0x7265_6c65_6173_6564,
+        Ok(v) => TraceHasher::of(&v),
+        Err(_) => RELEASED,
     }
-    h.finish()
 }
 
 /// The tag of `t` if it is valid for this session and storage version.

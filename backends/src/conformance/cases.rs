@@ -69,11 +69,13 @@ pub enum Kernel {
     SgdStep,
     /// [`Backend::adam_step`](exactgrad_core::Backend::adam_step).
     AdamStep,
+    /// [`Backend::digest`](exactgrad_core::Backend::digest): the trace digest of a buffer.
+    Digest,
 }
 
 impl Kernel {
     /// Every kernel, in the order of the trait.
-    pub const ALL: [Kernel; 29] = [
+    pub const ALL: [Kernel; 30] = [
         Kernel::CopyStrided,
         Kernel::Unary,
         Kernel::UnaryBackward,
@@ -103,6 +105,7 @@ impl Kernel {
         Kernel::DropoutMask,
         Kernel::SgdStep,
         Kernel::AdamStep,
+        Kernel::Digest,
     ];
 
     /// The kernel's method name.
@@ -137,6 +140,7 @@ impl Kernel {
             Kernel::DropoutMask => "dropout_mask",
             Kernel::SgdStep => "sgd_step",
             Kernel::AdamStep => "adam_step",
+            Kernel::Digest => "digest",
         }
     }
 }
@@ -364,6 +368,11 @@ impl Operand {
 pub enum Call {
     /// A training kernel (normalisation, pooling, im2col/col2im, dropout, optimizers).
     Train(TrainCall),
+    /// `digest` of `len` elements.
+    Digest {
+        /// Number of elements.
+        len: usize,
+    },
     /// `copy_strided` of a view.
     CopyStrided {
         /// The source view.
@@ -482,6 +491,7 @@ impl Call {
     /// The kernel this call exercises.
     pub fn kernel(&self) -> Kernel {
         match self {
+            Call::Digest { .. } => Kernel::Digest,
             Call::CopyStrided { .. } => Kernel::CopyStrided,
             Call::Unary { .. } => Kernel::Unary,
             Call::UnaryBackward { .. } => Kernel::UnaryBackward,
@@ -627,6 +637,7 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
             op: ops[rng.below(ops.len() as u32) as usize],
             len: len(rng),
         },
+        Kernel::Digest => Call::Digest { len: len(rng) },
         Kernel::UnaryBackward => Call::UnaryBackward {
             op: ops[rng.below(ops.len() as u32) as usize],
             len: len(rng),
@@ -726,6 +737,18 @@ pub fn kernel_cases(kernel: Kernel, config: &Config) -> Vec<Case> {
         .map(|_| random_case(kernel, &mut rng, config))
         .collect();
     match kernel {
+        Kernel::Digest => {
+            // Across blocks of the digest (a backend may digest them on threads), at the
+            // edges of its chunks and blocks.
+            let block = exactgrad_core::TraceHasher::BLOCK;
+            for len in [0, 1, 31, 32, 33, block - 1, block, 2 * block + 33] {
+                cases.push(Case {
+                    call: Call::Digest { len },
+                    seed: rng.next_u64(),
+                    specials: random_specials(&mut rng),
+                });
+            }
+        }
         Kernel::Unary | Kernel::UnaryBackward => {
             for (i, &op) in UnaryOp::SAMPLES.iter().enumerate() {
                 let len = LANE_WIDTHS[i % LANE_WIDTHS.len()] + i % 3 + 3 * (i % 2);

@@ -63,6 +63,12 @@ impl Inputs {
                 inp.out_len = *len;
                 inp.bufs.push(vals(0, *len));
             }
+            Call::Digest { len } => {
+                inp.shape = format!("[{len}]");
+                // The 64-bit digest as four 16-bit pieces, each an exact f32.
+                inp.out_len = 4;
+                inp.bufs.push(vals(0, *len));
+            }
             Call::UnaryBackward {
                 op,
                 len,
@@ -265,6 +271,12 @@ impl Inputs {
             Call::Unary { op, .. } => {
                 let x = up(0)?;
                 backend.unary(*op, B::view(&x), B::view_mut(&mut out))
+            }
+            Call::Digest { .. } => {
+                let x = up(0)?;
+                let d = backend.digest(B::view(&x))?;
+                let pieces: Vec<f32> = (0..4).map(|i| ((d >> (16 * i)) & 0xffff) as f32).collect();
+                B::with_host_mut(B::view_mut(&mut out), |o| o.copy_from_slice(&pieces))
             }
             Call::UnaryBackward { op, .. } => {
                 let (x, y, g) = (up(0)?, up(1)?, up(2)?);

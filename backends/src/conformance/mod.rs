@@ -103,6 +103,10 @@ macro_rules! conformance_tests {
                 run(Kernel::CopyStrided)
             }
             #[test]
+            fn digest() {
+                run(Kernel::Digest)
+            }
+            #[test]
             fn unary() {
                 run(Kernel::Unary)
             }

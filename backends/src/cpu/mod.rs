@@ -26,6 +26,7 @@
 //! implementation of [`exactgrad_core::BackendImpl`] here only dispatches.
 
 mod buffers;
+mod digest;
 pub mod elementwise;
 mod gemm;
 mod recurrent;
@@ -50,7 +51,7 @@ use core::marker::PhantomData;
 use exactgrad_core::backend::{
     AdamStepArgs, AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AttentionScoresArgs,
     AvgPool2dArgs, AvgPool2dBackwardArgs, BinaryArgs, Checked, Col2imArgs, CopyStridedArgs,
-    DropoutMaskArgs, GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs,
+    DigestArgs, DropoutMaskArgs, GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs,
     LstmCellBackwardArgs, MatmulAccArgs, MatmulArgs, MaxPool2dArgs, MaxPool2dBackwardArgs,
     NormBackwardArgs, NormForwardArgs, NormStatsArgs, SelectArgs, SgdStepArgs, SoftmaxArgs,
     SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
@@ -617,6 +618,11 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
         let CopyStridedArgs { src, layout, out } = args.into_inner();
         rows::copy_strided::<M>(self.isa, &self.ctx, src, layout, out);
         Ok(())
+    }
+
+    fn digest_impl(&self, args: Checked<DigestArgs<'_>>) -> Result<u64> {
+        let DigestArgs { x } = args.into_inner();
+        Ok(digest::digest(self.isa, &self.ctx, x))
     }
 
     fn unary_impl(&self, args: Checked<UnaryArgs<'_>>) -> Result<()> {
