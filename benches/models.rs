@@ -46,7 +46,9 @@
 //! Last, the gradient hash (`docs/arithmetic.md` §2) of each step's first pass, from the
 //! case's initial parameters: in exact mode the same on every path and thread count (for
 //! `step/resnet18` and `step/gpt` the pinned values of `reproduce`), in fast mode the
-//! value of `FastScalarRefBackend` (`docs/arithmetic.md` §6).
+//! value of `FastScalarRefBackend` (`docs/arithmetic.md` §6). Then the multiply-adds of
+//! one training step, as the backend counted them (`ComputeContext::multiply_adds`: every
+//! product's `batch · m · n · k`), for the arithmetic rate of `tools/compare_speed.py`.
 
 use criterion::Criterion;
 use exactgrad::autograd::{AttentionMask, Conv2dOptions};
@@ -263,20 +265,22 @@ fn peak_line(label: &str, peak: Option<(usize, usize)>) -> String {
 }
 
 /// One training step — forward, loss, backward and the update of the optimizer that
-/// `optimizer` makes — whose peak memory goes to `peaks` and the gradient hash of its
-/// first pass (from the case's initial parameters, before any update) to `hashes`.
+/// `optimizer` makes — whose peak memory, the gradient hash of its first pass (from the
+/// case's initial parameters, before any update) and the multiply-adds of one step
+/// (`multiply_adds` reads the backend's count) go to `reports`.
 fn step<B: Backend, C: ReferenceCase<B> + 'static, O: Optimizer<B> + 'static>(
     c: &mut Criterion,
     label: &str,
     make: impl FnOnce() -> (C, Option<Tensor<B>>),
     optimizer: impl FnOnce(Vec<Tensor<B>>) -> O,
-    peaks: &RefCell<Vec<String>>,
-    hashes: &RefCell<Vec<String>>,
+    reports: &Reports,
+    multiply_adds: &dyn Fn() -> u64,
 ) -> String {
     bench(c, label, || {
         let (case, input) = make();
         let hash = case.forward_backward().unwrap().hash().unwrap();
-        hashes
+        reports
+            .hashes
             .borrow_mut()
             .push(format!("{label:<44} hash {hash:#018x}"));
         let mut leaves = case.parameters();
@@ -286,11 +290,27 @@ fn step<B: Backend, C: ReferenceCase<B> + 'static, O: Optimizer<B> + 'static>(
             case.forward_backward().unwrap();
             opt.step().unwrap();
         };
+        let before = multiply_adds();
+        work();
+        let done = multiply_adds() - before;
+        reports.arithmetic.borrow_mut().push(format!(
+            "{label:<44} arithmetic {done} multiply-adds per step ({:.3} GFLOP)",
+            2.0 * done as f64 / 1e9
+        ));
         let clear = || leaves.iter().for_each(Tensor::clear_grad);
         let peak = step_peak(leaves[0].backend(), clear, &mut work);
-        peaks.borrow_mut().push(peak_line(label, peak));
+        reports.peaks.borrow_mut().push(peak_line(label, peak));
         work
     })
+}
+
+/// What the training steps report beside their times: the peak memory, the gradient hash
+/// of the first pass and the multiply-adds of a step.
+#[derive(Default)]
+struct Reports {
+    peaks: RefCell<Vec<String>>,
+    hashes: RefCell<Vec<String>>,
+    arithmetic: RefCell<Vec<String>>,
 }
 
 /// [`step`] with an operation trace recording at `level` for as long as the benchmark
@@ -414,8 +434,8 @@ fn run<B: Backend>(
     b: &B,
     tag: &str,
     summary: &mut Vec<String>,
-    peaks: &RefCell<Vec<String>>,
-    hashes: &RefCell<Vec<String>>,
+    reports: &Reports,
+    multiply_adds: &dyn Fn() -> u64,
 ) {
     summary.push(conv(
         c,
@@ -443,8 +463,8 @@ fn run<B: Backend>(
             (case, Some(input))
         },
         adam,
-        peaks,
-        hashes,
+        reports,
+        multiply_adds,
     ));
     let label = format!("models/step/encoder/{tag}");
     summary.push(step(
@@ -456,8 +476,8 @@ fn run<B: Backend>(
             (case, Some(input))
         },
         adam,
-        peaks,
-        hashes,
+        reports,
+        multiply_adds,
     ));
     let label = format!("models/step/crnn/{tag}");
     summary.push(step(
@@ -469,8 +489,8 @@ fn run<B: Backend>(
             (case, Some(input))
         },
         sgd,
-        peaks,
-        hashes,
+        reports,
+        multiply_adds,
     ));
     let label = format!("models/step/resnet18/{tag}");
     summary.push(step(
@@ -482,8 +502,8 @@ fn run<B: Backend>(
             (case, Some(input))
         },
         sgd_momentum,
-        peaks,
-        hashes,
+        reports,
+        multiply_adds,
     ));
     let label = format!("models/step/gpt/{tag}");
     summary.push(step(
@@ -491,8 +511,8 @@ fn run<B: Backend>(
         &label,
         || (GptCase::pinned(b).unwrap(), None),
         adamw,
-        peaks,
-        hashes,
+        reports,
+        multiply_adds,
     ));
 }
 
@@ -503,8 +523,7 @@ fn main() {
         .measurement_time(Duration::from_secs(1))
         .configure_from_args();
     let mut summary = Vec::new();
-    let peaks = RefCell::new(Vec::new());
-    let hashes = RefCell::new(Vec::new());
+    let reports = Reports::default();
     let sizes = RefCell::new(Vec::new());
     for threads in [1, 2] {
         let exact = Isa::best(ComputeMode::Exact);
@@ -514,8 +533,8 @@ fn main() {
             &b,
             &format!("exact/{exact}/t{threads}"),
             &mut summary,
-            &peaks,
-            &hashes,
+            &reports,
+            &|| b.context().multiply_adds(),
         );
         run_traced(
             &mut c,
@@ -531,8 +550,8 @@ fn main() {
             &b,
             &format!("fast/{fast}/t{threads}"),
             &mut summary,
-            &peaks,
-            &hashes,
+            &reports,
+            &|| b.context().multiply_adds(),
         );
     }
     c.final_summary();
@@ -540,6 +559,11 @@ fn main() {
     for line in summary.iter().filter(|l| !l.ends_with("(filtered out)")) {
         println!("{line}");
     }
+    let Reports {
+        peaks,
+        hashes,
+        arithmetic,
+    } = reports;
     let peaks = peaks.into_inner();
     if !peaks.is_empty() {
         println!("\nPeak memory of one step (the backend's pool, docs/memory.md §5):");
@@ -558,6 +582,13 @@ fn main() {
     if !hashes.is_empty() {
         println!("\nGradient hash of each step's first pass (docs/arithmetic.md §2, §6):");
         for line in hashes {
+            println!("{line}");
+        }
+    }
+    let arithmetic = arithmetic.into_inner();
+    if !arithmetic.is_empty() {
+        println!("\nMultiply-adds of one training step, counted by the backend (docs/gemm.md):");
+        for line in arithmetic {
             println!("{line}");
         }
     }

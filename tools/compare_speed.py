@@ -21,6 +21,11 @@ of each:
   the exact rows also give the median CPU-time rate as a fraction of the path's
   register-only multiply-then-add ceiling (`cargo bench --bench peak`, run once).
 
+A third table gives each step's arithmetic: the multiply-adds its products and
+convolutions perform, as the backend counts them (`ComputeContext::multiply_adds`), and the
+rate each side reaches on it as a fraction of the path's ceiling (exact: multiply-then-add;
+fast and PyTorch: the FMA peak).
+
 Beside each step's times the table prints the gradient hash of the step's first pass
 (`docs/arithmetic.md` §2), which the bench prints: in exact mode the same at every thread
 count (for ResNet-18 and the GPT the pinned values of the `reproduce` example), in fast
@@ -51,6 +56,8 @@ LINE = re.compile(
     r"(?:.*?(?:cpu-time median (?P<cpu_gf>[\d.]+)|caller cpu mean (?P<cpu_ms>[\d.]+) ms))?"
 )
 HASH = re.compile(r"^(?P<label>models/\S+)\s+hash\s+(?P<hash>0x[0-9a-f]+)")
+# models/step/resnet18/exact/avx512/t1   arithmetic 27890000000 multiply-adds per step (…)
+ARITH = re.compile(r"^(?P<label>models/\S+)\s+arithmetic\s+(?P<madds>\d+) multiply-adds")
 
 GEMM_SHAPES = [("512x512x512", "512³"), ("1024x1024x1024", "1024³")]
 STEPS = ["conv_net", "encoder", "crnn", "resnet18", "gpt"]
@@ -58,7 +65,8 @@ STEP_NAMES = {"conv_net": "conv net", "encoder": "encoder", "crnn": "CRNN", "res
 
 
 def parse(text):
-    """(label -> (median, cpu or None), label -> hash)."""
+    """(label -> (median, cpu or None), label -> hash); a step's multiply-adds go to the
+    hashes under `label + "#madds"`."""
     values, hashes = {}, {}
     for line in text.splitlines():
         line = line.strip()
@@ -70,6 +78,10 @@ def parse(text):
         m = HASH.match(line)
         if m:
             hashes[m.group("label")] = m.group("hash")
+            continue
+        m = ARITH.match(line)
+        if m:
+            hashes[m.group("label") + "#madds"] = int(m.group("madds"))
     return values, hashes
 
 
@@ -225,6 +237,47 @@ def hash_cell(hashes, labels):
     return f"`{h}`" + ("" if not other or other == seen else " (≠ other thread count)")
 
 
+def print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, peaks):
+    """The arithmetic of each step (the multiply-adds its products perform, as the backend
+    counted them) and the rate each side reaches, as a fraction of the path's ceiling:
+    exact mode against the register-only multiply-then-add ceiling, fast mode and PyTorch
+    against the FMA peak (`benches/peak.rs`, per thread, times the thread count)."""
+    print("\nArithmetic of each step: GFLOP = 2 × the multiply-adds of its products and convolutions, "
+          "counted by the backend; each rate is that over the median step time (GFLOP/s), then its "
+          "fraction of the ceiling (exact: multiply-then-add ceiling; fast and PyTorch: FMA peak; "
+          "one thread's ceiling × threads):\n")
+    head = ["step", "threads", "GFLOP", "PyTorch", "of FMA peak", "exact", "of exact ceiling", "fast",
+            "of FMA peak"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    fma = peaks.get(f"peak/fast/{isa['fast']}")
+    ceiling = {"exact": peaks.get(f"peak/exact/{isa['exact']}"), "fast": fma}
+    for step in args.steps:
+        for t in threads:
+            madds = {our_hashes[r].get(f"models/step/{step}/{m}/{isa[m]}/t{t}#madds")
+                     for r in range(len(our_hashes)) for m in ["exact", "fast"]} - {None}
+            if not madds:
+                continue
+            if len(madds) > 1:
+                print(f"| {STEP_NAMES.get(step, step)} | {t} | DIFFERS: {sorted(madds)} |")
+                continue
+            (n,) = madds
+            gflop = 2 * n / 1e9
+
+            def cell(ms, peak):
+                if ms is None:
+                    return ["—", "—"]
+                rate = gflop / (ms / 1e3)
+                return [f"{rate:.1f}", f"{rate / (peak * t):.2f}" if peak else "—"]
+
+            ref = best_median(collect(torch_rounds, f"models/step/{step}/torch/t{t}"), False)
+            cells = [STEP_NAMES.get(step, step), str(t), f"{gflop:.2f}"] + cell(ref and ref[1], fma)
+            for mode in ["exact", "fast"]:
+                mine = best_median(collect(our_rounds, f"models/step/{step}/{mode}/{isa[mode]}/t{t}"), False)
+                cells += cell(mine and mine[1], ceiling[mode])
+            print("| " + " | ".join(cells) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -241,7 +294,7 @@ def main():
 
     up_before = uptime()
     run(["cargo", "bench", "--no-run", "-q", "--bench", "models", "--bench", "gemm", "--bench", "peak"])
-    peaks = parse_peak(run(["cargo", "bench", "-q", "--bench", "peak"])) if "gemm" in args.what else {}
+    peaks = parse_peak(run(["cargo", "bench", "-q", "--bench", "peak"]))
     torch_rounds, our_rounds, our_hashes = [], [], []
     for r in range(args.rounds):
         print(f"round {r + 1} of {args.rounds}: {uptime()}", file=sys.stderr, flush=True)
@@ -300,6 +353,8 @@ def main():
 
                 print(f"| {STEP_NAMES.get(step, step)} | {c(cpu['torch'])} | {c(cpu['exact'])} | {s(cpu['exact'])}"
                       f" | {c(cpu['fast'])} | {s(cpu['fast'])} |")
+
+        print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, peaks)
 
     if "gemm" in args.what:
         gisa = {m: path_of(our_rounds, f"gemm/{m}/", f"/t{threads[0]}/{GEMM_SHAPES[0][0]}") for m in ["exact", "fast"]}

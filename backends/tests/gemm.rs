@@ -410,3 +410,34 @@ fn canonical_order() {
         assert!(c[0].is_sign_positive(), "{}", be.name());
     }
 }
+
+/// The context counts each product's `batch · m · n · k` multiply-adds, `matmul_acc`'s as
+/// well, and a product of an empty dimension as none.
+#[test]
+fn products_count_their_multiply_adds() {
+    let b = CpuBackend::<Exact>::with_threads(2);
+    assert_eq!(b.context().multiply_adds(), 0);
+    let spec = |batch, m, k, n| MatmulSpec {
+        batch,
+        m,
+        k,
+        n,
+        a_offset: 0,
+        a_strides: [m * k, k, 1],
+        b_offset: 0,
+        b_strides: [k * n, n, 1],
+    };
+    let (x, y) = (vec![1.0f32; 2 * 3 * 5], vec![1.0f32; 2 * 5 * 7]);
+    let mut out = vec![0.0f32; 2 * 3 * 7];
+    b.matmul(&spec(2, 3, 5, 7), &x, &y, &mut out).unwrap();
+    assert_eq!(b.context().multiply_adds(), 2 * 3 * 5 * 7);
+    assert!(out.iter().all(|&v| v == 5.0));
+    b.matmul_acc(&spec(2, 3, 5, 7), 5, &x, &y, &mut out)
+        .unwrap();
+    assert_eq!(b.context().multiply_adds(), 2 * 2 * 3 * 5 * 7);
+    assert!(out.iter().all(|&v| v == 10.0));
+    b.matmul(&spec(2, 3, 0, 7), &x, &y, &mut out).unwrap();
+    assert_eq!(b.context().multiply_adds(), 2 * 2 * 3 * 5 * 7);
+    // A clone shares the context, and so the count.
+    assert_eq!(b.clone().context().multiply_adds(), 2 * 2 * 3 * 5 * 7);
+}

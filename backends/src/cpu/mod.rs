@@ -48,13 +48,14 @@ use alloc::vec::Vec;
 pub use buffers::CpuStorage;
 use core::fmt;
 use core::marker::PhantomData;
+use core::sync::atomic::{AtomicU64, Ordering};
 use exactgrad_core::backend::{
     AdamStepArgs, AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AttentionScoresArgs,
     AvgPool2dArgs, AvgPool2dBackwardArgs, BinaryArgs, Checked, Col2imArgs, CopyStridedArgs,
     DigestArgs, DropoutMaskArgs, GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MatmulAccArgs, MatmulArgs, MaxPool2dArgs, MaxPool2dBackwardArgs,
-    NormBackwardArgs, NormForwardArgs, NormStatsArgs, SelectArgs, SgdStepArgs, SoftmaxArgs,
-    SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
+    LstmCellBackwardArgs, MatmulAccArgs, MatmulArgs, MatmulSpec, MaxPool2dArgs,
+    MaxPool2dBackwardArgs, NormBackwardArgs, NormForwardArgs, NormStatsArgs, SelectArgs,
+    SgdStepArgs, SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
 use exactgrad_core::Result;
 use exactgrad_core::{BackendImpl, BinaryOp, ComputeMode, Layout, UnaryOp};
@@ -155,6 +156,8 @@ pub struct ComputeContext {
     threads: usize,
     pool: Option<threads::Pool>,
     buffers: Arc<buffers::BufferPool>,
+    /// The multiply-adds of the products run on this context ([`ComputeContext::multiply_adds`]).
+    multiply_adds: AtomicU64,
 }
 
 impl fmt::Debug for ComputeContext {
@@ -211,7 +214,26 @@ impl ComputeContext {
             threads: pool.as_ref().map_or(1, |p| p.helpers() + 1),
             pool,
             buffers: Arc::default(),
+            multiply_adds: AtomicU64::new(0),
         }
+    }
+
+    /// The multiply-adds the matrix products run on this context have performed since it
+    /// was made: `batch · m · n · k` for each `matmul` and `matmul_acc`, which is what
+    /// every convolution, linear layer and attention product of the autograd operators
+    /// comes down to. A count of the work actually done, not an estimate: the benches
+    /// divide it by a step's time for the arithmetic rate (`docs/gemm.md`, "Arithmetic
+    /// of a training step").
+    pub fn multiply_adds(&self) -> u64 {
+        self.multiply_adds.load(Ordering::Relaxed)
+    }
+
+    /// Adds one product's multiply-adds to [`ComputeContext::multiply_adds`].
+    fn count_product(&self, spec: &MatmulSpec) {
+        let work = [spec.batch, spec.m, spec.n, spec.k]
+            .iter()
+            .fold(1u64, |acc, &d| acc.saturating_mul(d as u64));
+        self.multiply_adds.fetch_add(work, Ordering::Relaxed);
     }
 
     /// Number of threads: the helpers that started plus the caller (see
@@ -736,6 +758,7 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
 
     fn matmul_impl(&self, args: Checked<MatmulArgs<'_>>) -> Result<()> {
         let MatmulArgs { spec, a, b, out } = args.into_inner();
+        self.ctx.count_product(spec);
         // SAFETY: `self.isa` is supported in this mode on this CPU (the invariant of
         // `CpuBackend::isa`); the arguments are `Checked`: core's check keeps every operand inside
         // its buffer.
@@ -750,6 +773,7 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
             b,
             out,
         } = args.into_inner();
+        self.ctx.count_product(spec);
         // SAFETY: as for `matmul_impl`; core's check also keeps `seg` positive and a
         // divisor of `k`.
         unsafe { gemm::matmul::<M>(self.isa, &self.ctx, spec, seg, a, b, out) }
