@@ -184,4 +184,3 @@ pub(super) fn conv_grad_weight<B: Backend>(
     be.copy_strided(B::view(&gwt), &layout, B::view_mut(&mut gw))?;
     Tensor::from_storage(be, gw, [o, g.c / g.groups, g.kh, g.kw].into())
 }
-

@@ -269,4 +269,3 @@ pub(super) fn dense<B: Backend>(t: &Tensor<B>) -> Result<Tensor<B>> {
         t.copy_contiguous()
     }
 }
-
