@@ -1264,6 +1264,7 @@ impl<B: Backend> Tensor<B> {
         bias: Option<&Tensor<B>>,
         opts: Conv2dOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("conv2d");
         let op = "conv2d";
         let (xd, wd) = (self.dims(), weight.dims());
         if xd.len() != 3 && xd.len() != 4 {
@@ -1308,6 +1309,7 @@ impl<B: Backend> Tensor<B> {
         bias: Option<&Tensor<B>>,
         opts: Conv1dOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("conv1d");
         let op = "conv1d";
         let (xd, wd) = (self.dims(), weight.dims());
         if xd.len() != 2 && xd.len() != 3 {
@@ -1372,6 +1374,7 @@ impl<B: Backend> Tensor<B> {
         bias: Option<&Tensor<B>>,
         opts: ConvTranspose2dOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("conv_transpose2d");
         let op = "conv_transpose2d";
         let (xd, wd) = (self.dims(), weight.dims());
         if xd.len() != 3 && xd.len() != 4 {

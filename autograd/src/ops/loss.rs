@@ -52,6 +52,7 @@ impl<B: Backend> Tensor<B> {
         targets: &[i64],
         options: CrossEntropyOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("cross_entropy");
         let op = "cross_entropy";
         let eps = options.label_smoothing;
         if !(0.0..=1.0).contains(&eps) {
@@ -194,6 +195,7 @@ impl<B: Backend> Tensor<B> {
     /// Mean squared error `(self − target)²`, reduced; `self` and `target` must have the
     /// same shape (PyTorch broadcasts with a warning; here a mismatch is an error).
     pub fn mse_loss(&self, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("mse_loss");
         if self.shape() != target.shape() {
             return Err(Error::mismatch(
                 "mse_loss",

@@ -4,6 +4,7 @@
 //!
 //! | module | operators | options |
 //! |---|---|---|
+//! | [`operators`] | the operators `+ - * /` and unary `-` on tensors and `f32`, each one call of a method below | |
 //! | [`elementwise`] | add, sub, mul, div, scalar forms, neg, abs, relu, leaky_relu, sigmoid, tanh, gelu, exp, log, sqrt, pow, clamp, where | [`elementwise::GeluApproximation`] |
 //! | [`reduce`] | sum, mean (all or over dimensions) | |
 //! | [`linalg`] | matmul, linear | |
@@ -54,6 +55,7 @@ pub mod linalg;
 pub mod loss;
 pub mod misc;
 pub mod norm;
+pub mod operators;
 pub mod optim;
 pub mod pad;
 pub mod pool;
