@@ -42,6 +42,7 @@ pub use ops::attention::{AttentionMask, AttentionOptions};
 pub use ops::conv::{Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions};
 pub use ops::ctc::{CtcBatch, CtcLossOptions, CtcTargets};
 pub use ops::elementwise::GeluApproximation;
+pub use ops::index::{Indices, MAX_TENSOR_INDEX};
 pub use ops::norm::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum};
 pub use ops::pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::resize::{InterpolateMode, InterpolateOptions, InterpolateSize};

@@ -17,6 +17,7 @@
 //! | [`norm`] | batch_norm, layer_norm, group_norm | [`norm::BatchNormOptions`], [`norm::Momentum`], [`norm::LayerNormOptions`], [`norm::GroupNormOptions`] |
 //! | [`attention`] | scaled_dot_product_attention | [`attention::AttentionOptions`], [`attention::AttentionMask`] |
 //! | [`misc`] | dropout, embedding, index_select, split, split_sizes, chunk | |
+//! | [`index`] | gather, one_hot, argmax, argmin, masked_fill; index tensors (`from_indices`, `to_indices`) | [`index::Indices`] |
 //! | [`ctc`] | ctc_loss (f64 recursions) | [`ctc::CtcBatch`], [`ctc::CtcTargets`], [`ctc::CtcLossOptions`] |
 //! | [`resize`] | interpolate (nearest, bilinear) | [`resize::InterpolateSize`], [`resize::InterpolateOptions`], [`resize::InterpolateMode`] |
 //! | [`rnn`] | lstm, gru (multi-layer, bidirectional, batch first) | [`rnn::RnnWeights`], [`rnn::LstmOptions`], [`rnn::GruOptions`] |
@@ -51,6 +52,7 @@ pub mod attention;
 pub mod conv;
 pub mod ctc;
 pub mod elementwise;
+pub mod index;
 pub mod linalg;
 pub mod loss;
 pub mod misc;
