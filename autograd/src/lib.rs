@@ -37,7 +37,7 @@ pub mod trace;
 pub use engine::BackwardOptions;
 pub use error::{DataError, Error, Result, StateDictMismatch};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
-pub use gradcheck::{GradCheck, GradCheckReport};
+pub use gradcheck::{GradCheck, GradCheckReport, ReferenceGradCheck, ReferenceReport};
 pub use ops::attention::{AttentionMask, AttentionOptions};
 pub use ops::conv::{Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions};
 pub use ops::ctc::{CtcBatch, CtcLossOptions, CtcTargets};
