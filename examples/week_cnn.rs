@@ -13,8 +13,7 @@ fn main() -> exactgrad::Result<()> {
     let (b, mut rng) = (ExactBackend::new(), Philox::new(0));
     let split = Digits::bundled().split()?;
     let train = TensorDataset::classification(&split.train, &[1, 8, 8])?;
-    let (test_x, test_y) =
-        TensorDataset::classification(&split.test, &[1, 8, 8])?.full_batch(&b)?;
+    let (tx, ty) = TensorDataset::classification(&split.test, &[1, 8, 8])?.full_batch(&b)?;
     let loader = DataLoader::new(&b, &train, 32)?.shuffle(0);
     let mut conv = Conv2dConfig::new(1, 16, [3, 3]);
     conv.padding = [1, 1];
