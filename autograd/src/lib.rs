@@ -55,14 +55,12 @@ use exactgrad_core::{Backend, GradHasher};
 
 /// The gradient hash (see `docs/arithmetic.md`) of the given tensors' elements, in order.
 ///
-/// Takes any list of tensors, borrowed or owned: `&[&a, &b]`, `&model.parameters()`,
-/// `params.iter()`, a `Vec<Tensor<B>>`. The value depends only on the elements and their
-/// order, not on how the list is passed.
+/// Takes a slice of tensors or of references to them: `&[&a, &b]`, `&model.parameters()`
+/// (a `Vec<Tensor<B>>`), a `Vec<&Tensor<B>>`. The value depends only on the elements and
+/// their order, not on how the list is passed.
 ///
 /// Fails only when a tensor's storage was released.
-pub fn hash_tensors<B: Backend, T: AsRef<Tensor<B>>>(
-    tensors: impl IntoIterator<Item = T>,
-) -> Result<u64> {
+pub fn hash_tensors<B: Backend, T: AsRef<Tensor<B>>>(tensors: &[T]) -> Result<u64> {
     let mut h = GradHasher::new();
     for t in tensors {
         h.update(&t.as_ref().to_vec()?);
