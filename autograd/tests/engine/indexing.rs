@@ -268,3 +268,22 @@ fn cross_entropy_takes_an_index_tensor_like_i64_labels() {
         b.to_vec().unwrap()[0].to_bits()
     );
 }
+
+#[test]
+fn index_select_takes_any_one_dimensional_indices() {
+    let x = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let want = x.index_select(1, &[2, 0, 2]).unwrap().to_vec().unwrap();
+    assert_eq!(want, [3.0, 1.0, 3.0, 6.0, 4.0, 6.0]);
+    let it = Tensor::from_indices(&B, &[2, 0, 2], [3]).unwrap();
+    assert_eq!(x.index_select(1, &it).unwrap().to_vec().unwrap(), want);
+    assert_eq!(
+        x.index_select(1, &vec![2i64, 0, 2])
+            .unwrap()
+            .to_vec()
+            .unwrap(),
+        want
+    );
+    // A 2-D index is refused, naming the operator.
+    let e = err_text(x.index_select(1, &(vec![0i64, 1], [1, 2])));
+    assert!(e.contains("index_select") && e.contains("1-D"), "{e}");
+}
