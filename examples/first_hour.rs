@@ -38,9 +38,9 @@ pub fn run(epochs: u64) -> exactgrad::Result<f64> {
     let loaded = conv_net(&b, 1)?;
     loaded.load_state_dict(&TensorFile::load(&path)?, LoadOptions::default())?;
     loaded.eval();
-    let (images, labels) = split.test.to_tensors(&b)?;
+    let test = TensorDataset::classification(&split.test, &[1, 8, 8])?;
+    let (images, labels) = test.full_batch(&b)?;
     let _no_grad = no_grad();
-    let images = images.reshape([labels.len(), 1, 8, 8])?;
     accuracy(&loaded.forward(&images)?, &labels)
 }
 

@@ -140,6 +140,7 @@ pub mod prelude {
         CtcBatch, CtcLossOptions, CtcTargets, GruOptions, GruOutput, InterpolateMode,
         InterpolateOptions, InterpolateSize, LstmOptions, LstmOutput, RnnWeights,
     };
+    pub use exactgrad_autograd::{Indices, ReferenceGradCheck};
     pub use exactgrad_backends::{
         ExactBackend, FastBackend, FastScalarRefBackend, Isa, ScalarRefBackend,
     };

@@ -51,6 +51,10 @@ pub(crate) enum Edge<B: Backend> {
 pub(crate) struct Node<B: Backend> {
     pub(crate) id: u64,
     pub(crate) name: &'static str,
+    /// The public operator the user called that made this record: `name` itself, or the
+    /// outermost composite operator (`cross_entropy` for its inner `permute`), for
+    /// messages ([`PublicOp`]).
+    pub(crate) public: &'static str,
     pub(crate) edges: Vec<Edge<B>>,
     /// The inputs' shapes, for the debug check of the gradients' shapes (not kept in
     /// release builds: a record per operator is heap memory per step).
@@ -79,6 +83,30 @@ impl<B: Backend> Drop for Node<B> {
                 take(&mut node.edges, &mut stack);
             }
         }
+    }
+}
+
+thread_local! {
+    /// The outermost composite public operator running on this thread, if any.
+    static PUBLIC_OP: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+/// While alive, records made on this thread belong to the public operator `name` (unless
+/// an outer one is already open): a composite operator opens one so that an error about
+/// its inner records (`permute` inside `cross_entropy`) names the call the user wrote.
+pub(crate) struct PublicOp(Option<&'static str>);
+
+impl PublicOp {
+    /// Opens the operator `name` on this thread.
+    pub(crate) fn new(name: &'static str) -> Self {
+        PublicOp(PUBLIC_OP.with(|p| p.replace(Some(p.get().unwrap_or(name)))))
+    }
+}
+
+impl Drop for PublicOp {
+    fn drop(&mut self) {
+        let prev = self.0;
+        let _ = PUBLIC_OP.try_with(|p| p.set(prev));
     }
 }
 
@@ -172,6 +200,7 @@ where
     let node = Node {
         id: next_id(),
         name,
+        public: PUBLIC_OP.with(|p| p.get()).unwrap_or(name),
         edges,
         #[cfg(debug_assertions)]
         input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
@@ -387,14 +416,15 @@ pub(crate) fn backward<B: Backend>(
         })
         .collect();
     let _claim = LeafClaim::new(leaves)?;
-    for node in &order {
+    // From the root down: the released record nearest to the call that failed.
+    for node in order.iter().rev() {
         if node
             .backward
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_none()
         {
-            return Err(Error::GraphReleased { op: node.name });
+            return Err(Error::GraphReleased { op: node.public });
         }
     }
     if tracing {
@@ -417,7 +447,7 @@ pub(crate) fn backward<B: Backend>(
             let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
             let f = slot
                 .as_ref()
-                .ok_or(Error::GraphReleased { op: node.name })?;
+                .ok_or(Error::GraphReleased { op: node.public })?;
             // The operations a rule is made of are part of its one record.
             let _quiet = tracing.then(crate::trace::suppress);
             f(&g)?

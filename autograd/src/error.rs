@@ -46,9 +46,11 @@ pub enum Error {
         got: Vec<usize>,
     },
     /// A record on the path was already released by an earlier backward.
-    #[error("backward: the graph through `{op}` was already released by an earlier backward; pass retain_graph = true to backward through it twice")]
+    #[error("backward: the graph through `{op}` was already released by an earlier backward; to run backward through it twice, call the first one as `backward_with(BackwardOptions::default().retain_graph(true))`")]
     GraphReleased {
-        /// The operator whose record was released.
+        /// The public operator whose record was released (for a record made inside a
+        /// composite operator, such as a `permute` inside `cross_entropy`, the composite
+        /// operator the program called).
         op: &'static str,
     },
     /// A tensor saved for backward was modified in place after the forward pass.

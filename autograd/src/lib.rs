@@ -37,11 +37,12 @@ pub mod trace;
 pub use engine::BackwardOptions;
 pub use error::{DataError, Error, Result, StateDictMismatch};
 pub use grad_mode::{is_grad_enabled, no_grad, set_grad_enabled, GradModeGuard};
-pub use gradcheck::{GradCheck, GradCheckReport};
+pub use gradcheck::{GradCheck, GradCheckReport, ReferenceGradCheck, ReferenceReport};
 pub use ops::attention::{AttentionMask, AttentionOptions};
 pub use ops::conv::{Conv1dOptions, Conv2dOptions, ConvTranspose2dOptions};
 pub use ops::ctc::{CtcBatch, CtcLossOptions, CtcTargets};
 pub use ops::elementwise::GeluApproximation;
+pub use ops::index::{Indices, MAX_TENSOR_INDEX};
 pub use ops::norm::{BatchNormOptions, GroupNormOptions, LayerNormOptions, Momentum};
 pub use ops::pool::{AvgPool2dOptions, MaxPool2dOptions};
 pub use ops::resize::{InterpolateMode, InterpolateOptions, InterpolateSize};
@@ -54,11 +55,15 @@ use exactgrad_core::{Backend, GradHasher};
 
 /// The gradient hash (see `docs/arithmetic.md`) of the given tensors' elements, in order.
 ///
+/// Takes a slice of tensors or of references to them: `&[&a, &b]`, `&model.parameters()`
+/// (a `Vec<Tensor<B>>`), a `Vec<&Tensor<B>>`. The value depends only on the elements and
+/// their order, not on how the list is passed.
+///
 /// Fails only when a tensor's storage was released.
-pub fn hash_tensors<B: Backend>(tensors: &[&Tensor<B>]) -> Result<u64> {
+pub fn hash_tensors<B: Backend, T: AsRef<Tensor<B>>>(tensors: &[T]) -> Result<u64> {
     let mut h = GradHasher::new();
     for t in tensors {
-        h.update(&t.to_vec()?);
+        h.update(&t.as_ref().to_vec()?);
     }
     Ok(h.finish())
 }

@@ -125,6 +125,13 @@ impl<B: Backend> Clone for Tensor<B> {
     }
 }
 
+/// A tensor is a list of one: lets [`crate::hash_tensors`] take borrowed and owned tensors.
+impl<B: Backend> AsRef<Tensor<B>> for Tensor<B> {
+    fn as_ref(&self) -> &Tensor<B> {
+        self
+    }
+}
+
 impl<B: Backend> fmt::Debug for Tensor<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Tensor");

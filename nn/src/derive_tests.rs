@@ -326,3 +326,24 @@ fn describe_lists_children_as_pytorch_prints_them() {
     // Its dropout stream is not seeded.
     assert!(Module::forward(&o, &Tensor::ones(&BE, [1, 4]).unwrap()).is_err());
 }
+
+#[test]
+fn parameter_hash_is_the_hash_of_the_parameter_list() {
+    let mut rng = Philox::new(3);
+    let net = Sequential::new()
+        .push(Linear::new(&BE, 3, 4, &mut rng).unwrap())
+        .push(Relu)
+        .push(Linear::new(&BE, 4, 2, &mut rng).unwrap());
+    let params = net.parameters();
+    let refs: Vec<&Tensor<Sr>> = params.iter().collect();
+    let want = exactgrad_autograd::hash_tensors(&refs).unwrap();
+    assert_eq!(net.parameter_hash().unwrap(), want);
+    // Every way of passing the list gives that value.
+    assert_eq!(exactgrad_autograd::hash_tensors(&params).unwrap(), want);
+    assert_eq!(exactgrad_autograd::hash_tensors(&params[..1]).unwrap(), {
+        exactgrad_autograd::hash_tensors(&[&params[0]]).unwrap()
+    });
+    // It follows the values: a changed element changes it.
+    params[0].detach().fill_(0.5).unwrap();
+    assert_ne!(net.parameter_hash().unwrap(), want);
+}

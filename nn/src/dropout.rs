@@ -51,6 +51,44 @@ impl Dropout {
         self.training.get()
     }
 
+    // The layer is a module over every backend, so a call of a `ModuleExt` method on a
+    // standalone layer cannot infer which backend's method is meant (E0283). These
+    // inherent methods, found first, do what `ModuleExt`'s do on the layer as a root
+    // (its stream at the path `rng`); in a model the model's methods reach it.
+
+    /// Seeds the layer's stream from the run's `seed`, as
+    /// [`ModuleExt::seed_streams`](crate::ModuleExt::seed_streams) on the layer: the key
+    /// [`stream_seed`](crate::random::stream_seed)`(seed, "rng")`. Fails, changing
+    /// nothing, when the stream was restored with another key.
+    pub fn seed_streams(&self, seed: u64) -> Result<()> {
+        if let Some(restored) = self.rng.conflict(seed, "rng") {
+            return Err(crate::module::reseed_conflict("rng", restored, seed));
+        }
+        self.rng.seed_at(seed, "rng");
+        Ok(())
+    }
+
+    /// Keys the layer's stream from `seed` at position 0, as
+    /// [`ModuleExt::reseed_streams`](crate::ModuleExt::reseed_streams) on the layer.
+    pub fn reseed_streams(&self, seed: u64) {
+        self.rng.reseed_at(seed, "rng");
+    }
+
+    /// Switches between training and evaluation (PyTorch's `train(mode)`).
+    pub fn set_training(&self, training: bool) {
+        self.training.set(training);
+    }
+
+    /// Training mode: drops elements (PyTorch's `train()`).
+    pub fn train(&self) {
+        self.set_training(true)
+    }
+
+    /// Evaluation mode: the identity (PyTorch's `eval()`).
+    pub fn eval(&self) {
+        self.set_training(false)
+    }
+
     /// `x` through dropout with probability `p`, drawing from `stream` in training (the
     /// dropout of the layers that hold a stream of their own: attention, transformer and
     /// recurrent layers). `owner` names the layer in errors.
@@ -145,5 +183,32 @@ mod tests {
         assert!(Dropout::new(1.5).is_err());
         assert_eq!(Dropout::default().p(), 0.5);
         assert!(Dropout::new(f32::NAN).is_err());
+    }
+
+    #[test]
+    fn standalone_layer_methods_need_no_backend() {
+        // Plain calls (no `ModuleExt::<B>::`): they compile and do what the trait's do.
+        let (plain, via_trait) = (Dropout::new(0.5).unwrap(), Dropout::new(0.5).unwrap());
+        plain.seed_streams(7).unwrap();
+        ModuleExt::<ScalarRefBackend>::seed_streams(&via_trait, 7).unwrap();
+        assert_eq!(plain.rng.state(), via_trait.rng.state());
+        assert_eq!(plain.rng.state(), Some((stream_seed(7, "rng"), 0)));
+        plain.reseed_streams(9);
+        ModuleExt::<ScalarRefBackend>::reseed_streams(&via_trait, 9);
+        assert_eq!(plain.rng.state(), via_trait.rng.state());
+        plain.eval();
+        assert!(!plain.is_training());
+        plain.train();
+        assert!(plain.is_training());
+        plain.set_training(false);
+        assert!(!ModuleExt::<ScalarRefBackend>::is_training(&plain));
+        // A stream restored with another key is refused, as by the trait's method.
+        plain.rng.restore(stream_seed(3, "rng"), 5);
+        let err = plain.seed_streams(7).unwrap_err().to_string();
+        assert!(
+            err.contains("seed_streams") && err.contains("`rng`"),
+            "{err}"
+        );
+        assert_eq!(plain.rng.state(), Some((stream_seed(3, "rng"), 5)));
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::module::{Module, Visitor};
-use exactgrad_autograd::Tensor;
+use exactgrad_autograd::{Indices, Tensor};
 use exactgrad_core::{Backend, Philox};
 use std::fmt;
 
@@ -36,8 +36,10 @@ impl EmbeddingConfig {
 /// Parameter: `weight` `[num_embeddings, embedding_dim]`, initialised from N(0, 1) as in
 /// PyTorch (the row `padding_idx`, if any, set to zeros). The lookup is
 /// [`Tensor::embedding`]: the `padding_idx` row receives no gradient.
-/// [`Module::forward`] takes the indices as a tensor of whole numbers (any shape);
-/// [`Embedding::lookup`] takes them as integers.
+/// [`Module::forward`] takes the indices as an index tensor (whole numbers of any shape,
+/// [`Tensor::from_indices`]), so the table can start a [`Sequential`](crate::Sequential)
+/// or a derived module's `forward`; [`Embedding::lookup`] takes any integer data
+/// ([`Indices`]: `&[i64]`, `Vec<i64>`, a `(values, shape)` pair, an index tensor).
 pub struct Embedding<B: Backend> {
     weight: Tensor<B>,
     padding_idx: Option<i64>,
@@ -109,11 +111,15 @@ impl<B: Backend> Embedding<B> {
         self.padding_idx
     }
 
-    /// The rows `indices` (of shape `shape`): `shape + [embedding_dim]`.
+    /// The rows `indices`: the indices' shape `+ [embedding_dim]` (a slice is 1-D; pass
+    /// `&(values, shape)` for another shape).
     ///
-    /// Fails when an index is out of range or the count does not match `shape`.
-    pub fn lookup(&self, indices: &[i64], shape: &[usize]) -> Result<Tensor<B>> {
-        Tensor::embedding(&self.weight, indices, shape, self.padding_idx)
+    /// Fails when an index is out of range or not an integer (an index tensor's element
+    /// that is not a whole number of magnitude at most 2²⁴), or the count does not match
+    /// the shape.
+    pub fn lookup<I: Indices + ?Sized>(&self, indices: &I) -> Result<Tensor<B>> {
+        let (values, shape) = indices.read_indices("embedding")?;
+        Tensor::embedding(&self.weight, &values, &shape, self.padding_idx)
     }
 }
 
@@ -135,23 +141,14 @@ fn check_padding(op: &'static str, padding_idx: Option<i64>, num: usize) -> Resu
 }
 
 impl<B: Backend> Module<B> for Embedding<B> {
-    /// The rows picked by `input`, a tensor of whole numbers (indices stored as floats).
-    /// Fails when an element is not a whole number in range.
+    /// The rows picked by `input`, an index tensor ([`Tensor::from_indices`]): the
+    /// input's shape `+ [embedding_dim]`. Fails when an element is not a whole number of
+    /// magnitude at most 2²⁴ (beyond it an f32 may hold another integer than the one
+    /// meant, so it is refused rather than read as another row) or is out of range.
     fn forward(&self, input: &Tensor<B>) -> Result<Tensor<B>> {
         let _scope = crate::trace::module_scope::<B>(self);
-        let v = input.to_vec()?;
-        let mut idx = Vec::with_capacity(v.len());
-        for (p, &x) in v.iter().enumerate() {
-            if !(x.is_finite() && x.fract() == 0.0 && x.abs() < 9.0e15) {
-                return Err(Error::invalid(
-                    "Embedding::forward",
-                    "input",
-                    format!("element {p} is {x}, not a whole-number index"),
-                ));
-            }
-            idx.push(x as i64);
-        }
-        self.lookup(&idx, input.dims())
+        let (values, shape) = input.read_indices("Embedding::forward")?;
+        Tensor::embedding(&self.weight, &values, &shape, self.padding_idx)
     }
 
     fn visit(&self, v: &mut Visitor<'_, B>) {
@@ -211,8 +208,8 @@ mod tests {
             .forward(&bad)
             .unwrap_err()
             .to_string()
-            .contains("whole-number"));
-        assert!(e.lookup(&[5], &[1]).is_err());
+            .contains("not a whole number"));
+        assert!(e.lookup(&[5]).is_err());
         assert!(Embedding::new(
             &b,
             EmbeddingConfig {
@@ -225,5 +222,66 @@ mod tests {
         assert!(Embedding::new(&b, EmbeddingConfig::new(0, 3), &mut Philox::new(1)).is_err());
         let names: Vec<String> = e.named_parameters().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["weight"]);
+    }
+
+    /// A token model whose `forward` starts with the table, derived.
+    #[derive(crate::Module)]
+    struct Tokens<B: Backend> {
+        emb: Embedding<B>,
+        head: crate::Linear<B>,
+    }
+
+    impl<B: Backend> Tokens<B> {
+        fn forward(&self, tokens: &Tensor<B>) -> Result<Tensor<B>> {
+            self.head.forward(&self.emb.forward(tokens)?.relu()?)
+        }
+    }
+
+    #[test]
+    fn integer_indices_flow_through_module_chains() {
+        let b = ScalarRefBackend;
+        let mut rng = Philox::new(4);
+        let table = || Embedding::new(&b, EmbeddingConfig::new(7, 3), &mut Philox::new(2));
+        let head = crate::Linear::new(&b, 3, 2, &mut rng).unwrap();
+        let tokens = [6i64, 0, 3, 3, 1, 5];
+        let x = Tensor::from_indices(&b, &tokens, [2, 3]).unwrap();
+        // In a Sequential: the rows of the i64 lookup, then the rest of the chain.
+        let seq = crate::Sequential::new()
+            .push(table().unwrap())
+            .push(crate::Linear::from_tensors(head.weight(), head.bias()).unwrap());
+        let y = seq.forward(&x).unwrap();
+        let want = head
+            .forward(&table().unwrap().lookup(&(tokens, [2, 3])).unwrap())
+            .unwrap();
+        assert_eq!(y.dims(), [2, 3, 2]);
+        assert_eq!(y.to_vec().unwrap(), want.to_vec().unwrap());
+        // In a derived module's forward.
+        let m = Tokens {
+            emb: table().unwrap(),
+            head: crate::Linear::from_tensors(head.weight(), head.bias()).unwrap(),
+        };
+        let y = Module::forward(&m, &x).unwrap();
+        let e = table().unwrap();
+        let want = head
+            .forward(
+                &e.lookup(&(tokens.to_vec(), [2, 3]))
+                    .unwrap()
+                    .relu()
+                    .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(y.to_vec().unwrap(), want.to_vec().unwrap());
+        // An f32 index beyond 2^24 is an error, not another row: 2^24 + 2 is a whole f32
+        // and would have been read as a valid-looking integer.
+        let big = Tensor::from_vec(&b, vec![16_777_218.0], [1]).unwrap();
+        let err = e.forward(&big).unwrap_err().to_string();
+        assert!(
+            err.contains("Embedding::forward") && err.contains("2^24"),
+            "{err}"
+        );
+        let err = Tensor::from_indices(&b, &[1 << 25], [1])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("from_indices"), "{err}");
     }
 }

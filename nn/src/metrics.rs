@@ -1,7 +1,7 @@
 //! Evaluation helpers.
 
 use crate::error::{Error, Result};
-use exactgrad_autograd::Tensor;
+use exactgrad_autograd::{Indices, Tensor};
 use exactgrad_core::Backend;
 
 /// The index of the largest value in each row of a `[rows, cols]` tensor (PyTorch's
@@ -34,7 +34,8 @@ pub fn argmax_rows<B: Backend>(x: &Tensor<B>) -> Result<Vec<usize>> {
 }
 
 /// The fraction of rows of `logits` (`[rows, classes]`) whose arg-max equals the target.
-pub fn accuracy<B: Backend>(logits: &Tensor<B>, targets: &[i64]) -> Result<f64> {
+pub fn accuracy<B: Backend, I: Indices + ?Sized>(logits: &Tensor<B>, targets: &I) -> Result<f64> {
+    let (targets, _) = targets.read_indices("accuracy")?;
     let pred = argmax_rows(logits)?;
     if pred.len() != targets.len() {
         return Err(Error::invalid(
@@ -48,7 +49,7 @@ pub fn accuracy<B: Backend>(logits: &Tensor<B>, targets: &[i64]) -> Result<f64> 
     }
     let correct = pred
         .iter()
-        .zip(targets)
+        .zip(&targets)
         .filter(|(&p, &t)| p as i64 == t)
         .count();
     Ok(correct as f64 / pred.len() as f64)

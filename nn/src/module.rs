@@ -355,6 +355,13 @@ pub trait ModuleExt<B: Backend>: Module<B> {
         n
     }
 
+    /// The gradient hash of the parameters' elements in `state_dict` order: the value of
+    /// `hash_tensors(&self.parameters())` (`docs/arithmetic.md`, the pinned hashes of the
+    /// tests and examples). Fails only when a parameter's storage was released.
+    fn parameter_hash(&self) -> Result<u64> {
+        exactgrad_autograd::hash_tensors(&self.parameters())
+    }
+
     /// The names of the random streams of the tree, in order.
     fn stream_names(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -386,13 +393,7 @@ pub trait ModuleExt<B: Backend>: Module<B> {
             }
         });
         if let Some((path, Some(restored))) = streams.iter().find(|(_, c)| c.is_some()) {
-            return Err(crate::Error::invalid(
-                "seed_streams",
-                "seed",
-                format!(
-                    "the random stream `{path}` was restored from a training checkpoint with the key {restored:#x}, and seed {seed} gives it another: re-keying it would break the resumed run's masks. Seed before restoring, or call reseed_streams to start new streams"
-                ),
-            ));
+            return Err(reseed_conflict(path, *restored, seed));
         }
         self.visit_entries(&mut |name, e| {
             if let Entry::Stream(s) = e {
@@ -481,6 +482,18 @@ pub trait ModuleExt<B: Backend>: Module<B> {
             }
         });
     }
+}
+
+/// The error of [`ModuleExt::seed_streams`] when the stream at `path`, restored with the
+/// key `restored`, would get another key from `seed`.
+pub(crate) fn reseed_conflict(path: &str, restored: u64, seed: u64) -> crate::Error {
+    crate::Error::invalid(
+        "seed_streams",
+        "seed",
+        format!(
+            "the random stream `{path}` was restored from a training checkpoint with the key {restored:#x}, and seed {seed} gives it another: re-keying it would break the resumed run's masks. Seed before restoring, or call reseed_streams to start new streams"
+        ),
+    )
 }
 
 impl<B: Backend, M: Module<B> + ?Sized> ModuleExt<B> for M {

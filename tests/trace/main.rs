@@ -8,6 +8,7 @@
 mod trace_cli;
 mod trace_diff;
 mod trace_files;
+mod trace_index_ops;
 
 use exactgrad::nn::data::Digits;
 use exactgrad::prelude::*;

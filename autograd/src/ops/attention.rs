@@ -321,6 +321,7 @@ impl<B: Backend> Tensor<B> {
         value: &Tensor<B>,
         opts: AttentionOptions<'_, B>,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("scaled_dot_product_attention");
         let op = "scaled_dot_product_attention";
         let query = self;
         let AttentionOptions {

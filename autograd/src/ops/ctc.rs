@@ -453,6 +453,7 @@ impl<B: Backend> Tensor<B> {
     /// # }
     /// ```
     pub fn ctc_loss(&self, batch: CtcBatch<'_>, options: CtcLossOptions) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("ctc_loss");
         let op = "ctc_loss";
         let unbatched = match self.rank() {
             2 => true,

@@ -213,6 +213,7 @@ impl<B: Backend> Tensor<B> {
     /// `x · weightᵀ + bias` for `x: […, in]`, `weight: [out, in]`, `bias: [out]`
     /// (PyTorch's `nn.functional.linear`).
     pub fn linear(&self, weight: &Tensor<B>, bias: Option<&Tensor<B>>) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("linear");
         let op = "linear";
         if weight.rank() == 1 {
             // A single output feature without its dimension, as PyTorch allows.

@@ -47,12 +47,18 @@ impl<B: Backend> Tensor<B> {
     /// `self` is `[C]` (one target), `[N, C]` (N targets) or `[N, C, d1, …]` (targets in
     /// `[N, d1, …]` order). Targets must lie in `[0, C)` unless equal to `ignore_index`.
     /// The loss of a sample is `(1−ε)·(−log p[y]) + ε·(−Σ_c log p[c] / C)`.
-    pub fn cross_entropy(
+    ///
+    /// The targets are integer data ([`Indices`](crate::Indices)): `&[i64]`, a
+    /// `Vec<i64>` (a loader's labels) or an index tensor, read in row-major order.
+    pub fn cross_entropy<I: crate::Indices + ?Sized>(
         &self,
-        targets: &[i64],
+        targets: &I,
         options: CrossEntropyOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("cross_entropy");
         let op = "cross_entropy";
+        let (targets, _) = targets.read_indices(op)?;
+        let targets = targets.as_slice();
         let eps = options.label_smoothing;
         if !(0.0..=1.0).contains(&eps) {
             return Err(Error::invalid(
@@ -194,6 +200,7 @@ impl<B: Backend> Tensor<B> {
     /// Mean squared error `(self − target)²`, reduced; `self` and `target` must have the
     /// same shape (PyTorch broadcasts with a warning; here a mismatch is an error).
     pub fn mse_loss(&self, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("mse_loss");
         if self.shape() != target.shape() {
             return Err(Error::mismatch(
                 "mse_loss",

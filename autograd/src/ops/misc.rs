@@ -243,9 +243,24 @@ impl<B: Backend> Tensor<B> {
     /// The entries `indices` of dimension `dim`, in that order (PyTorch's `index_select`
     /// with a 1-D index): the output has `indices.len()` entries along `dim`. A 0-d tensor
     /// takes exactly one index, 0. The backward adds (Σ64, increasing position order) the
-    /// gradients of repeated indices. Fails on an index outside `[0, size)`.
-    pub fn index_select(&self, dim: isize, indices: &[i64]) -> Result<Tensor<B>> {
+    /// gradients of repeated indices. Fails on an index outside `[0, size)`, and on an
+    /// index that is not 1-D (the indices are any [`Indices`](crate::Indices): `&[i64]`,
+    /// a `Vec<i64>`, a 1-D index tensor).
+    pub fn index_select<I: crate::Indices + ?Sized>(
+        &self,
+        dim: isize,
+        indices: &I,
+    ) -> Result<Tensor<B>> {
         let op = "index_select";
+        let (indices, shape) = indices.read_indices(op)?;
+        if shape.len() != 1 {
+            return Err(Error::invalid(
+                op,
+                "indices",
+                format!("the index must be 1-D, got shape {shape:?}"),
+            ));
+        }
+        let indices = indices.as_slice();
         if self.rank() == 0 {
             normalize_dim(op, dim, 1)?;
             if indices.len() != 1 {

@@ -4,6 +4,7 @@
 //!
 //! | module | operators | options |
 //! |---|---|---|
+//! | [`operators`] | the operators `+ - * /` and unary `-` on tensors and `f32`, each one call of a method below | |
 //! | [`elementwise`] | add, sub, mul, div, scalar forms, neg, abs, relu, leaky_relu, sigmoid, tanh, gelu, exp, log, sqrt, pow, clamp, where | [`elementwise::GeluApproximation`] |
 //! | [`reduce`] | sum, mean (all or over dimensions) | |
 //! | [`linalg`] | matmul, linear | |
@@ -16,6 +17,7 @@
 //! | [`norm`] | batch_norm, layer_norm, group_norm | [`norm::BatchNormOptions`], [`norm::Momentum`], [`norm::LayerNormOptions`], [`norm::GroupNormOptions`] |
 //! | [`attention`] | scaled_dot_product_attention | [`attention::AttentionOptions`], [`attention::AttentionMask`] |
 //! | [`misc`] | dropout, embedding, index_select, split, split_sizes, chunk | |
+//! | [`index`] | gather, one_hot, argmax, argmin, masked_fill; index tensors (`from_indices`, `to_indices`) | [`index::Indices`] |
 //! | [`ctc`] | ctc_loss (f64 recursions) | [`ctc::CtcBatch`], [`ctc::CtcTargets`], [`ctc::CtcLossOptions`] |
 //! | [`resize`] | interpolate (nearest, bilinear) | [`resize::InterpolateSize`], [`resize::InterpolateOptions`], [`resize::InterpolateMode`] |
 //! | [`rnn`] | lstm, gru (multi-layer, bidirectional, batch first) | [`rnn::RnnWeights`], [`rnn::LstmOptions`], [`rnn::GruOptions`] |
@@ -50,10 +52,12 @@ pub mod attention;
 pub mod conv;
 pub mod ctc;
 pub mod elementwise;
+pub mod index;
 pub mod linalg;
 pub mod loss;
 pub mod misc;
 pub mod norm;
+pub mod operators;
 pub mod optim;
 pub mod pad;
 pub mod pool;

@@ -686,6 +686,7 @@ impl<B: Backend> Tensor<B> {
     /// when there is only one value per channel, and for
     /// `Momentum::CumulativeAverage { num_batches_tracked: 0 }`.
     pub fn batch_norm(&self, opts: BatchNormOptions<'_, B>) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("batch_norm");
         let BatchNormOptions {
             running_mean,
             running_var,
@@ -816,6 +817,7 @@ impl<B: Backend> Tensor<B> {
         normalized_shape: &[usize],
         opts: LayerNormOptions<'_, B>,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("layer_norm");
         let LayerNormOptions { weight, bias, eps } = opts;
         let op = "layer_norm";
         let dims = self.dims();
@@ -863,6 +865,7 @@ impl<B: Backend> Tensor<B> {
         num_groups: usize,
         opts: GroupNormOptions<'_, B>,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("group_norm");
         let GroupNormOptions { weight, bias, eps } = opts;
         let op = "group_norm";
         let dims = self.dims();

@@ -380,6 +380,7 @@ impl<B: Backend> Tensor<B> {
     /// `(Σ64 of the window, row-major, rounded) ⊘ (window rows · window columns)`, and
     /// backward adds `g ⊘ count` into the window, output positions in increasing order.
     pub fn adaptive_avg_pool2d(&self, output_size: [usize; 2]) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("adaptive_avg_pool2d");
         let op = "adaptive_avg_pool2d";
         let (x, unbatched) = pool_input(op, self)?;
         let (h, w) = (x.dims()[2], x.dims()[3]);

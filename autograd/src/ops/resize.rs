@@ -194,6 +194,7 @@ impl<B: Backend> Tensor<B> {
         size: InterpolateSize,
         options: InterpolateOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("interpolate");
         let op = "interpolate";
         if self.rank() != 4 {
             return Err(Error::invalid(

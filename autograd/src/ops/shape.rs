@@ -407,6 +407,7 @@ impl<B: Backend> Tensor<B> {
 
     /// Merges dimensions `start..=end` into one (a view when the strides allow it).
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("flatten");
         if self.rank() == 0 {
             return self.reshape_to(&[1]);
         }

@@ -281,6 +281,10 @@ fn run_forward<B: Backend>(
                 skip,
             )?)?
         }
+        "gather" => out(leaf("input")?.gather(
+            attr_int(r, "dim")? as isize,
+            &(inp.ints("index")?, inp.ints_shape("index")),
+        )?)?,
         "cross_entropy" => {
             let opts = CrossEntropyOptions {
                 reduction: reduction(attr_str(r, "reduction")?)?,

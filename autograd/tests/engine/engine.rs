@@ -106,6 +106,44 @@ fn second_backward_after_release_fails_before_any_work() {
 }
 
 #[test]
+fn second_backward_names_the_public_operator_and_the_call_to_make() {
+    // cross_entropy is made of several records (a permute among them); the message names
+    // the operator the program called and the option that keeps the graph.
+    let x = leaf(&[0.5, -1.0, 2.0, 0.0, 1.0, -0.5, 0.25, 3.0], &[2, 2, 2]);
+    let loss = x.cross_entropy(&[1, 0, 0, 1], Default::default()).unwrap();
+    loss.backward().unwrap();
+    let err = loss.backward().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::GraphReleased {
+                op: "cross_entropy"
+            }
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("`cross_entropy`"), "{msg}");
+    assert!(!msg.contains("permute"), "{msg}");
+    assert!(
+        msg.contains("backward_with(BackwardOptions::default().retain_graph(true))"),
+        "{msg}"
+    );
+    // A plain operator is named by itself, and nested composites by the outermost.
+    let y = x.mul_scalar(2.0).unwrap().sum().unwrap();
+    y.backward().unwrap();
+    assert!(matches!(
+        y.backward(),
+        Err(Error::GraphReleased { op: "sum" })
+    ));
+    // With the graph kept, the second backward runs.
+    let loss = x.cross_entropy(&[1, 0, 0, 1], Default::default()).unwrap();
+    loss.backward_with(BackwardOptions::default().retain_graph(true))
+        .unwrap();
+    loss.backward().unwrap();
+}
+
+#[test]
 fn partially_released_graph_is_detected_before_any_work() {
     // z shares the record of a with y; after y's backward released it, z's backward must
     // fail without touching x's gradient.

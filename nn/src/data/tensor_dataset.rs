@@ -1,7 +1,7 @@
 //! [`TensorDataset`]: a data set made of arrays that share their first dimension
 //! (PyTorch's `torch.utils.data.TensorDataset`).
 
-use super::dataset::{Dataset, HostTensor};
+use super::dataset::{Collate, Dataset, HostTensor};
 use super::ClassificationData;
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;
@@ -224,6 +224,27 @@ impl<C: Columns> TensorDataset<C> {
     pub fn into_columns(self) -> C {
         self.columns
     }
+
+    /// Every row as one batch on `backend`, stacked as the [`DataLoader`] stacks a batch
+    /// (the same tensors as an unshuffled loader with `batch_size = len()`): for a
+    /// [`classification`](TensorDataset::classification) data set, the `[len, …item_shape]`
+    /// inputs and the labels. The evaluation of a test split in one call:
+    /// `TensorDataset::classification(&split.test, &[1, 8, 8])?.full_batch(&b)?`.
+    ///
+    /// Fails when the batch cannot be allocated.
+    ///
+    /// [`DataLoader`]: crate::data::DataLoader
+    pub fn full_batch<B: Backend>(&self, backend: &B) -> Result<<C::Item as Collate<B>>::Batch>
+    where
+        C::Item: Collate<B>,
+    {
+        let op = "TensorDataset::full_batch";
+        let mut items = exactgrad_core::backend::try_vec_with_capacity(op, self.len)?;
+        for i in 0..self.len {
+            items.push(self.columns.row(i));
+        }
+        <C::Item as Collate<B>>::collate(backend, items)
+    }
 }
 
 impl TensorDataset<(HostTensor, Vec<i64>)> {
@@ -288,6 +309,29 @@ mod tests {
     fn counting(shape: &[usize]) -> HostTensor {
         let n = shape.iter().product::<usize>();
         HostTensor::new((0..n).map(|v| v as f32).collect(), shape).unwrap()
+    }
+
+    #[test]
+    fn full_batch_is_the_test_split_in_one_call() -> Result<()> {
+        let b = ScalarRefBackend;
+        let split = Digits::bundled().split()?;
+        let (images, labels) =
+            TensorDataset::classification(&split.test, &[1, 8, 8])?.full_batch(&b)?;
+        // The same as the hand-made path: all features, reshaped, and the labels.
+        let (flat, want_labels) = split.test.to_tensors(&b)?;
+        assert_eq!(images.dims(), &[split.test.len(), 1, 8, 8]);
+        assert_eq!(images.to_vec()?, flat.to_vec()?);
+        assert_eq!(labels, want_labels);
+        // And the same as a loader's single batch over the whole set.
+        let data = TensorDataset::classification(&split.test, &[1, 8, 8])?;
+        let loader = DataLoader::new(&b, &data, data.len())?;
+        let (x, y) = loader.iter().next().unwrap()?;
+        assert_eq!((x.to_vec()?, y), (images.to_vec()?, labels));
+        // Other columns stack the same way.
+        let pair = TensorDataset::new((counting(&[3, 2]), vec![4i64, 5, 6]))?;
+        let (x, y) = pair.full_batch(&b)?;
+        assert_eq!((x.dims(), y), (&[3, 2][..], vec![4, 5, 6]));
+        Ok(())
     }
 
     #[test]

@@ -129,8 +129,8 @@ impl<B: Backend> Gpt<B> {
         let positions: Vec<i64> = (0..l as i64).collect();
         let x = self
             .tok_emb
-            .lookup(tokens, &shape)?
-            .add(&self.pos_emb.lookup(&positions, &[l])?)?;
+            .lookup(&(tokens, &shape))?
+            .add(&self.pos_emb.lookup(&positions)?)?;
         // Causal self-attention (PyTorch's boolean mask, true where key j > query i, with
         // is_causal): the fused operator excludes those keys itself, with the bits a
         // `[L, L]` block mask gives, and no mask is built or read.

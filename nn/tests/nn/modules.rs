@@ -299,6 +299,14 @@ fn argmax_and_accuracy() {
     assert_eq!(accuracy(&logits, &[1, 0, 0]).unwrap(), 2.0 / 3.0);
     assert!(accuracy(&logits, &[1]).is_err());
     assert!(argmax_rows(&Tensor::ones(&BE, [3]).unwrap()).is_err());
+    // The tensor operator agrees with the metric (first maximum, NaN as the maximum),
+    // and its index tensor is accepted as targets, as any `Indices`.
+    let am = logits.argmax(1, false).unwrap();
+    assert_eq!(am.to_indices().unwrap(), [1, 1, 0]);
+    assert_eq!(accuracy(&logits, &am).unwrap(), 1.0);
+    let labels = Tensor::from_indices(&BE, &[1, 0, 0], [3]).unwrap();
+    assert_eq!(accuracy(&logits, &labels).unwrap(), 2.0 / 3.0);
+    assert_eq!(accuracy(&logits, &vec![1i64, 0, 0]).unwrap(), 2.0 / 3.0);
 }
 
 #[test]

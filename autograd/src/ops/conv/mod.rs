@@ -157,6 +157,7 @@ impl<B: Backend> Tensor<B> {
         bias: Option<&Tensor<B>>,
         opts: Conv2dOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("conv2d");
         let op = "conv2d";
         let (xd, wd) = (self.dims(), weight.dims());
         if xd.len() != 3 && xd.len() != 4 {
@@ -201,6 +202,7 @@ impl<B: Backend> Tensor<B> {
         bias: Option<&Tensor<B>>,
         opts: Conv1dOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("conv1d");
         let op = "conv1d";
         let (xd, wd) = (self.dims(), weight.dims());
         if xd.len() != 2 && xd.len() != 3 {
@@ -265,6 +267,7 @@ impl<B: Backend> Tensor<B> {
         bias: Option<&Tensor<B>>,
         opts: ConvTranspose2dOptions,
     ) -> Result<Tensor<B>> {
+        let _public = crate::engine::PublicOp::new("conv_transpose2d");
         let op = "conv_transpose2d";
         let (xd, wd) = (self.dims(), weight.dims());
         if xd.len() != 3 && xd.len() != 4 {

@@ -419,6 +419,7 @@ impl<B: Backend> Tensor<B> {
         weights: &[RnnWeights<'_, B>],
         options: LstmOptions<'_, B>,
     ) -> Result<LstmOutput<B>> {
+        let _public = crate::engine::PublicOp::new("lstm");
         let (output, h_n, c_n) = run(
             Cell::Lstm,
             self,
@@ -449,6 +450,7 @@ impl<B: Backend> Tensor<B> {
         weights: &[RnnWeights<'_, B>],
         options: GruOptions<'_, B>,
     ) -> Result<GruOutput<B>> {
+        let _public = crate::engine::PublicOp::new("gru");
         let (output, h_n, _) = run(
             Cell::Gru,
             self,
