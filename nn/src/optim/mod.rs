@@ -50,18 +50,24 @@ pub trait Optimizer<B: Backend> {
     /// Sets the learning rate used by the next steps (for schedules).
     fn set_lr(&mut self, lr: f64) -> Result<()>;
 
+    /// Frees every parameter's gradient, as PyTorch's `optimizer.zero_grad()` does by
+    /// default (`set_to_none=True`); a parameter without gradient is skipped by the next
+    /// step. The same as [`Optimizer::clear_grad`].
+    fn zero_grad(&self) {
+        self.clear_grad();
+    }
+
     /// Sets every parameter's gradient to zeros in place (PyTorch's
     /// `zero_grad(set_to_none=False)`); a zero gradient still takes part in the step.
     /// Fails when a new gradient buffer cannot be allocated.
-    fn zero_grad(&self) -> Result<()> {
+    fn fill_grad_zero(&self) -> Result<()> {
         for p in self.parameters() {
-            p.zero_grad()?;
+            p.fill_grad_zero()?;
         }
         Ok(())
     }
 
-    /// Frees every parameter's gradient (PyTorch's default `zero_grad()`); a parameter
-    /// without gradient is skipped by the next step.
+    /// Frees every parameter's gradient; the same as [`Optimizer::zero_grad`].
     fn clear_grad(&self) {
         for p in self.parameters() {
             p.clear_grad();
