@@ -308,3 +308,64 @@ fn scheduler_groups_are_saved_and_restored() {
     let err = single.load_state(&state).unwrap_err().to_string();
     assert!(err.contains("2 parameter groups"), "{err}");
 }
+
+#[test]
+fn a_training_checkpoint_holds_the_groups_and_refuses_the_format_before_them() {
+    use exactgrad_core::Philox;
+    use exactgrad_nn::checkpoint::{TrainingCheckpoint, TrainingState};
+    use exactgrad_nn::{Linear, ModuleExt};
+    let build = |seed| {
+        let model = Linear::new(&BE, 3, 2, &mut Philox::new(seed)).unwrap();
+        let (w, b): (Vec<_>, Vec<_>) = model
+            .parameters()
+            .into_iter()
+            .partition(|p| p.dims().len() == 2);
+        let mut opt = Sgd::with_groups(
+            vec![
+                ParamGroup::new(w).weight_decay(0.1).momentum(0.9),
+                ParamGroup::new(b).lr(0.5),
+            ],
+            SgdConfig::new(0.1),
+        )
+        .unwrap();
+        let sched = StepLr::new(&mut opt, StepLrConfig::new(1)).unwrap();
+        (model, opt, sched)
+    };
+    let (model, mut opt, mut sched) = build(1);
+    for p in model.parameters() {
+        p.set_grad(Some(Tensor::ones(&BE, p.shape().clone()).unwrap()))
+            .unwrap();
+    }
+    opt.step().unwrap();
+    sched.step(&mut opt).unwrap();
+    let ckpt = TrainingState::new(&model, &mut opt)
+        .scheduler(&mut sched)
+        .capture()
+        .unwrap();
+    assert_eq!(
+        ckpt.file().metadata("format"),
+        Some("exactgrad training checkpoint 4")
+    );
+    let (model2, mut opt2, mut sched2) = build(2);
+    TrainingState::new(&model2, &mut opt2)
+        .scheduler(&mut sched2)
+        .restore(&ckpt)
+        .unwrap();
+    assert_eq!(opt2.param_groups(), opt.param_groups());
+    assert_eq!(opt2.group_lrs(), [0.1 * 0.1, 0.5 * 0.1]);
+    assert_eq!(sched2.get_last_lrs(), sched.get_last_lrs());
+    assert!(opt2.momentum_buffer(0).is_some());
+    // The format before parameter groups is refused, naming both versions.
+    let mut old = ckpt.file().clone();
+    old.set_metadata("format", "exactgrad training checkpoint 3");
+    let (model3, mut opt3, mut sched3) = build(3);
+    let err = TrainingState::new(&model3, &mut opt3)
+        .scheduler(&mut sched3)
+        .restore(&TrainingCheckpoint::from_file(old))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("training checkpoint 3") && err.contains("training checkpoint 4"),
+        "{err}"
+    );
+}
