@@ -5,7 +5,10 @@
 use exactgrad_backends::scalar;
 use exactgrad_core::UnaryOp;
 
-const DOC: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/arithmetic.md"));
+const DOC: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../docs/arithmetic.md"
+));
 
 /// The header of the element-wise table.
 const UNARY_HEADER: &str = "| operator | x | forward | gradient at g = 1 |";
@@ -81,7 +84,9 @@ fn special_values_of_elementwise_operators_match_the_reference() {
         let (o, xv) = (operator(op), value(x));
         let y = scalar::unary(o, xv);
         if !same(y, value(forward)) {
-            failures.push(format!("{op} at {x}: the reference gives {y:?}, the table {forward}"));
+            failures.push(format!(
+                "{op} at {x}: the reference gives {y:?}, the table {forward}"
+            ));
         }
         if gradient != "—" {
             let d = scalar::unary_backward(o, xv, y, 1.0);
@@ -92,7 +97,10 @@ fn special_values_of_elementwise_operators_match_the_reference() {
             }
         }
     }
-    assert!(failures.is_empty(), "docs/arithmetic.md §3 disagrees: {failures:#?}");
+    assert!(
+        failures.is_empty(),
+        "docs/arithmetic.md §3 disagrees: {failures:#?}"
+    );
 }
 
 #[test]
@@ -118,6 +126,9 @@ fn the_parser_reads_the_document_notation() {
     assert_eq!(value("+0").to_bits(), 0);
     assert_eq!(value("−∞"), f32::NEG_INFINITY);
     assert!(value("NaN").is_nan());
-    assert_eq!(operator("clamp(−∞, 1)"), UnaryOp::Clamp(f32::NEG_INFINITY, 1.0));
+    assert_eq!(
+        operator("clamp(−∞, 1)"),
+        UnaryOp::Clamp(f32::NEG_INFINITY, 1.0)
+    );
     assert_eq!(operator("pow(−0.5)"), UnaryOp::Pow(-0.5));
 }

@@ -9,6 +9,8 @@
 //! about a third of the processor time. The exhaustive tests (`--features exhaustive`)
 //! stay binaries of their own.
 
+#[path = "arithmetic_doc.rs"]
+mod arithmetic_doc;
 #[path = "differential.rs"]
 mod differential;
 #[path = "gemm.rs"]
@@ -19,7 +21,5 @@ mod miri_kernels;
 mod sampled_vector;
 #[path = "unchecked_backend.rs"]
 mod unchecked_backend;
-#[path = "arithmetic_doc.rs"]
-mod arithmetic_doc;
 #[path = "wrong_backends.rs"]
 mod wrong_backends;

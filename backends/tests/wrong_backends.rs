@@ -5,8 +5,8 @@
 use exactgrad_backends::conformance::{self, Config, Mismatch};
 use exactgrad_backends::{scalar, ScalarRefBackend};
 use exactgrad_core::backend::{
-    BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SoftmaxArgs,
-    SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
+    BinaryArgs, Checked, CopyStridedArgs, MatmulArgs, SelectArgs, SoftmaxArgs, SoftmaxBackwardArgs,
+    SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
 use exactgrad_core::{BackendImpl, ComputeMode, Layout, Result, Shape, UnaryOp};
 
@@ -148,5 +148,3 @@ fn quick_catches_std_exp() {
     assert_eq!(err.backend, "std-exp");
     assert!(msg.contains("unary(Exp)"), "{msg}");
 }
-
-

@@ -249,8 +249,18 @@ fn optimizer_records_carry_each_groups_hyper_parameters_and_replay() -> exactgra
     for r in &updates {
         let matrix = r.params().iter().all(|p| p.ends_with("weight"));
         let (lr, wd) = if matrix { (0.001, 0.1) } else { (0.002, 0.0) };
-        assert_eq!(state(r, "lr"), Some(exactgrad::trace::Value::F64(lr)), "{:?}", r.params());
-        assert_eq!(state(r, "weight_decay"), Some(exactgrad::trace::Value::F64(wd)), "{:?}", r.params());
+        assert_eq!(
+            state(r, "lr"),
+            Some(exactgrad::trace::Value::F64(lr)),
+            "{:?}",
+            r.params()
+        );
+        assert_eq!(
+            state(r, "weight_decay"),
+            Some(exactgrad::trace::Value::F64(wd)),
+            "{:?}",
+            r.params()
+        );
     }
     // The second step's updates, captured in a second run, replay to their bits.
     let ids: Vec<RecordId> = updates.iter().skip(4).map(|r| r.id).collect();

@@ -1,8 +1,8 @@
 //! Adam and AdamW.
 
 use super::{
-    build_groups, check_group_lrs, check_new_group, check_non_negative, powi_f64,
-    refuse_foreign, GroupConfig, Optimizer, ParamGroup,
+    build_groups, check_group_lrs, check_new_group, check_non_negative, powi_f64, refuse_foreign,
+    GroupConfig, Optimizer, ParamGroup,
 };
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
@@ -150,7 +150,12 @@ fn group_config<B: Backend>(
     group: &ParamGroup<B>,
     defaults: AdamConfig,
 ) -> Result<AdamConfig> {
-    refuse_foreign(op, "momentum", group.momentum.is_some(), "SGD (Adam's are `betas`)")?;
+    refuse_foreign(
+        op,
+        "momentum",
+        group.momentum.is_some(),
+        "SGD (Adam's are `betas`)",
+    )?;
     let c = AdamConfig {
         lr: group.lr.unwrap_or(defaults.lr),
         betas: group.betas.unwrap_or(defaults.betas),
@@ -217,8 +222,7 @@ impl<B: Backend> Adam<B> {
 
     fn build(op: &'static str, groups: Vec<ParamGroup<B>>, config: AdamConfig) -> Result<Self> {
         validate(op, &config)?;
-        let (params, groups) =
-            build_groups(op, groups, &config, |g, d| group_config(op, g, d))?;
+        let (params, groups) = build_groups(op, groups, &config, |g, d| group_config(op, g, d))?;
         let n = params.len();
         Ok(Self {
             params,
@@ -268,7 +272,11 @@ impl<B: Backend> Adam<B> {
         }
         let n = self.groups.len();
         let g = self.groups.get_mut(index).ok_or_else(|| {
-            Error::invalid(op, "index", format!("is {index}, the optimizer has {n} groups"))
+            Error::invalid(
+                op,
+                "index",
+                format!("is {index}, the optimizer has {n} groups"),
+            )
         })?;
         g.config = config;
         Ok(())

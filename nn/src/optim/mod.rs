@@ -60,9 +60,8 @@ pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use scheduler::{
     AnnealStrategy, CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig,
-    LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
+    GroupLrs, LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
     OneCycleLrConfig, SchedulerConfig, SchedulerKind, SchedulerState, SequentialLr, StepLr,
-    GroupLrs,
     StepLrConfig,
 };
 pub use sgd::{Sgd, SgdConfig};
@@ -276,7 +275,10 @@ fn check_new_group<B: Backend>(
 ) -> Result<()> {
     check_params(op, params)?;
     for (i, p) in params.iter().enumerate() {
-        let twice = existing.iter().chain(&params[..i]).any(|q| q.shares_storage(p));
+        let twice = existing
+            .iter()
+            .chain(&params[..i])
+            .any(|q| q.shares_storage(p));
         if twice {
             return Err(Error::invalid(
                 op,
@@ -303,7 +305,8 @@ fn check_group_lrs(op: &'static str, groups: usize, lrs: &[f64]) -> Result<()> {
             ),
         ));
     }
-    lrs.iter().try_for_each(|&lr| check_non_negative(op, "lr", lr))
+    lrs.iter()
+        .try_for_each(|&lr| check_non_negative(op, "lr", lr))
 }
 
 /// Refuses a hyper-parameter of another optimizer in a group (`arg` set, `owner` the

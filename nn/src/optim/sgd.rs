@@ -126,8 +126,7 @@ impl<B: Backend> Sgd<B> {
 
     fn build(op: &'static str, groups: Vec<ParamGroup<B>>, config: SgdConfig) -> Result<Self> {
         validate(op, &config)?;
-        let (params, groups) =
-            build_groups(op, groups, &config, |g, d| group_config(op, g, d))?;
+        let (params, groups) = build_groups(op, groups, &config, |g, d| group_config(op, g, d))?;
         let n = params.len();
         Ok(Self {
             params,
@@ -162,7 +161,11 @@ impl<B: Backend> Sgd<B> {
         validate(op, &config)?;
         let n = self.groups.len();
         let g = self.groups.get_mut(index).ok_or_else(|| {
-            Error::invalid(op, "index", format!("is {index}, the optimizer has {n} groups"))
+            Error::invalid(
+                op,
+                "index",
+                format!("is {index}, the optimizer has {n} groups"),
+            )
         })?;
         g.config = config;
         Ok(())
@@ -284,7 +287,8 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
         check_new_group(op, &self.params, &group.params)?;
         let config = group_config(op, &group, self.defaults)?;
         let start = self.params.len();
-        self.momentum_buffers.extend(group.params.iter().map(|_| None));
+        self.momentum_buffers
+            .extend(group.params.iter().map(|_| None));
         self.params.extend(group.params);
         self.groups.push(GroupConfig {
             params: start..self.params.len(),

@@ -20,7 +20,10 @@ fn header<C>(kind: &str, params: usize, groups: &[GroupConfig<C>]) -> TensorFile
     f.set_metadata("params", params.to_string());
     f.set_metadata("param_groups", groups.len().to_string());
     for (g, group) in groups.iter().enumerate() {
-        f.set_metadata(&format!("param_groups.{g}.params"), group.params.len().to_string());
+        f.set_metadata(
+            &format!("param_groups.{g}.params"),
+            group.params.len().to_string(),
+        );
     }
     f
 }

@@ -190,7 +190,13 @@ fn module_zero_grad_frees_and_fill_grad_zero_fills() {
     assert!(l.parameters().iter().all(|p| p.grad().is_some()));
     l.fill_grad_zero().unwrap();
     for p in l.parameters() {
-        assert!(p.grad().unwrap().to_vec().unwrap().iter().all(|&g| g == 0.0));
+        assert!(p
+            .grad()
+            .unwrap()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|&g| g == 0.0));
     }
     l.zero_grad();
     assert!(l.parameters().iter().all(|p| p.grad().is_none()));

@@ -7,8 +7,8 @@ use exactgrad_backends::ScalarRefBackend;
 use exactgrad_nn::checkpoint::TensorFile;
 use exactgrad_nn::optim::{
     Adam, AdamConfig, AdamW, AdamWConfig, CosineAnnealingLr, CosineAnnealingLrConfig, LinearLr,
-    LinearLrConfig, LrScheduler, OneCycleLr, OneCycleLrConfig, Optimizer, ParamGroup,
-    SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
+    LinearLrConfig, LrScheduler, OneCycleLr, OneCycleLrConfig, Optimizer, ParamGroup, SequentialLr,
+    Sgd, SgdConfig, StepLr, StepLrConfig,
 };
 
 type B = ScalarRefBackend;
@@ -147,12 +147,18 @@ fn bad_groups_are_refused_with_a_clear_error() {
     assert!(err.contains("lr"), "{err}");
     assert_eq!(sgd.num_param_groups(), 1);
     let err = msg(sgd.set_group_lrs(&[0.1, 0.2]));
-    assert!(err.contains("2 learning rates") && err.contains("1 parameter groups"), "{err}");
+    assert!(
+        err.contains("2 learning rates") && err.contains("1 parameter groups"),
+        "{err}"
+    );
     let mut adam = Adam::new(vec![a.clone()], AdamConfig::new(0.1)).unwrap();
     let err = msg(adam.add_param_group(ParamGroup::new(vec![param(&[1.0])]).momentum(0.9)));
     assert!(err.contains("momentum"), "{err}");
     let err = Adam::<B>::with_groups(vec![], AdamConfig::new(0.1)).unwrap_err();
-    assert!(err.to_string().contains("at least one parameter group"), "{err}");
+    assert!(
+        err.to_string().contains("at least one parameter group"),
+        "{err}"
+    );
     let no_grad = Tensor::from_vec(&BE, vec![1.0], [1]).unwrap();
     let err = msg(adam.add_param_group(ParamGroup::new(vec![no_grad])));
     assert!(err.contains("leaf that requires grad"), "{err}");
@@ -183,7 +189,10 @@ fn groups_are_part_of_the_optimizer_state() {
     // Another grouping of the same parameters is refused.
     let mut one = AdamW::new(vec![a.clone(), b.clone()], AdamWConfig::new(0.1)).unwrap();
     let err = one.load_state_dict(&state).unwrap_err().to_string();
-    assert!(err.contains("2 parameter groups") && err.contains("has 1"), "{err}");
+    assert!(
+        err.contains("2 parameter groups") && err.contains("has 1"),
+        "{err}"
+    );
     // A state of the layout before groups (hyper-parameters at the top level).
     let mut old = TensorFile::new();
     for n in state.names() {
@@ -201,7 +210,10 @@ fn groups_are_part_of_the_optimizer_state() {
         }
     }
     let err = other.load_state_dict(&old).unwrap_err().to_string();
-    assert!(err.contains("before optimizers had parameter groups"), "{err}");
+    assert!(
+        err.contains("before optimizers had parameter groups"),
+        "{err}"
+    );
 }
 
 /// SGD over two parameters in two groups at rates `lrs`.
@@ -243,19 +255,39 @@ fn schedulers_scale_each_groups_own_rate() {
         },
     )
     .unwrap();
-    assert!(close(&opt.group_lrs(), &[0.05, 0.01]), "{:?}", opt.group_lrs());
+    assert!(
+        close(&opt.group_lrs(), &[0.05, 0.01]),
+        "{:?}",
+        opt.group_lrs()
+    );
     s.step(&mut opt).unwrap();
-    assert!(close(&opt.group_lrs(), &[0.075, 0.015]), "{:?}", opt.group_lrs());
+    assert!(
+        close(&opt.group_lrs(), &[0.075, 0.015]),
+        "{:?}",
+        opt.group_lrs()
+    );
     s.step(&mut opt).unwrap();
-    assert!(close(&opt.group_lrs(), &[0.1, 0.02]), "{:?}", opt.group_lrs());
+    assert!(
+        close(&opt.group_lrs(), &[0.1, 0.02]),
+        "{:?}",
+        opt.group_lrs()
+    );
 
     // CosineAnnealingLR(T_max 2): each group's base · (1 + cos(π·t/2)) / 2.
     let mut opt = two_groups([0.1, 0.02]);
     let mut s = CosineAnnealingLr::new(&mut opt, CosineAnnealingLrConfig::new(2)).unwrap();
     s.step(&mut opt).unwrap();
-    assert!(close(&opt.group_lrs(), &[0.05, 0.01]), "{:?}", opt.group_lrs());
+    assert!(
+        close(&opt.group_lrs(), &[0.05, 0.01]),
+        "{:?}",
+        opt.group_lrs()
+    );
     s.step(&mut opt).unwrap();
-    assert!(close(&opt.group_lrs(), &[0.0, 0.0]), "{:?}", opt.group_lrs());
+    assert!(
+        close(&opt.group_lrs(), &[0.0, 0.0]),
+        "{:?}",
+        opt.group_lrs()
+    );
 
     // OneCycleLR with one max_lr gives every group the same rate, as PyTorch.
     let mut opt = two_groups([0.1, 0.02]);
@@ -282,7 +314,10 @@ fn a_group_added_after_the_scheduler_or_a_sequential_one_is_refused() {
     opt.add_param_group(ParamGroup::new(vec![param(&[1.0])]))
         .unwrap();
     let err = s.step(&mut opt).unwrap_err().to_string();
-    assert!(err.contains("3 parameter groups") && err.contains("built on 2"), "{err}");
+    assert!(
+        err.contains("3 parameter groups") && err.contains("built on 2"),
+        "{err}"
+    );
     assert_eq!(s.last_epoch(), 0, "a refused step changes nothing");
 }
 

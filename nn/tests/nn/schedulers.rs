@@ -776,8 +776,20 @@ fn bad_states_are_errors() {
 /// and 9).
 #[test]
 fn one_cycle_cycles_the_momentum_by_default() {
-    let cos = [0.95, 0.9, 0.85, 0.854_951_556_604_879, 0.868_825_509_907_063_3];
-    let linear = [0.95, 0.9, 0.85, 0.864_285_714_285_714_2, 0.878_571_428_571_428_6];
+    let cos = [
+        0.95,
+        0.9,
+        0.85,
+        0.854_951_556_604_879,
+        0.868_825_509_907_063_3,
+    ];
+    let linear = [
+        0.95,
+        0.9,
+        0.85,
+        0.864_285_714_285_714_2,
+        0.878_571_428_571_428_6,
+    ];
     for (strategy, want) in [(AnnealStrategy::Cos, cos), (AnnealStrategy::Linear, linear)] {
         let config = OneCycleLrConfig {
             anneal_strategy: strategy,
@@ -794,7 +806,10 @@ fn one_cycle_cycles_the_momentum_by_default() {
             got.push(sgd.momentum());
         }
         for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() <= 1e-15, "{strategy:?}: {got:?}, want {want:?}");
+            assert!(
+                (g - w).abs() <= 1e-15,
+                "{strategy:?}: {got:?}, want {want:?}"
+            );
         }
         assert_eq!(s.get_last_momentum(), Some(got[got.len() - 1]));
         // Adam's β1, β2 untouched.
@@ -802,11 +817,9 @@ fn one_cycle_cycles_the_momentum_by_default() {
             .unwrap()
             .requires_grad()
             .unwrap();
-        let mut adam = exactgrad_nn::optim::Adam::new(
-            vec![p],
-            exactgrad_nn::optim::AdamConfig::new(0.1),
-        )
-        .unwrap();
+        let mut adam =
+            exactgrad_nn::optim::Adam::new(vec![p], exactgrad_nn::optim::AdamConfig::new(0.1))
+                .unwrap();
         let mut s = OneCycleLr::new(&mut adam, config).unwrap();
         s.step(&mut adam).unwrap();
         assert!((adam.config().betas.0 - want[1]).abs() <= 1e-15);

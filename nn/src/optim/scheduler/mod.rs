@@ -192,7 +192,11 @@ pub trait LrScheduler {
         if let Some(m) = self.get_last_momentum() {
             opt.set_momentum(m)?;
         }
-        let rates: Vec<f64> = self.get_last_lrs().into_iter().map(optimizer_rate).collect();
+        let rates: Vec<f64> = self
+            .get_last_lrs()
+            .into_iter()
+            .map(optimizer_rate)
+            .collect();
         opt.set_group_lrs(&rates)
     }
 }
@@ -585,7 +589,11 @@ fn rule_state(rule: &dyn Rule) -> SchedulerState {
 }
 
 /// Checks the groups of `state` for `rule` and returns their progress.
-fn checked_groups(rule: &dyn Rule, state: &SchedulerState, op: &'static str) -> Result<Vec<Progress>> {
+fn checked_groups(
+    rule: &dyn Rule,
+    state: &SchedulerState,
+    op: &'static str,
+) -> Result<Vec<Progress>> {
     if state.groups.len() != rule.groups().len() {
         return Err(Error::invalid(
             op,

@@ -291,7 +291,8 @@ impl OneCycleLr {
         if !self.config.cycle_momentum || t < 0 {
             return None;
         }
-        self.anneal(t, |ph| (ph.start_momentum, ph.end_momentum)).ok()
+        self.anneal(t, |ph| (ph.start_momentum, ph.end_momentum))
+            .ok()
     }
 
     /// The value at step `t` of the curve whose phase ends `ends` gives.
