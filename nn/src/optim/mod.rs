@@ -66,6 +66,10 @@ pub use scheduler::{
 };
 pub use sgd::{Sgd, SgdConfig};
 
+/// An optimizer's parameters in one list and its groups' ranges of it with their
+/// configurations.
+type Groups<B, C> = (Vec<Tensor<B>>, Vec<GroupConfig<C>>);
+
 /// The groups `groups` as the optimizer stores them: the parameters in one list, each
 /// group's range of it and its configuration (`config` completed by `apply`, which also
 /// checks the group's own hyper-parameters).
@@ -74,7 +78,7 @@ fn build_groups<B: Backend, C: Clone>(
     groups: Vec<ParamGroup<B>>,
     defaults: &C,
     apply: impl Fn(&ParamGroup<B>, C) -> Result<C>,
-) -> Result<(Vec<Tensor<B>>, Vec<GroupConfig<C>>)> {
+) -> Result<Groups<B, C>> {
     if groups.is_empty() {
         return Err(Error::invalid(
             op,
