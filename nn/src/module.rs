@@ -464,7 +464,7 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     }
 
     /// Frees every parameter's gradient, as PyTorch's `module.zero_grad()` does by
-    /// default (`set_to_none=True`). The same as [`Module::clear_grad`].
+    /// default (`set_to_none=True`). The same as [`ModuleExt::clear_grad`].
     fn zero_grad(&self) {
         self.clear_grad();
     }
@@ -479,7 +479,7 @@ pub trait ModuleExt<B: Backend>: Module<B> {
         Ok(())
     }
 
-    /// Frees every parameter's gradient; the same as [`Module::zero_grad`].
+    /// Frees every parameter's gradient; the same as [`ModuleExt::zero_grad`].
     fn clear_grad(&self) {
         self.visit_entries(&mut |_, e| {
             if let Entry::Parameter(t) = e {
