@@ -838,4 +838,18 @@ fn one_cycle_cycles_the_momentum_by_default() {
     s.step(&mut sgd).unwrap();
     assert_eq!(sgd.momentum(), 0.0);
     assert_eq!(s.get_last_momentum(), None);
+    // Inside a SequentialLr: max_momentum from construction, cycled while in charge.
+    let mut sgd = optimizer(0.1);
+    let mut s = SequentialLr::new(
+        &mut sgd,
+        vec![
+            OneCycleLrConfig::new(1.0, 10).into(),
+            StepLrConfig::new(2).into(),
+        ],
+        vec![10],
+    )
+    .unwrap();
+    assert_eq!(sgd.momentum(), 0.95);
+    s.step(&mut sgd).unwrap();
+    assert!((sgd.momentum() - 0.9).abs() <= 1e-15, "{}", sgd.momentum());
 }

@@ -192,6 +192,13 @@ impl SequentialLr {
         // At least one scheduler was built, and each sets `initial_lr`.
         let reset = initial_lr.unwrap_or(lr0);
         let lr = advance(built[0].as_mut(), reset, true)?;
+        // A one-cycle schedule's constructor sets the momentum of its step 0, in charge
+        // or not (PyTorch builds every inner scheduler on the optimizer).
+        for r in &built {
+            if let Some(m) = r.momentum_at(0) {
+                opt.set_momentum(m)?;
+            }
+        }
         opt.set_lr(super::optimizer_rate(lr))?;
         Ok(Self {
             schedulers: built,
