@@ -159,7 +159,7 @@ pub mod prelude {
         clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, AnnealStrategy,
         CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig, LinearLr,
         LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr, OneCycleLrConfig,
-        Optimizer, SchedulerConfig, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
+        Optimizer, ParamGroup, SchedulerConfig, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
     };
     pub use exactgrad_nn::{
         AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, BatchNormConfig, CausalTransformerLayer, Conv2d,

@@ -13,6 +13,8 @@ Writes, under testdata/nn/:
   CPU by default). Tensor names: "<case>/p<i>/init", "<case>/g<i>/s<k>",
   "<case>/p<i>/s<k>" (k = 1, 2, ...). The metadata entry "<case>" holds the
   hyper-parameters as "key=value;..." and "cases" the case names, comma-separated.
+- optim_groups.safetensors: the same for optimizers with two parameter groups (the
+  group's own settings in the metadata under `group1.`).
 - clip.safetensors: gradients before and after clip_grad_norm_ / clip_grad_value_ and
   the total norms: "<case>/g<i>/before", "<case>/g<i>/after", "<case>/norm" (shape [1]).
 - linear.safetensors: per case x, weight, bias (if any), the upstream gradient gy, and
@@ -107,6 +109,34 @@ def optim_cases():
     meta["cases"] = ",".join(n for n, _ in sgd) + "," + ",".join(n for n, _, _ in adam)
     meta["torch"] = torch.__version__
     save_file(tensors, str(OUT / "optim.safetensors"), metadata=meta)
+
+
+def optim_group_cases():
+    """Parameter groups: the even-indexed parameters in group 0 with the optimizer's
+    settings, the odd-indexed ones in group 1 with their own (`group1` in the metadata).
+    Written to optim_groups.safetensors with the names of optim.safetensors; no test reads
+    it yet (the Rust tests check groups against the update rules worked by hand)."""
+    tensors, meta = {}, {}
+    cases = [
+        ("sgd_groups", "sgd", dict(lr=0.1, momentum=0.9), dict(lr=0.01, weight_decay=0.5, momentum=0.0)),
+        ("adam_groups", "adam", dict(lr=0.01), dict(lr=0.001, betas=(0.5, 0.9))),
+        ("adamw_gpt_recipe", "adamw", dict(lr=0.01, weight_decay=0.1), dict(weight_decay=0.0)),
+    ]
+    cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+    seed = 200
+    for name, kind, cfg, group1 in cases:
+        seed += 1
+
+        def make(ps, kind=kind, cfg=cfg, group1=group1):
+            groups = [{"params": ps[0::2]}, {"params": ps[1::2], **group1}]
+            return cls[kind](groups, foreach=False, **cfg)
+
+        flat = dict(kind=kind, **cfg)
+        flat.update({f"group1.{k}": v for k, v in group1.items()})
+        run_optimizer(name, make, flat, seed, tensors, meta)
+    meta["cases"] = ",".join(c[0] for c in cases)
+    meta["torch"] = torch.__version__
+    save_file(tensors, str(OUT / "optim_groups.safetensors"), metadata=meta)
 
 
 def clip_cases():
@@ -204,6 +234,7 @@ def main():
     torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
     optim_cases()
+    optim_group_cases()
     clip_cases()
     linear_cases()
     mlp_case()

@@ -127,7 +127,8 @@ def describe(fields):
 
 def build(opt, kind, args):
     if kind == "OneCycleLR":
-        # Momentum is not cycled (the Rust optimizers have no momentum setter).
+        # These cases check the rates; the momentum (cycled by default) is checked by the
+        # group cases below.
         return OneCycleLR(opt, cycle_momentum=False, **args)
     return CLASSES[kind](opt, **args)
 
@@ -207,6 +208,59 @@ def write_safetensors(path, tensors, meta):
             f.write(raw)
 
 
+GROUPS_OUT = ROOT / "testdata" / "nn" / "scheduler_groups.safetensors"
+
+# Parameter groups and OneCycleLR's momentum: (case, [lr per group], steps, kind,
+# arguments, optimizer). Written to GROUPS_OUT:
+# - "<case>/lr/<g>": float64 [steps + 1], group g's rate after construction and each step;
+# - "<case>/momentum/<g>": the same for its momentum (SGD's momentum, Adam's beta1), for
+#   OneCycleLR with PyTorch's default cycle_momentum=True;
+# - metadata "<case>": the configuration as in OUT, with `groups` and `optimizer`.
+GROUP_CASES = [
+    ("groups_step", [0.1, 0.02], 10, "StepLR", dict(step_size=2, gamma=0.5), "SGD"),
+    ("groups_linear", [0.1, 0.02], 6, "LinearLR", dict(start_factor=0.5, end_factor=1.0, total_iters=4), "SGD"),
+    ("groups_cosine", [0.1, 0.02], 12, "CosineAnnealingLR", dict(T_max=5, eta_min=0.001), "SGD"),
+    ("momentum_onecycle_sgd", [0.1, 0.02], 10, "OneCycleLR", dict(max_lr=1.0, total_steps=10), "SGD"),
+    ("momentum_onecycle_adam", [0.1], 20, "OneCycleLR", dict(max_lr=0.01, total_steps=20, anneal_strategy="linear", three_phase=True), "Adam"),
+]
+
+
+def run_group_case(name, lrs, steps, kind, args, optimizer, tensors, meta):
+    params = [torch.nn.Parameter(torch.zeros(1, dtype=torch.float64)) for _ in lrs]
+    groups = [{"params": [p], "lr": lr} for p, lr in zip(params, lrs)]
+    opt = torch.optim.SGD(groups, lr=lrs[0]) if optimizer == "SGD" else torch.optim.Adam(groups, lr=lrs[0])
+    sched = CLASSES[kind](opt, **args)  # OneCycleLR: cycle_momentum=True, the default
+
+    def momentum(g):
+        return g["momentum"] if optimizer == "SGD" else g["betas"][0]
+
+    rates = [[g["lr"]] for g in opt.param_groups]
+    moms = [[momentum(g)] for g in opt.param_groups]
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.ones_like(p)
+        opt.step()
+        sched.step()
+        for i, g in enumerate(opt.param_groups):
+            rates[i].append(g["lr"])
+            moms[i].append(momentum(g))
+    for i in range(len(lrs)):
+        tensors[f"{name}/lr/{i}"] = np.array(rates[i], dtype=np.float64)
+        if kind == "OneCycleLR":
+            tensors[f"{name}/momentum/{i}"] = np.array(moms[i], dtype=np.float64)
+    meta[name] = describe(dict(kind=kind, groups=lrs, steps=steps, optimizer=optimizer, **args))
+
+
+def group_cases():
+    tensors, meta = {}, {}
+    for case in GROUP_CASES:
+        run_group_case(*case, tensors, meta)
+    meta["cases"] = ",".join(c[0] for c in GROUP_CASES)
+    meta["torch"] = torch.__version__
+    write_safetensors(GROUPS_OUT, tensors, meta)
+    print(f"wrote {GROUPS_OUT.relative_to(ROOT)}: {len(GROUP_CASES)} cases")
+
+
 def main():
     tensors, meta = {}, {}
     for name, lr, steps, kind, args in CASES:
@@ -224,6 +278,7 @@ def main():
     for k, v in tensors.items():
         assert back[k].tobytes() == v.tobytes(), k
     print(f"wrote {OUT.relative_to(ROOT)}: {len(CASES)} cases, torch {torch.__version__}")
+    group_cases()
 
 
 if __name__ == "__main__":

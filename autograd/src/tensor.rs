@@ -573,10 +573,19 @@ impl<B: Backend> Tensor<B> {
             .clone()
     }
 
-    /// Sets the gradient to zeros of the tensor's shape (in place when one exists).
+    /// Frees the gradient, as PyTorch's `zero_grad()` does by default
+    /// (`set_to_none=True`): the next backward creates a new one. The same as
+    /// [`Tensor::clear_grad`]; [`Tensor::fill_grad_zero`] keeps a gradient of zeros
+    /// instead.
+    pub fn zero_grad(&self) {
+        self.clear_grad();
+    }
+
+    /// Sets the gradient to zeros of the tensor's shape, in place when one exists
+    /// (PyTorch's `zero_grad(set_to_none=False)`).
     ///
     /// Fails when a new gradient buffer cannot be allocated.
-    pub fn zero_grad(&self) -> Result<()> {
+    pub fn fill_grad_zero(&self) -> Result<()> {
         let mut g = self.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
             Some(t) => {
@@ -586,7 +595,7 @@ impl<B: Backend> Tensor<B> {
             None => {
                 *g = Some(Tensor::zeros_of(
                     &self.inner.backend,
-                    "zero_grad",
+                    "fill_grad_zero",
                     self.shape().clone(),
                 )?)
             }
@@ -594,7 +603,8 @@ impl<B: Backend> Tensor<B> {
         Ok(())
     }
 
-    /// Frees the gradient (the next backward creates a new one).
+    /// Frees the gradient (the next backward creates a new one); the same as
+    /// [`Tensor::zero_grad`].
     pub fn clear_grad(&self) {
         *self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }

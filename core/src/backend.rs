@@ -403,10 +403,40 @@ kernel_args! {
 ///
 /// Implementations must produce, in [`ComputeMode::Exact`], exactly the bits of
 /// `ScalarRefBackend` for every kernel (the conformance kit checks this), and in any mode
-/// results that do not depend on the number of threads. The eight kernels every operator
-/// needs (`copy_strided` … `softmax_backward`) are required; the recurrent cells and the
-/// training kernels have default bodies, the reference definitions of
-/// [`crate::recurrent`] and [`crate::kernels`].
+/// results that do not depend on the number of threads. The nine kernels every operator
+/// needs are required; the recurrent cells and the training kernels have default bodies,
+/// the reference definitions of [`crate::recurrent`] and [`crate::kernels`].
+///
+/// The required items, all of them (this example implements nothing else, so a kernel
+/// that became required would stop it compiling):
+///
+/// ```
+/// use exactgrad_core::backend::*;
+/// use exactgrad_core::{ComputeMode, Result};
+///
+/// #[derive(Clone, Debug)]
+/// struct Mine;
+///
+/// impl BackendImpl for Mine {
+///     type Storage = Vec<f32>;
+///     // `type Views`, `view` and `view_mut` for host memory:
+///     exactgrad_core::host_views!();
+///     fn name(&self) -> String { "mine".into() }
+///     fn mode(&self) -> ComputeMode { ComputeMode::Exact }
+///     fn zeros(&self, len: usize) -> Result<Vec<f32>> { Ok(vec![0.0; len]) }
+///     fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> { Ok(data) }
+///     // The nine kernels (bodies elided here; `docs/backends.md` §3 writes one):
+///     fn copy_strided_impl(&self, _: Checked<CopyStridedArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn unary_impl(&self, _: Checked<UnaryArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn unary_backward_impl(&self, _: Checked<UnaryBackwardArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn binary_impl(&self, _: Checked<BinaryArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn select_impl(&self, _: Checked<SelectArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn sum_impl(&self, _: Checked<SumArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn matmul_impl(&self, _: Checked<MatmulArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn softmax_impl(&self, _: Checked<SoftmaxArgs<'_>>) -> Result<()> { Ok(()) }
+///     fn softmax_backward_impl(&self, _: Checked<SoftmaxBackwardArgs<'_>>) -> Result<()> { Ok(()) }
+/// }
+/// ```
 pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
     /// An owned buffer of f32 elements: host memory ([`HostViews`]) or a device's.
     type Storage: Send + Sync + Debug + 'static;

@@ -145,7 +145,7 @@ impl ViewFamily for HostViews {
 ///     fn mode(&self) -> ComputeMode { ComputeMode::Exact }
 ///     fn zeros(&self, len: usize) -> Result<Vec<f32>> { Ok(vec![0.0; len]) }
 ///     fn storage_from_vec(&self, data: Vec<f32>) -> Result<Vec<f32>> { Ok(data) }
-///     // ... the eight required kernels, on slices:
+///     // ... the nine required kernels, on slices:
 /// #   fn copy_strided_impl(&self, _: Checked<CopyStridedArgs<'_>>) -> Result<()> { Ok(()) }
 /// #   fn unary_impl(&self, _: Checked<UnaryArgs<'_>>) -> Result<()> { Ok(()) }
 /// #   fn unary_backward_impl(&self, _: Checked<UnaryBackwardArgs<'_>>) -> Result<()> { Ok(()) }

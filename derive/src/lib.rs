@@ -643,3 +643,82 @@ fn describe_field(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::expand;
+
+    /// The code blocks of `nn/src/derive_misuse.md`: (fence line, code lines).
+    fn blocks() -> Vec<(String, Vec<String>)> {
+        let text = include_str!("../../nn/src/derive_misuse.md");
+        let mut out = Vec::new();
+        let mut current: Option<(String, Vec<String>)> = None;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                match current.take() {
+                    Some(block) => out.push(block),
+                    None => current = Some((line.to_string(), Vec::new())),
+                }
+            } else if let Some((_, code)) = current.as_mut() {
+                code.push(line.to_string());
+            }
+        }
+        out
+    }
+
+    /// The item under `#[derive(Module)]` in a block: from the derive to the first line
+    /// that closes an item at column 0.
+    fn derived_item(code: &[String]) -> syn::DeriveInput {
+        let start = code
+            .iter()
+            .position(|l| l.starts_with("#[derive(") && l.contains("Module"))
+            .expect("a block of derive_misuse.md derives Module");
+        let len = code[start..]
+            .iter()
+            .position(|l| l == "}")
+            .expect("the derived item ends with `}` at column 0");
+        syn::parse_str(&code[start..=start + len].join("\n")).expect("the derived item parses")
+    }
+
+    /// Each `compile_fail` case of `derive_misuse.md` fails for its stated reason: a case
+    /// without an error code is refused by the derive itself with the message of its
+    /// hidden `// derive error:` line; a case with a code (a type error) is accepted by
+    /// the derive, so the code comes from the expansion, not from the derive's input
+    /// checks.
+    #[test]
+    fn derive_misuse_cases_fail_for_their_stated_reason() {
+        let (mut refused, mut accepted) = (0, 0);
+        for (fence, code) in blocks() {
+            if !fence.contains("compile_fail") {
+                continue;
+            }
+            let item = derived_item(&code);
+            let stated = code
+                .iter()
+                .find_map(|l| l.strip_prefix("# // derive error: "));
+            let has_code = fence.split(',').any(|t| {
+                t.len() == 5 && t.starts_with('E') && t[1..].bytes().all(|b| b.is_ascii_digit())
+            });
+            match (stated, has_code) {
+                (Some(message), false) => {
+                    let err = expand(&item).expect_err(message).to_string();
+                    assert!(
+                        err.contains(message),
+                        "expected the derive error {message:?}, got {err:?}"
+                    );
+                    refused += 1;
+                }
+                (None, true) => {
+                    if let Err(e) = expand(&item) {
+                        panic!("{fence}: the derive refuses a case stated as a type error: {e}");
+                    }
+                    accepted += 1;
+                }
+                _ => panic!(
+                    "{fence}: a compile_fail case needs an error code or a `# // derive error:` line, not both"
+                ),
+            }
+        }
+        assert_eq!((refused, accepted), (7, 6));
+    }
+}

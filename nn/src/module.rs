@@ -464,17 +464,23 @@ pub trait ModuleExt<B: Backend>: Module<B> {
         load_entries(&|f| self.visit_entries(f), dict, "", options)
     }
 
+    /// Frees every parameter's gradient, as PyTorch's `module.zero_grad()` does by
+    /// default (`set_to_none=True`). The same as [`ModuleExt::clear_grad`].
+    fn zero_grad(&self) {
+        self.clear_grad();
+    }
+
     /// Sets every parameter's gradient to zeros, reusing its buffer when it has one
     /// (PyTorch's `zero_grad(set_to_none=False)`). Fails when a new gradient buffer
     /// cannot be allocated.
-    fn zero_grad(&self) -> Result<()> {
+    fn fill_grad_zero(&self) -> Result<()> {
         for p in self.parameters() {
-            p.zero_grad()?;
+            p.fill_grad_zero()?;
         }
         Ok(())
     }
 
-    /// Frees every parameter's gradient (PyTorch's `zero_grad()`, `set_to_none=True`).
+    /// Frees every parameter's gradient; the same as [`ModuleExt::zero_grad`].
     fn clear_grad(&self) {
         self.visit_entries(&mut |_, e| {
             if let Entry::Parameter(t) = e {

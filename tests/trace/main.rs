@@ -201,3 +201,84 @@ fn kinds(path: &Path) -> Vec<(Kind, usize)> {
         .filter(|(_, n)| *n > 0)
         .collect()
 }
+
+/// Two traced AdamW steps of the MLP with the standard groups (matrices decay, vectors
+/// do not, at another rate), capturing the records `capture`.
+fn train_groups(path: &Path, capture: &[RecordId]) -> exactgrad::Result<()> {
+    let b = ScalarRefBackend;
+    let model = model(&b, Arch::Mlp)?;
+    let (decay, no_decay): (Vec<_>, Vec<_>) = model
+        .parameters()
+        .into_iter()
+        .partition(|p| p.dims().len() >= 2);
+    let mut opt = AdamW::with_groups(
+        vec![
+            ParamGroup::new(decay).weight_decay(0.1),
+            ParamGroup::new(no_decay).lr(0.002).weight_decay(0.0),
+        ],
+        AdamWConfig::new(0.001),
+    )?;
+    let data = data()?;
+    let loader = DataLoader::new(&b, &data, 16)?;
+    let mut config = TraceConfig::new(path).model(&model);
+    for &id in capture {
+        config = config.capture(id);
+    }
+    let trace = config.start()?;
+    for batch in loader.iter().take(2) {
+        train_step(&model, &mut opt, Arch::Mlp, batch?)?;
+    }
+    trace.finish()?;
+    Ok(())
+}
+
+#[test]
+fn optimizer_records_carry_each_groups_hyper_parameters_and_replay() -> exactgrad::Result<()> {
+    let path = temp("groups.trace");
+    train_groups(&path, &[])?;
+    let updates: Vec<Record> = records(&path)
+        .into_iter()
+        .filter(|r| r.kind == Kind::Optimizer)
+        .collect();
+    assert_eq!(updates.len(), 8, "four parameters, two steps");
+    let state = |r: &Record, key: &str| {
+        r.state
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    for r in &updates {
+        let matrix = r.params().iter().all(|p| p.ends_with("weight"));
+        let (lr, wd) = if matrix { (0.001, 0.1) } else { (0.002, 0.0) };
+        assert_eq!(
+            state(r, "lr"),
+            Some(exactgrad::trace::Value::F64(lr)),
+            "{:?}",
+            r.params()
+        );
+        assert_eq!(
+            state(r, "weight_decay"),
+            Some(exactgrad::trace::Value::F64(wd)),
+            "{:?}",
+            r.params()
+        );
+    }
+    // The second step's updates, captured in a second run, replay to their bits.
+    let ids: Vec<RecordId> = updates.iter().skip(4).map(|r| r.id).collect();
+    let again = temp("groups-capture.trace");
+    train_groups(&again, &ids)?;
+    let mut capture = again.into_os_string();
+    capture.push(".capture");
+    let reports = exactgrad::trace::replay_file(Path::new(&capture), &[])?;
+    assert_eq!(reports.len(), 4);
+    for r in &reports {
+        assert_eq!(
+            r.exact,
+            exactgrad::trace::replay::Verdict::Reproduced,
+            "{} {}",
+            r.id,
+            r.op
+        );
+    }
+    Ok(())
+}

@@ -351,7 +351,7 @@ fn an_incomplete_optimizer_state_is_refused_naming_what_is_missing() -> exactgra
             }
         }
         for (k, v) in f.metadata_entries() {
-            if k != "optimizer.beta2" {
+            if k != "optimizer.param_groups.0.beta2" {
                 g.set_metadata(k, v);
             }
         }
@@ -407,7 +407,7 @@ fn a_refused_restore_leaves_every_part_bit_identical() -> exactgrad::Result<()> 
             ("scheduler.last_epoch", "-5"),
             ("loader.batch", "7"),
             ("rng.noise", "not a stream"),
-            ("optimizer.lr", "-1.0"),
+            ("optimizer.param_groups.0.lr", "-1.0"),
         ];
         for (key, value) in edits {
             refused(&good, adam, |f| {
@@ -469,7 +469,7 @@ fn the_optimizer_hyper_parameters_are_restored() -> exactgrad::Result<()> {
     assert_eq!(other.config(), adam.config());
     // A state with hyper-parameters no optimizer can have is refused, changing nothing.
     let mut state = adam.state_dict()?;
-    state.set_metadata("beta1", "1.5");
+    state.set_metadata("param_groups.0.beta1", "1.5");
     let mut fresh = AdamW::new(lin.parameters(), AdamWConfig::new(1e-3))?;
     let err = fresh.load_state_dict(&state).unwrap_err().to_string();
     assert!(err.contains("betas.0"), "{err}");

@@ -45,10 +45,10 @@ use std::fmt;
 /// A boolean mask is a tensor of zeros and ones (any non-zero value counts as one). There
 /// is no `Bool` variant, whose meaning would depend on the function (`docs/api.md` §3):
 ///
-/// ```compile_fail
+/// ```compile_fail,E0599
 /// # use exactgrad_autograd::{AttentionMask, Tensor};
 /// # use exactgrad_backends::ScalarRefBackend;
-/// # let m = Tensor::ones(&ScalarRefBackend, [2, 2])?;
+/// # let m = Tensor::ones(&ScalarRefBackend, [2, 2]).unwrap();
 /// let mask = AttentionMask::Bool(&m);
 /// ```
 pub enum AttentionMask<'a, B: Backend> {

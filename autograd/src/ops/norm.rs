@@ -122,12 +122,12 @@ impl Momentum {
 /// The positional form, where `running_mean` and `running_var` (or `weight` and `bias`)
 /// could be swapped unnoticed, does not compile:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0061
 /// # use exactgrad_autograd::Tensor;
 /// # use exactgrad_backends::ScalarRefBackend;
 /// # let b = ScalarRefBackend;
-/// # let x = Tensor::zeros(&b, [2, 2])?;
-/// # let (mean, var) = (Tensor::zeros(&b, [2])?, Tensor::ones(&b, [2])?);
+/// # let x = Tensor::zeros(&b, [2, 2]).unwrap();
+/// # let (mean, var) = (Tensor::zeros(&b, [2]).unwrap(), Tensor::ones(&b, [2]).unwrap());
 /// let y = x.batch_norm(Some(&var), Some(&mean), None, None, true, 0.1, 1e-5);
 /// ```
 pub struct BatchNormOptions<'a, B: Backend> {

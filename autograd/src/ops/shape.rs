@@ -163,7 +163,7 @@ impl<B: Backend> Tensor<B> {
     ///
     /// Sizes are `usize`: a `-1` here does not compile.
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0277
     /// # use exactgrad_autograd::Tensor;
     /// # use exactgrad_backends::ScalarRefBackend;
     /// # let x = Tensor::zeros(&ScalarRefBackend, [2, 3]).unwrap();

@@ -77,9 +77,13 @@ fn leaf_gradients_accumulate_and_can_be_zeroed_or_cleared() {
             .unwrap();
     }
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![6.0, 6.0]);
-    x.zero_grad().unwrap();
+    x.fill_grad_zero().unwrap();
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![0.0, 0.0]);
     x.clear_grad();
+    assert!(x.grad().is_none());
+    // zero_grad is PyTorch's default: the gradient is freed, not filled.
+    x.fill_grad_zero().unwrap();
+    x.zero_grad();
     assert!(x.grad().is_none());
 }
 

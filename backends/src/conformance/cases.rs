@@ -224,7 +224,13 @@ pub const SPECIAL_BITS: [u32; 24] = [
 ];
 
 /// `n` test values from `seed`: mostly uniform in [−8, 8), some in [−100, 100), some
-/// random finite bit patterns, and special values at the given density.
+/// `±2^40`, some random finite bit patterns, and special values at the given density.
+///
+/// The `±2^40` values make sums depend on their order: added to a partial sum of that
+/// size, the small values lose their low bits (even in f64), and a `+2^40` and a `−2^40`
+/// in one sum cancel exactly, leaving those rounding errors visible in the result. A sum
+/// that visits its elements in any order but the canonical one (`docs/arithmetic.md`,
+/// rule 3) then differs.
 pub fn values(n: usize, seed: u64, specials: Specials) -> Vec<f32> {
     let mut r = Philox::new(seed);
     let one_in = specials.one_in();
@@ -234,7 +240,14 @@ pub fn values(n: usize, seed: u64, specials: Specials) -> Vec<f32> {
                 return f32::from_bits(SPECIAL_BITS[r.below(SPECIAL_BITS.len() as u32) as usize]);
             }
             match r.below(20) {
-                0..=13 => r.uniform(-8.0, 8.0),
+                0 => {
+                    if r.below(2) == 0 {
+                        CANCELLING
+                    } else {
+                        -CANCELLING
+                    }
+                }
+                1..=13 => r.uniform(-8.0, 8.0),
                 14..=16 => r.uniform(-100.0, 100.0),
                 _ => loop {
                     let v = f32::from_bits(r.next_u32());
@@ -246,6 +259,9 @@ pub fn values(n: usize, seed: u64, specials: Specials) -> Vec<f32> {
         })
         .collect()
 }
+
+/// The magnitude of the cancelling values of [`values`]: `2^40`.
+const CANCELLING: f32 = (1u64 << 40) as f32;
 
 /// The recipe of a strided view of a buffer: a shape, the order in which its dimensions
 /// are laid out in storage, a step per dimension, broadcast (stride-0) dimensions and an
@@ -728,6 +744,9 @@ pub fn random_case(kernel: Kernel, rng: &mut Philox, config: &Config) -> Case {
     }
 }
 
+/// The length of the long row on which every unary operator runs once.
+const LONG_UNARY_ROW: usize = 1024;
+
 /// The cases of one kernel for `config`: `config.cases` random ones; for the unary
 /// kernels also every op of [`unary_ops`] at a length around a lane width; for the sum,
 /// every subset of the dimensions of each random view.
@@ -750,22 +769,28 @@ pub fn kernel_cases(kernel: Kernel, config: &Config) -> Vec<Case> {
             }
         }
         Kernel::Unary | Kernel::UnaryBackward => {
+            // Every operator twice: around a lane width, and on a long row, so that a
+            // formula that leaves the reference on a small share of the inputs (a
+            // library's `exp` differs from the polynomial on about one in seventy of
+            // these values) is caught by the quick configuration too.
             for (i, &op) in UnaryOp::SAMPLES.iter().enumerate() {
-                let len = LANE_WIDTHS[i % LANE_WIDTHS.len()] + i % 3 + 3 * (i % 2);
-                let call = if kernel == Kernel::Unary {
-                    Call::Unary { op, len }
-                } else {
-                    Call::UnaryBackward {
-                        op,
-                        len,
-                        y_from_forward: i % 2 == 0,
-                    }
-                };
-                cases.push(Case {
-                    call,
-                    seed: rng.next_u64(),
-                    specials: Specials::Some,
-                });
+                let short = LANE_WIDTHS[i % LANE_WIDTHS.len()] + i % 3 + 3 * (i % 2);
+                for len in [short, LONG_UNARY_ROW + i % 7] {
+                    let call = if kernel == Kernel::Unary {
+                        Call::Unary { op, len }
+                    } else {
+                        Call::UnaryBackward {
+                            op,
+                            len,
+                            y_from_forward: i % 2 == 0,
+                        }
+                    };
+                    cases.push(Case {
+                        call,
+                        seed: rng.next_u64(),
+                        specials: Specials::Some,
+                    });
+                }
             }
         }
         Kernel::Sum => {

@@ -5,7 +5,11 @@
 //! reference's bits on random inputs: random shapes (0- and 1-sized dimensions, lengths 1
 //! to 150 around every lane width), random strided layouts (permuted, stepped, offset and
 //! broadcast views) and random values mixed with NaN (several payloads), ±∞, ±0,
-//! subnormals and the limits of the transcendental functions. An exact-mode backend must
+//! subnormals, the limits of the transcendental functions and values that cancel (so a
+//! sum in another order than the canonical one differs), every unary operator also on a
+//! long row (so a formula that leaves the reference on few inputs differs too). Even
+//! [`Config::quick`] catches a sum in reversed order and the standard library's `exp`
+//! (`backends/tests/wrong_backends.rs`). An exact-mode backend must
 //! match bit for bit; a fast-mode one must too, except that any NaN equals any NaN (fast
 //! mode does not canonicalise NaN).
 //!

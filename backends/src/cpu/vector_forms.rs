@@ -11,7 +11,7 @@
 //! The lane types are not part of the public API, so no safe call can execute an
 //! instruction of a path the CPU lacks:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0603
 //! use exactgrad_backends::cpu::simd::F32x16;
 //! ```
 

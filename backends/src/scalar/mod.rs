@@ -94,6 +94,18 @@ pub fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
 }
 
 /// Sum of `x` in f64, increasing index order, from +0, rounded once to f32.
+///
+/// Not `Iterator::sum`, which starts at `−0.0`: the two differ where the sum is a zero.
+///
+/// ```
+/// use exactgrad_backends::scalar::sum_f64;
+/// assert_eq!(sum_f64(&[]).to_bits(), 0.0f32.to_bits()); // +0
+/// assert_eq!(sum_f64(&[-0.0, -0.0]).to_bits(), 0.0f32.to_bits()); // +0 ⊕ −0 = +0
+/// let std_sum: f64 = [-0.0f32, -0.0].iter().map(|&v| f64::from(v)).sum();
+/// assert_eq!(std_sum.to_bits(), (-0.0f64).to_bits()); // std's start, −0.0
+/// let empty: f32 = [0.0f32; 0].iter().sum();
+/// assert_eq!(empty.to_bits(), (-0.0f32).to_bits());
+/// ```
 pub fn sum_f64(x: &[f32]) -> f32 {
     let mut acc = 0.0f64;
     for &v in x {

@@ -191,15 +191,15 @@ impl<B: Backend> MultiheadAttention<B> {
     ///
     /// A bare tensor, whose boolean convention would be implicit, does not compile:
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0308
     /// # use exactgrad_autograd::Tensor;
     /// # use exactgrad_backends::ScalarRefBackend;
     /// # use exactgrad_core::Philox;
     /// # use exactgrad_nn::{MultiheadAttention, MultiheadAttentionConfig};
     /// # let b = ScalarRefBackend;
     /// # let mha = MultiheadAttention::new(&b, MultiheadAttentionConfig::new(4, 2), &mut Philox::new(1)).unwrap();
-    /// # let x = Tensor::zeros(&b, [3, 2, 4])?;
-    /// # let padding = Tensor::zeros(&b, [2, 3])?;
+    /// # let x = Tensor::zeros(&b, [3, 2, 4]).unwrap();
+    /// # let padding = Tensor::zeros(&b, [2, 3]).unwrap();
     /// let y = mha.forward_attention(&x, &x, &x, Some(&padding), None);
     /// ```
     pub fn forward_attention(

@@ -6,7 +6,7 @@ use super::tensor_file::{Integrity, TensorFile};
 use crate::data::{Collate, DataLoader, Dataset, LoaderPosition, LoaderState};
 use crate::error::{Error, Result};
 use crate::module::{Entry, Module, ModuleExt};
-use crate::optim::{LrScheduler, Optimizer, SchedulerKind, SchedulerState};
+use crate::optim::{GroupLrs, LrScheduler, Optimizer, SchedulerKind, SchedulerState};
 use exactgrad_core::{Backend, Philox};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -15,7 +15,7 @@ const MODEL: &str = "model.";
 const OPTIMIZER: &str = "optimizer.";
 /// The metadata entry naming the format and its version.
 const FORMAT_KEY: &str = "format";
-const FORMAT: &str = "exactgrad training checkpoint 3";
+const FORMAT: &str = "exactgrad training checkpoint 4";
 
 const KINDS: [SchedulerKind; 7] = [
     SchedulerKind::Step,
@@ -641,6 +641,13 @@ fn put_scheduler(file: &mut TensorFile, prefix: &str, s: &SchedulerState) {
     for (i, c) in s.children.iter().enumerate() {
         put_scheduler(file, &format!("{prefix}.{i}"), c);
     }
+    file.set_metadata(&format!("{prefix}.groups"), s.groups.len().to_string());
+    for (g, lrs) in s.groups.iter().enumerate() {
+        // Group 0 is the scheduler's own rates; these are the groups after it.
+        let key = |what: &str| format!("{prefix}.group.{}.{what}", g + 1);
+        file.set_metadata(&key("base_lr"), format!("{:?}", lrs.base_lr));
+        file.set_metadata(&key("last_lr"), format!("{:?}", lrs.last_lr));
+    }
 }
 
 fn get_scheduler(file: &TensorFile, prefix: &str) -> Result<SchedulerState> {
@@ -661,6 +668,13 @@ fn get_scheduler(file: &TensorFile, prefix: &str) -> Result<SchedulerState> {
             format!("metadata entry `{prefix}.children` = {children} is not a scheduler count"),
         ));
     }
+    let groups: usize = file.metadata_parsed(&format!("{prefix}.groups"), "a count")?;
+    if groups > file.metadata_entries().count() {
+        return Err(bad(
+            "TrainingState::restore",
+            format!("metadata entry `{prefix}.groups` = {groups} is not a group count"),
+        ));
+    }
     Ok(SchedulerState {
         kind,
         last_epoch: file.metadata_parsed(&format!("{prefix}.last_epoch"), "a step count")?,
@@ -668,6 +682,15 @@ fn get_scheduler(file: &TensorFile, prefix: &str) -> Result<SchedulerState> {
         last_lr: file.metadata_parsed(&format!("{prefix}.last_lr"), "a learning rate")?,
         children: (0..children)
             .map(|i| get_scheduler(file, &format!("{prefix}.{i}")))
+            .collect::<Result<_>>()?,
+        groups: (1..=groups)
+            .map(|g| {
+                let key = |what: &str| format!("{prefix}.group.{g}.{what}");
+                Ok(GroupLrs {
+                    base_lr: file.metadata_parsed(&key("base_lr"), "a learning rate")?,
+                    last_lr: file.metadata_parsed(&key("last_lr"), "a learning rate")?,
+                })
+            })
             .collect::<Result<_>>()?,
     })
 }
@@ -684,6 +707,7 @@ mod tests {
             base_lr: 0.1,
             last_lr: 0.1 / 3.0,
             children: Vec::new(),
+            groups: Vec::new(),
         };
         let state = SchedulerState {
             kind: SchedulerKind::Sequential,
@@ -691,6 +715,10 @@ mod tests {
             base_lr: 0.1,
             last_lr: 1.0 / 3.0 * 1e-3,
             children: vec![child.clone(), child],
+            groups: vec![GroupLrs {
+                base_lr: 0.01,
+                last_lr: 0.01 / 3.0,
+            }],
         };
         let mut f = TensorFile::new();
         put_scheduler(&mut f, "scheduler", &state);

@@ -1,6 +1,9 @@
 //! Adam and AdamW.
 
-use super::{check_non_negative, check_params, powi_f64, Optimizer};
+use super::{
+    build_groups, check_group_lrs, check_new_group, check_non_negative, powi_f64, refuse_foreign,
+    GroupConfig, Optimizer, ParamGroup,
+};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::trace::{self, Value};
@@ -131,11 +134,36 @@ pub(super) struct State<B: Backend> {
 ///
 /// `β^t`, the bias corrections and the step size are f64 (β^t by binary
 /// exponentiation), rounded to f32 where they meet tensors.
+///
+/// Each parameter steps with its group's hyper-parameters ([`Adam::with_groups`]).
 #[derive(Debug)]
 pub struct Adam<B: Backend> {
     pub(super) params: Vec<Tensor<B>>,
-    pub(super) config: AdamConfig,
+    pub(super) defaults: AdamConfig,
+    pub(super) groups: Vec<GroupConfig<AdamConfig>>,
     pub(super) state: Vec<Option<State<B>>>,
+}
+
+/// `defaults` with what `group` sets, checked (`momentum` is not Adam's).
+fn group_config<B: Backend>(
+    op: &'static str,
+    group: &ParamGroup<B>,
+    defaults: AdamConfig,
+) -> Result<AdamConfig> {
+    refuse_foreign(
+        op,
+        "momentum",
+        group.momentum.is_some(),
+        "SGD (Adam's are `betas`)",
+    )?;
+    let c = AdamConfig {
+        lr: group.lr.unwrap_or(defaults.lr),
+        betas: group.betas.unwrap_or(defaults.betas),
+        weight_decay: group.weight_decay.unwrap_or(defaults.weight_decay),
+        ..defaults
+    };
+    validate(op, &c)?;
+    Ok(c)
 }
 
 /// The checks of [`Adam::new`] on a configuration (also those of a restored state).
@@ -179,21 +207,92 @@ fn maximum<B: Backend>(a: &Tensor<B>, b: &Tensor<B>) -> Result<Tensor<B>> {
 }
 
 impl<B: Backend> Adam<B> {
-    /// An optimizer over `params` (leaves that require grad).
+    /// An optimizer over `params` (leaves that require grad), in one group.
     pub fn new(params: Vec<Tensor<B>>, config: AdamConfig) -> Result<Self> {
-        check_params("Adam::new", &params)?;
-        validate("Adam::new", &config)?;
+        Self::build("Adam::new", vec![ParamGroup::new(params)], config)
+    }
+
+    /// An optimizer over parameter groups (PyTorch's `Adam([{…}, {…}], …)`): each group
+    /// steps with `config` except for what it sets (`lr`, `weight_decay`, `betas`).
+    /// Fails on a parameter that is not a leaf requiring grad or is in two groups, an
+    /// invalid hyper-parameter or `momentum` (SGD's), naming it.
+    pub fn with_groups(groups: Vec<ParamGroup<B>>, config: AdamConfig) -> Result<Self> {
+        Self::build("Adam::with_groups", groups, config)
+    }
+
+    fn build(op: &'static str, groups: Vec<ParamGroup<B>>, config: AdamConfig) -> Result<Self> {
+        validate(op, &config)?;
+        let (params, groups) = build_groups(op, groups, &config, |g, d| group_config(op, g, d))?;
         let n = params.len();
         Ok(Self {
             params,
-            config,
+            defaults: config,
+            groups,
             state: (0..n).map(|_| None).collect(),
         })
     }
 
-    /// The hyper-parameters.
+    /// The hyper-parameters of the first group (of every group, for an optimizer built
+    /// with [`Adam::new`]).
     pub fn config(&self) -> &AdamConfig {
-        &self.config
+        &self.groups[0].config
+    }
+
+    /// The configuration the optimizer was built with (PyTorch's `defaults`), which a
+    /// group added later completes.
+    pub fn defaults(&self) -> &AdamConfig {
+        &self.defaults
+    }
+
+    /// The parameter groups (PyTorch's `param_groups`).
+    pub fn param_groups(&self) -> &[GroupConfig<AdamConfig>] {
+        &self.groups
+    }
+
+    /// Replaces the hyper-parameters of group `index` (PyTorch's
+    /// `optimizer.param_groups[index][…] = …`). Fails, changing nothing, on an index out
+    /// of range or an invalid configuration (for AdamW, one without decoupled decay).
+    pub fn set_group_config(&mut self, index: usize, config: AdamConfig) -> Result<()> {
+        self.set_group_config_as("Adam::set_group_config", index, config)
+    }
+
+    fn set_group_config_as(
+        &mut self,
+        op: &'static str,
+        index: usize,
+        config: AdamConfig,
+    ) -> Result<()> {
+        validate(op, &config)?;
+        if config.decoupled_weight_decay != self.defaults.decoupled_weight_decay {
+            return Err(Error::invalid(
+                op,
+                "decoupled_weight_decay",
+                "differs from the optimizer's (Adam couples the decay, AdamW decouples it)",
+            ));
+        }
+        let n = self.groups.len();
+        let g = self.groups.get_mut(index).ok_or_else(|| {
+            Error::invalid(
+                op,
+                "index",
+                format!("is {index}, the optimizer has {n} groups"),
+            )
+        })?;
+        g.config = config;
+        Ok(())
+    }
+
+    fn add_group_as(&mut self, op: &'static str, group: ParamGroup<B>) -> Result<()> {
+        check_new_group(op, &self.params, &group.params)?;
+        let config = group_config(op, &group, self.defaults)?;
+        let start = self.params.len();
+        self.state.extend(group.params.iter().map(|_| None));
+        self.params.extend(group.params);
+        self.groups.push(GroupConfig {
+            params: start..self.params.len(),
+            config,
+        });
+        Ok(())
     }
 
     /// The number of steps parameter `index` has taken.
@@ -268,9 +367,92 @@ fn trace_end<B: Backend>(mut rec: trace::RecordBuilder, st: &State<B>, p: &Tenso
 impl<B: Backend> Optimizer<B> for Adam<B> {
     fn step(&mut self) -> Result<()> {
         let _guard = no_grad();
-        let c = self.config;
-        let (beta1, beta2) = c.betas;
-        for (p, slot) in self.params.iter().zip(&mut self.state) {
+        for group in &self.groups {
+            step_group(
+                &group.config,
+                &self.params[group.params.clone()],
+                &mut self.state[group.params.clone()],
+            )?;
+        }
+        trace::end_step();
+        Ok(())
+    }
+
+    fn parameters(&self) -> &[Tensor<B>] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.groups[0].config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        check_non_negative("Adam::set_lr", "lr", lr)?;
+        for g in &mut self.groups {
+            g.config.lr = lr;
+        }
+        Ok(())
+    }
+
+    fn num_param_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn momentum(&self) -> f64 {
+        self.groups[0].config.betas.0
+    }
+
+    fn set_momentum(&mut self, momentum: f64) -> Result<()> {
+        for g in &self.groups {
+            validate(
+                "Adam::set_momentum",
+                &AdamConfig {
+                    betas: (momentum, g.config.betas.1),
+                    ..g.config
+                },
+            )?;
+        }
+        for g in &mut self.groups {
+            g.config.betas.0 = momentum;
+        }
+        Ok(())
+    }
+
+    fn group_lrs(&self) -> Vec<f64> {
+        self.groups.iter().map(|g| g.config.lr).collect()
+    }
+
+    fn set_group_lrs(&mut self, lrs: &[f64]) -> Result<()> {
+        check_group_lrs("Adam::set_group_lrs", self.groups.len(), lrs)?;
+        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
+            g.config.lr = lr;
+        }
+        Ok(())
+    }
+
+    fn add_param_group(&mut self, group: ParamGroup<B>) -> Result<()> {
+        self.add_group_as("Adam::add_param_group", group)
+    }
+
+    fn state_dict(&self) -> Result<TensorFile> {
+        self.save_state_as("Adam")
+    }
+
+    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
+        self.restore_state_as("Adam::load_state_dict", "Adam", state)
+    }
+}
+
+/// One step of the parameters of one group, with its hyper-parameters `c`.
+fn step_group<B: Backend>(
+    c: &AdamConfig,
+    params: &[Tensor<B>],
+    states: &mut [Option<State<B>>],
+) -> Result<()> {
+    let c = *c;
+    let (beta1, beta2) = c.betas;
+    {
+        for (p, slot) in params.iter().zip(states) {
             let Some(g) = p.grad() else { continue };
             if slot.is_none() {
                 let zeros = || Tensor::zeros(p.backend(), p.shape().clone());
@@ -343,31 +525,8 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
             drop(_quiet);
             trace_end(rec, st, p);
         }
-        trace::end_step();
-        Ok(())
     }
-
-    fn parameters(&self) -> &[Tensor<B>] {
-        &self.params
-    }
-
-    fn lr(&self) -> f64 {
-        self.config.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) -> Result<()> {
-        check_non_negative("Adam::set_lr", "lr", lr)?;
-        self.config.lr = lr;
-        Ok(())
-    }
-
-    fn state_dict(&self) -> Result<TensorFile> {
-        self.save_state_as("Adam")
-    }
-
-    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
-        self.restore_state_as("Adam::load_state_dict", "Adam", state)
-    }
+    Ok(())
 }
 
 /// PyTorch's `torch.optim.AdamW`: [`Adam`] with decoupled weight decay
@@ -378,19 +537,44 @@ pub struct AdamW<B: Backend> {
 }
 
 impl<B: Backend> AdamW<B> {
-    /// An optimizer over `params` (leaves that require grad).
+    /// An optimizer over `params` (leaves that require grad), in one group.
     pub fn new(params: Vec<Tensor<B>>, config: AdamWConfig) -> Result<Self> {
-        check_params("AdamW::new", &params)?;
-        let config = AdamConfig::from(config);
-        validate("AdamW::new", &config)?;
         Ok(Self {
-            inner: Adam::new(params, config)?,
+            inner: Adam::build(
+                "AdamW::new",
+                vec![ParamGroup::new(params)],
+                AdamConfig::from(config),
+            )?,
         })
     }
 
-    /// The hyper-parameters (as an [`AdamConfig`] with `decoupled_weight_decay` set).
+    /// An optimizer over parameter groups (PyTorch's `AdamW([{…}, {…}], …)`): each group
+    /// steps with `config` except for what it sets (`lr`, `weight_decay`, `betas`).
+    /// Fails as [`Adam::with_groups`] does.
+    pub fn with_groups(groups: Vec<ParamGroup<B>>, config: AdamWConfig) -> Result<Self> {
+        Ok(Self {
+            inner: Adam::build("AdamW::with_groups", groups, AdamConfig::from(config))?,
+        })
+    }
+
+    /// The hyper-parameters of the first group (as an [`AdamConfig`] with
+    /// `decoupled_weight_decay` set).
     pub fn config(&self) -> &AdamConfig {
         self.inner.config()
+    }
+
+    /// The parameter groups (PyTorch's `param_groups`), as [`AdamConfig`]s with
+    /// `decoupled_weight_decay` set.
+    pub fn param_groups(&self) -> &[GroupConfig<AdamConfig>] {
+        self.inner.param_groups()
+    }
+
+    /// Replaces the hyper-parameters of group `index`; fails, changing nothing, on an
+    /// index out of range or an invalid configuration (one without decoupled decay
+    /// included).
+    pub fn set_group_config(&mut self, index: usize, config: AdamConfig) -> Result<()> {
+        self.inner
+            .set_group_config_as("AdamW::set_group_config", index, config)
     }
 
     /// The number of steps parameter `index` has taken.
@@ -416,6 +600,24 @@ impl<B: Backend> Optimizer<B> for AdamW<B> {
     }
     fn set_lr(&mut self, lr: f64) -> Result<()> {
         self.inner.set_lr(lr)
+    }
+    fn num_param_groups(&self) -> usize {
+        self.inner.num_param_groups()
+    }
+    fn momentum(&self) -> f64 {
+        self.inner.momentum()
+    }
+    fn set_momentum(&mut self, momentum: f64) -> Result<()> {
+        self.inner.set_momentum(momentum)
+    }
+    fn group_lrs(&self) -> Vec<f64> {
+        self.inner.group_lrs()
+    }
+    fn set_group_lrs(&mut self, lrs: &[f64]) -> Result<()> {
+        self.inner.set_group_lrs(lrs)
+    }
+    fn add_param_group(&mut self, group: ParamGroup<B>) -> Result<()> {
+        self.inner.add_group_as("AdamW::add_param_group", group)
     }
     fn state_dict(&self) -> Result<TensorFile> {
         self.inner.save_state_as("AdamW")

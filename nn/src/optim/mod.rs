@@ -13,7 +13,42 @@
 //! results agree with PyTorch to within an ulp or so per step, not bit for bit.
 //!
 //! Parameters whose gradient is absent are skipped, as in PyTorch (their state, step
-//! count included, does not advance). There is a single parameter group per optimizer.
+//! count included, does not advance).
+//!
+//! **Parameter groups** (PyTorch's `param_groups`): an optimizer built with `new` has one
+//! group; `with_groups` and [`Optimizer::add_param_group`] give each group its own
+//! learning rate (`lr`), `weight_decay` and `momentum` (SGD) or `betas` (Adam, AdamW),
+//! the optimizer's configuration supplying what a group does not set. The standard
+//! recipe that decays the weights of a transformer but not its biases and norms:
+//!
+//! ```
+//! use exactgrad_backends::ScalarRefBackend;
+//! use exactgrad_core::Philox;
+//! use exactgrad_nn::optim::{AdamW, AdamWConfig, Optimizer, ParamGroup};
+//! use exactgrad_nn::{LayerNorm, Linear, ModuleExt, Sequential};
+//!
+//! # fn main() -> exactgrad_nn::Result<()> {
+//! let b = ScalarRefBackend;
+//! let mut rng = Philox::new(0);
+//! let model = Sequential::new()
+//!     .push(Linear::new(&b, 8, 8, &mut rng)?)
+//!     .push(LayerNorm::new(&b, &[8])?);
+//! // Matrices decay; vectors (biases, norm weights) do not.
+//! let (decay, no_decay): (Vec<_>, Vec<_>) =
+//!     model.parameters().into_iter().partition(|p| p.dims().len() >= 2);
+//! let opt = AdamW::with_groups(
+//!     vec![
+//!         ParamGroup::new(decay).weight_decay(0.1),
+//!         ParamGroup::new(no_decay).weight_decay(0.0),
+//!     ],
+//!     AdamWConfig::new(3e-4),
+//! )?;
+//! assert_eq!(opt.param_groups()[0].config.weight_decay, 0.1);
+//! assert_eq!(opt.param_groups()[1].config.weight_decay, 0.0);
+//! assert_eq!(opt.group_lrs(), [3e-4, 3e-4]);
+//! # Ok(())
+//! # }
+//! ```
 
 mod adam;
 mod clip;
@@ -25,43 +60,178 @@ pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm, clip_grad_value, grad_norm};
 pub use scheduler::{
     AnnealStrategy, CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig,
-    LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
+    GroupLrs, LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
     OneCycleLrConfig, SchedulerConfig, SchedulerKind, SchedulerState, SequentialLr, StepLr,
     StepLrConfig,
 };
 pub use sgd::{Sgd, SgdConfig};
 
+/// An optimizer's parameters in one list and its groups' ranges of it with their
+/// configurations.
+type Groups<B, C> = (Vec<Tensor<B>>, Vec<GroupConfig<C>>);
+
+/// The groups `groups` as the optimizer stores them: the parameters in one list, each
+/// group's range of it and its configuration (`config` completed by `apply`, which also
+/// checks the group's own hyper-parameters).
+fn build_groups<B: Backend, C: Clone>(
+    op: &'static str,
+    groups: Vec<ParamGroup<B>>,
+    defaults: &C,
+    apply: impl Fn(&ParamGroup<B>, C) -> Result<C>,
+) -> Result<Groups<B, C>> {
+    if groups.is_empty() {
+        return Err(Error::invalid(
+            op,
+            "groups",
+            "an optimizer needs at least one parameter group",
+        ));
+    }
+    let mut params: Vec<Tensor<B>> = Vec::new();
+    let mut configs = Vec::with_capacity(groups.len());
+    for group in groups {
+        check_new_group(op, &params, &group.params)?;
+        let config = apply(&group, defaults.clone())?;
+        let start = params.len();
+        params.extend(group.params);
+        configs.push(GroupConfig {
+            params: start..params.len(),
+            config,
+        });
+    }
+    Ok((params, configs))
+}
+
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;
 use exactgrad_core::Backend;
+use std::ops::Range;
 
-/// An optimizer over a fixed list of parameters.
+/// A group of parameters to give an optimizer (PyTorch's `{"params": …, "lr": …}`): its
+/// parameters and the hyper-parameters it sets; `None` takes the optimizer's
+/// configuration. `momentum` is SGD's, `betas` Adam's and AdamW's; an optimizer refuses a
+/// group that sets the other's.
+#[derive(Clone, Debug)]
+pub struct ParamGroup<B: Backend> {
+    /// The group's parameters (leaves that require grad, in no other group).
+    pub params: Vec<Tensor<B>>,
+    /// Learning rate.
+    pub lr: Option<f64>,
+    /// Weight decay (an L2 term, or decoupled for AdamW).
+    pub weight_decay: Option<f64>,
+    /// SGD's momentum factor.
+    pub momentum: Option<f64>,
+    /// Adam's and AdamW's moment decay rates.
+    pub betas: Option<(f64, f64)>,
+}
+
+impl<B: Backend> ParamGroup<B> {
+    /// A group of `params` with the optimizer's hyper-parameters.
+    pub fn new(params: Vec<Tensor<B>>) -> Self {
+        Self {
+            params,
+            lr: None,
+            weight_decay: None,
+            momentum: None,
+            betas: None,
+        }
+    }
+
+    /// This group with learning rate `lr`.
+    pub fn lr(mut self, lr: f64) -> Self {
+        self.lr = Some(lr);
+        self
+    }
+
+    /// This group with weight decay `weight_decay`.
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = Some(weight_decay);
+        self
+    }
+
+    /// This group with SGD momentum `momentum`.
+    pub fn momentum(mut self, momentum: f64) -> Self {
+        self.momentum = Some(momentum);
+        self
+    }
+
+    /// This group with Adam's decay rates `betas`.
+    pub fn betas(mut self, betas: (f64, f64)) -> Self {
+        self.betas = Some(betas);
+        self
+    }
+}
+
+/// One parameter group inside an optimizer (an entry of PyTorch's
+/// `optimizer.param_groups`): which parameters (indices into
+/// [`Optimizer::parameters`]) step with which hyper-parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupConfig<C> {
+    /// The group's parameters, as indices into [`Optimizer::parameters`].
+    pub params: Range<usize>,
+    /// The hyper-parameters the group steps with.
+    pub config: C,
+}
+
+/// An optimizer over a list of parameters in one or more groups.
 pub trait Optimizer<B: Backend> {
-    /// Updates every parameter that has a gradient, in place.
+    /// Updates every parameter that has a gradient, in place, each with its group's
+    /// hyper-parameters.
     fn step(&mut self) -> Result<()>;
 
-    /// The parameters, in the order given at construction.
+    /// The parameters of every group, group after group, each in the order given.
     fn parameters(&self) -> &[Tensor<B>];
 
-    /// The current learning rate.
+    /// The learning rate of the first group (of every group, for an optimizer built with
+    /// `new`).
     fn lr(&self) -> f64;
 
-    /// Sets the learning rate used by the next steps (for schedules).
+    /// Sets the learning rate of every group.
     fn set_lr(&mut self, lr: f64) -> Result<()>;
+
+    /// The number of parameter groups.
+    fn num_param_groups(&self) -> usize;
+
+    /// The learning rate of each group, in order (PyTorch's
+    /// `[g["lr"] for g in optimizer.param_groups]`).
+    fn group_lrs(&self) -> Vec<f64>;
+
+    /// Sets the learning rate of each group (one rate per group, in order). Fails,
+    /// changing nothing, on another count or a rate that is negative or not finite.
+    fn set_group_lrs(&mut self, lrs: &[f64]) -> Result<()>;
+
+    /// The momentum of the first group: SGD's `momentum`, Adam's and AdamW's β1.
+    fn momentum(&self) -> f64;
+
+    /// Sets every group's momentum (SGD's `momentum`, Adam's and AdamW's β1), as a
+    /// schedule that cycles the momentum does. Fails, changing nothing, on a value a
+    /// group's configuration refuses.
+    fn set_momentum(&mut self, momentum: f64) -> Result<()>;
+
+    /// Adds a parameter group (PyTorch's `add_param_group`); what it does not set comes
+    /// from the configuration the optimizer was built with. Fails, changing nothing, when
+    /// a parameter is already in the optimizer or is not a leaf that requires grad, or a
+    /// hyper-parameter is invalid or not this optimizer's.
+    fn add_param_group(&mut self, group: ParamGroup<B>) -> Result<()>;
+
+    /// Frees every parameter's gradient, as PyTorch's `optimizer.zero_grad()` does by
+    /// default (`set_to_none=True`); a parameter without gradient is skipped by the next
+    /// step. The same as [`Optimizer::clear_grad`].
+    fn zero_grad(&self) {
+        self.clear_grad();
+    }
 
     /// Sets every parameter's gradient to zeros in place (PyTorch's
     /// `zero_grad(set_to_none=False)`); a zero gradient still takes part in the step.
     /// Fails when a new gradient buffer cannot be allocated.
-    fn zero_grad(&self) -> Result<()> {
+    fn fill_grad_zero(&self) -> Result<()> {
         for p in self.parameters() {
-            p.zero_grad()?;
+            p.fill_grad_zero()?;
         }
         Ok(())
     }
 
-    /// Frees every parameter's gradient (PyTorch's default `zero_grad()`); a parameter
-    /// without gradient is skipped by the next step.
+    /// Frees every parameter's gradient; the same as [`Optimizer::zero_grad`].
     fn clear_grad(&self) {
         for p in self.parameters() {
             p.clear_grad();
@@ -69,15 +239,16 @@ pub trait Optimizer<B: Backend> {
     }
 
     /// The optimizer's state for a checkpoint (PyTorch's `optimizer.state_dict()`): the
-    /// learning rate and, per parameter index `i`, the buffers under `state.{i}.` (SGD's
+    /// hyper-parameters of every group under `param_groups.{g}.` and, per parameter
+    /// index `i`, the buffers under `state.{i}.` (SGD's
     /// `momentum_buffer`; Adam's `step`, `exp_avg`, `exp_avg_sq` and, with AMSGrad,
     /// `max_exp_avg_sq`), copied to the host bit for bit (`docs/checkpoints.md`).
     fn state_dict(&self) -> Result<TensorFile>;
 
     /// Restores a state taken by [`state_dict`](Optimizer::state_dict) from an optimizer
-    /// of the same type over parameters of the same shapes. The other hyper-parameters
-    /// are the ones this optimizer was built with. Fails, changing nothing, when the
-    /// state is of another optimizer type, another parameter count or shape, or lacks an
+    /// of the same type over parameters of the same shapes and grouping; every group's
+    /// hyper-parameters become the saved ones. Fails, changing nothing, when the state is
+    /// of another optimizer type, another parameter count, grouping or shape, or lacks an
     /// entry; the error names it.
     fn load_state_dict(&mut self, state: &TensorFile) -> Result<()>;
 }
@@ -97,6 +268,63 @@ fn check_params<B: Backend>(op: &'static str, params: &[Tensor<B>]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Checks a new group's parameters: leaves that require grad, none already among
+/// `existing` nor twice in the group (PyTorch refuses a parameter in two groups).
+fn check_new_group<B: Backend>(
+    op: &'static str,
+    existing: &[Tensor<B>],
+    params: &[Tensor<B>],
+) -> Result<()> {
+    check_params(op, params)?;
+    for (i, p) in params.iter().enumerate() {
+        let twice = existing
+            .iter()
+            .chain(&params[..i])
+            .any(|q| q.shares_storage(p));
+        if twice {
+            return Err(Error::invalid(
+                op,
+                "params",
+                format!(
+                    "parameter {i} of the group (shape {:?}) is already in a parameter group of this optimizer",
+                    p.dims()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `lrs` against the groups (one finite, non-negative rate each).
+fn check_group_lrs(op: &'static str, groups: usize, lrs: &[f64]) -> Result<()> {
+    if lrs.len() != groups {
+        return Err(Error::invalid(
+            op,
+            "lrs",
+            format!(
+                "gives {} learning rates, the optimizer has {groups} parameter groups",
+                lrs.len()
+            ),
+        ));
+    }
+    lrs.iter()
+        .try_for_each(|&lr| check_non_negative(op, "lr", lr))
+}
+
+/// Refuses a hyper-parameter of another optimizer in a group (`arg` set, `owner` the
+/// optimizers that have it).
+fn refuse_foreign(op: &'static str, arg: &'static str, set: bool, owner: &str) -> Result<()> {
+    if set {
+        Err(Error::invalid(
+            op,
+            arg,
+            format!("is a hyper-parameter of {owner}, not of this optimizer"),
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// Checks `0 <= value` (which rejects NaN), PyTorch's test for lr, eps, weight decay, momentum.

@@ -1,6 +1,9 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
-use super::{check_non_negative, check_params, Optimizer};
+use super::{
+    build_groups, check_group_lrs, check_new_group, check_non_negative, refuse_foreign,
+    GroupConfig, Optimizer, ParamGroup,
+};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::trace::{self, Value};
@@ -58,11 +61,31 @@ impl SgdConfig {
 ///     d = nesterov ? d + momentum·buf : buf
 /// p = p + (−lr)·d
 /// ```
+///
+/// Each parameter steps with its group's hyper-parameters ([`Sgd::with_groups`]).
 #[derive(Debug)]
 pub struct Sgd<B: Backend> {
     pub(super) params: Vec<Tensor<B>>,
-    pub(super) config: SgdConfig,
+    pub(super) defaults: SgdConfig,
+    pub(super) groups: Vec<GroupConfig<SgdConfig>>,
     pub(super) momentum_buffers: Vec<Option<Tensor<B>>>,
+}
+
+/// `defaults` with what `group` sets, checked (`betas` is not SGD's).
+fn group_config<B: Backend>(
+    op: &'static str,
+    group: &ParamGroup<B>,
+    defaults: SgdConfig,
+) -> Result<SgdConfig> {
+    refuse_foreign(op, "betas", group.betas.is_some(), "Adam and AdamW")?;
+    let c = SgdConfig {
+        lr: group.lr.unwrap_or(defaults.lr),
+        momentum: group.momentum.unwrap_or(defaults.momentum),
+        weight_decay: group.weight_decay.unwrap_or(defaults.weight_decay),
+        ..defaults
+    };
+    validate(op, &c)?;
+    Ok(c)
 }
 
 /// The checks of [`Sgd::new`] on a configuration (also those of a restored state).
@@ -88,22 +111,64 @@ pub(super) fn validate(op: &'static str, config: &SgdConfig) -> Result<()> {
 }
 
 impl<B: Backend> Sgd<B> {
-    /// An optimizer over `params` (leaves that require grad).
+    /// An optimizer over `params` (leaves that require grad), in one group.
     pub fn new(params: Vec<Tensor<B>>, config: SgdConfig) -> Result<Self> {
-        let op = "Sgd::new";
-        check_params(op, &params)?;
+        Self::build("Sgd::new", vec![ParamGroup::new(params)], config)
+    }
+
+    /// An optimizer over parameter groups (PyTorch's `SGD([{…}, {…}], …)`): each group
+    /// steps with `config` except for what it sets (`lr`, `weight_decay`, `momentum`).
+    /// Fails on a group without parameters' checks passing, a parameter in two groups,
+    /// an invalid hyper-parameter or `betas` (Adam's), naming it.
+    pub fn with_groups(groups: Vec<ParamGroup<B>>, config: SgdConfig) -> Result<Self> {
+        Self::build("Sgd::with_groups", groups, config)
+    }
+
+    fn build(op: &'static str, groups: Vec<ParamGroup<B>>, config: SgdConfig) -> Result<Self> {
         validate(op, &config)?;
+        let (params, groups) = build_groups(op, groups, &config, |g, d| group_config(op, g, d))?;
         let n = params.len();
         Ok(Self {
             params,
-            config,
+            defaults: config,
+            groups,
             momentum_buffers: vec![None; n],
         })
     }
 
-    /// The hyper-parameters.
+    /// The hyper-parameters of the first group (of every group, for an optimizer built
+    /// with [`Sgd::new`]).
     pub fn config(&self) -> &SgdConfig {
-        &self.config
+        &self.groups[0].config
+    }
+
+    /// The configuration the optimizer was built with (PyTorch's `defaults`), which a
+    /// group added later completes.
+    pub fn defaults(&self) -> &SgdConfig {
+        &self.defaults
+    }
+
+    /// The parameter groups (PyTorch's `param_groups`).
+    pub fn param_groups(&self) -> &[GroupConfig<SgdConfig>] {
+        &self.groups
+    }
+
+    /// Replaces the hyper-parameters of group `index` (PyTorch's
+    /// `optimizer.param_groups[index][…] = …`). Fails, changing nothing, on an index out
+    /// of range or an invalid configuration.
+    pub fn set_group_config(&mut self, index: usize, config: SgdConfig) -> Result<()> {
+        let op = "Sgd::set_group_config";
+        validate(op, &config)?;
+        let n = self.groups.len();
+        let g = self.groups.get_mut(index).ok_or_else(|| {
+            Error::invalid(
+                op,
+                "index",
+                format!("is {index}, the optimizer has {n} groups"),
+            )
+        })?;
+        g.config = config;
+        Ok(())
     }
 
     /// The momentum buffer of parameter `index`, once a step has created it.
@@ -154,8 +219,102 @@ fn trace_end<B: Backend>(mut rec: trace::RecordBuilder, p: &Tensor<B>, buf: Opti
 impl<B: Backend> Optimizer<B> for Sgd<B> {
     fn step(&mut self) -> Result<()> {
         let _guard = no_grad();
-        let c = self.config;
-        for (p, buf) in self.params.iter().zip(&mut self.momentum_buffers) {
+        for group in &self.groups {
+            self::step_group(
+                &group.config,
+                &self.params[group.params.clone()],
+                &mut self.momentum_buffers[group.params.clone()],
+            )?;
+        }
+        trace::end_step();
+        Ok(())
+    }
+
+    fn parameters(&self) -> &[Tensor<B>] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.groups[0].config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        check_non_negative("Sgd::set_lr", "lr", lr)?;
+        for g in &mut self.groups {
+            g.config.lr = lr;
+        }
+        Ok(())
+    }
+
+    fn num_param_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn momentum(&self) -> f64 {
+        self.groups[0].config.momentum
+    }
+
+    fn set_momentum(&mut self, momentum: f64) -> Result<()> {
+        for g in &self.groups {
+            validate(
+                "Sgd::set_momentum",
+                &SgdConfig {
+                    momentum,
+                    ..g.config
+                },
+            )?;
+        }
+        for g in &mut self.groups {
+            g.config.momentum = momentum;
+        }
+        Ok(())
+    }
+
+    fn group_lrs(&self) -> Vec<f64> {
+        self.groups.iter().map(|g| g.config.lr).collect()
+    }
+
+    fn set_group_lrs(&mut self, lrs: &[f64]) -> Result<()> {
+        check_group_lrs("Sgd::set_group_lrs", self.groups.len(), lrs)?;
+        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
+            g.config.lr = lr;
+        }
+        Ok(())
+    }
+
+    fn add_param_group(&mut self, group: ParamGroup<B>) -> Result<()> {
+        let op = "Sgd::add_param_group";
+        check_new_group(op, &self.params, &group.params)?;
+        let config = group_config(op, &group, self.defaults)?;
+        let start = self.params.len();
+        self.momentum_buffers
+            .extend(group.params.iter().map(|_| None));
+        self.params.extend(group.params);
+        self.groups.push(GroupConfig {
+            params: start..self.params.len(),
+            config,
+        });
+        Ok(())
+    }
+
+    fn state_dict(&self) -> Result<TensorFile> {
+        self.save_state()
+    }
+
+    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
+        self.restore_state(state)
+    }
+}
+
+/// One step of the parameters of one group, with its hyper-parameters `c`.
+fn step_group<B: Backend>(
+    c: &SgdConfig,
+    params: &[Tensor<B>],
+    buffers: &mut [Option<Tensor<B>>],
+) -> Result<()> {
+    let c = *c;
+    {
+        for (p, buf) in params.iter().zip(buffers) {
             let Some(g) = p.grad() else { continue };
             let rec = trace_begin(&c, p, &g, buf.as_ref());
             let _quiet = rec.is_recording().then(trace::suppress);
@@ -208,29 +367,6 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
             drop(_quiet);
             trace_end(rec, p, buf.as_ref());
         }
-        trace::end_step();
-        Ok(())
     }
-
-    fn parameters(&self) -> &[Tensor<B>] {
-        &self.params
-    }
-
-    fn lr(&self) -> f64 {
-        self.config.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) -> Result<()> {
-        check_non_negative("Sgd::set_lr", "lr", lr)?;
-        self.config.lr = lr;
-        Ok(())
-    }
-
-    fn state_dict(&self) -> Result<TensorFile> {
-        self.save_state()
-    }
-
-    fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
-        self.restore_state(state)
-    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 
 use super::adam::{validate as validate_adam, State};
 use super::sgd::validate as validate_sgd;
-use super::{Adam, AdamConfig, Sgd, SgdConfig};
+use super::{Adam, AdamConfig, GroupConfig, Sgd, SgdConfig};
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
 use exactgrad_autograd::Tensor;
@@ -12,13 +12,25 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::str::FromStr;
 
-/// The metadata common to every optimizer: its type, parameter count and learning rate.
-fn header(kind: &str, params: usize, lr: f64) -> TensorFile {
+/// The metadata common to every optimizer: its type, parameter count and its groups'
+/// sizes (`param_groups`, `param_groups.{g}.params`).
+fn header<C>(kind: &str, params: usize, groups: &[GroupConfig<C>]) -> TensorFile {
     let mut f = TensorFile::new();
     f.set_metadata("optimizer", kind);
     f.set_metadata("params", params.to_string());
-    put(&mut f, "lr", lr);
+    f.set_metadata("param_groups", groups.len().to_string());
+    for (g, group) in groups.iter().enumerate() {
+        f.set_metadata(
+            &format!("param_groups.{g}.params"),
+            group.params.len().to_string(),
+        );
+    }
     f
+}
+
+/// The metadata key of hyper-parameter `name` of group `g`.
+fn group_key(g: usize, name: &str) -> String {
+    format!("param_groups.{g}.{name}")
 }
 
 /// A hyper-parameter as metadata: `{:?}`, for an f64 the shortest decimal that parses
@@ -67,21 +79,43 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The type, parameter count and learning rate; fails at once on another type or
-    /// count.
-    fn header(&mut self, kind: &str, params: usize) -> Result<f64> {
+    /// The type, parameter count and group sizes; fails at once on another type, count
+    /// or grouping.
+    fn header<C>(&mut self, kind: &str, params: usize, groups: &[GroupConfig<C>]) -> Result<()> {
         match self.state.metadata("optimizer") {
             Some(k) if k == kind => {}
             Some(k) => return Err(self.bad(format!("is the state of a {k} optimizer, not {kind}"))),
             None => return Err(self.bad("has no `optimizer` metadata entry".into())),
         }
         self.used.insert("optimizer".into());
+        if self.state.metadata("param_groups").is_none() {
+            return Err(self.bad(
+                "has no `param_groups` entry: it was saved before optimizers had parameter groups, a layout this version does not read".into(),
+            ));
+        }
         let n: usize = self.meta("params", "a parameter count")?;
+        let count: usize = self.meta("param_groups", "a group count")?;
         self.check_missing()?;
         if n != params {
             return Err(self.bad(format!("holds {n} parameters, the optimizer has {params}")));
         }
-        self.meta("lr", "a learning rate")
+        if count != groups.len() {
+            return Err(self.bad(format!(
+                "holds {count} parameter groups, the optimizer has {}",
+                groups.len()
+            )));
+        }
+        for (g, group) in groups.iter().enumerate() {
+            let size: usize = self.meta(&group_key(g, "params"), "a parameter count")?;
+            self.check_missing()?;
+            if size != group.params.len() {
+                return Err(self.bad(format!(
+                    "holds {size} parameters in group {g}, the optimizer has {}",
+                    group.params.len()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the tensor `name` is there; if so it counts as read.
@@ -194,13 +228,16 @@ fn buffer<B: Backend>(
 
 impl<B: Backend> Sgd<B> {
     pub(super) fn save_state(&self) -> Result<TensorFile> {
-        let c = &self.config;
-        let mut f = header("Sgd", self.params.len(), c.lr);
-        put(&mut f, "momentum", c.momentum);
-        put(&mut f, "dampening", c.dampening);
-        put(&mut f, "weight_decay", c.weight_decay);
-        put(&mut f, "nesterov", c.nesterov);
-        put(&mut f, "maximize", c.maximize);
+        let mut f = header("Sgd", self.params.len(), &self.groups);
+        for (g, group) in self.groups.iter().enumerate() {
+            let c = &group.config;
+            put(&mut f, &group_key(g, "lr"), c.lr);
+            put(&mut f, &group_key(g, "momentum"), c.momentum);
+            put(&mut f, &group_key(g, "dampening"), c.dampening);
+            put(&mut f, &group_key(g, "weight_decay"), c.weight_decay);
+            put(&mut f, &group_key(g, "nesterov"), c.nesterov);
+            put(&mut f, &group_key(g, "maximize"), c.maximize);
+        }
         for (i, b) in self.momentum_buffers.iter().enumerate() {
             if let Some(b) = b {
                 f.insert_tensor(&format!("state.{i}.momentum_buffer"), b)?;
@@ -212,46 +249,61 @@ impl<B: Backend> Sgd<B> {
     pub(super) fn restore_state(&mut self, state: &TensorFile) -> Result<()> {
         let op = "Sgd::load_state_dict";
         let mut r = Reader::new(op, state);
-        let lr = r.header("Sgd", self.params.len())?;
-        let config = SgdConfig {
-            lr,
-            momentum: r.meta("momentum", "a momentum")?,
-            dampening: r.meta("dampening", "a dampening")?,
-            weight_decay: r.meta("weight_decay", "a weight decay")?,
-            nesterov: r.meta("nesterov", "true or false")?,
-            maximize: r.meta("maximize", "true or false")?,
-        };
-        r.check_missing()?;
-        validate_sgd(op, &config)?;
+        r.header("Sgd", self.params.len(), &self.groups)?;
+        let mut configs = Vec::with_capacity(self.groups.len());
+        for g in 0..self.groups.len() {
+            let config = SgdConfig {
+                lr: r.meta(&group_key(g, "lr"), "a learning rate")?,
+                momentum: r.meta(&group_key(g, "momentum"), "a momentum")?,
+                dampening: r.meta(&group_key(g, "dampening"), "a dampening")?,
+                weight_decay: r.meta(&group_key(g, "weight_decay"), "a weight decay")?,
+                nesterov: r.meta(&group_key(g, "nesterov"), "true or false")?,
+                maximize: r.meta(&group_key(g, "maximize"), "true or false")?,
+            };
+            r.check_missing()?;
+            validate_sgd(op, &config)?;
+            configs.push(config);
+        }
         let mut buffers = Vec::with_capacity(self.params.len());
-        for (i, p) in self.params.iter().enumerate() {
-            // Only a step with momentum makes a buffer; one in a state without momentum
-            // is left over.
-            let name = format!("state.{i}.momentum_buffer");
-            buffers.push(if config.momentum != 0.0 && r.take(&name) {
-                Some(buffer(op, state, &name, p, Values::Finite)?)
-            } else {
-                None
-            });
+        for (group, config) in self.groups.iter().zip(&configs) {
+            for i in group.params.clone() {
+                // Only a step with momentum makes a buffer; one in a state without
+                // momentum is left over.
+                let name = format!("state.{i}.momentum_buffer");
+                buffers.push(if config.momentum != 0.0 && r.take(&name) {
+                    Some(buffer(op, state, &name, &self.params[i], Values::Finite)?)
+                } else {
+                    None
+                });
+            }
         }
         r.finish()?;
         self.momentum_buffers = buffers;
-        self.config = config;
+        for (group, config) in self.groups.iter_mut().zip(configs) {
+            group.config = config;
+        }
         Ok(())
     }
 }
 
 impl<B: Backend> Adam<B> {
     pub(super) fn save_state_as(&self, kind: &str) -> Result<TensorFile> {
-        let c = &self.config;
-        let mut f = header(kind, self.params.len(), c.lr);
-        put(&mut f, "beta1", c.betas.0);
-        put(&mut f, "beta2", c.betas.1);
-        put(&mut f, "eps", c.eps);
-        put(&mut f, "weight_decay", c.weight_decay);
-        put(&mut f, "amsgrad", c.amsgrad);
-        put(&mut f, "maximize", c.maximize);
-        put(&mut f, "decoupled_weight_decay", c.decoupled_weight_decay);
+        let mut f = header(kind, self.params.len(), &self.groups);
+        for (g, group) in self.groups.iter().enumerate() {
+            let c = &group.config;
+            put(&mut f, &group_key(g, "lr"), c.lr);
+            put(&mut f, &group_key(g, "beta1"), c.betas.0);
+            put(&mut f, &group_key(g, "beta2"), c.betas.1);
+            put(&mut f, &group_key(g, "eps"), c.eps);
+            put(&mut f, &group_key(g, "weight_decay"), c.weight_decay);
+            put(&mut f, &group_key(g, "amsgrad"), c.amsgrad);
+            put(&mut f, &group_key(g, "maximize"), c.maximize);
+            put(
+                &mut f,
+                &group_key(g, "decoupled_weight_decay"),
+                c.decoupled_weight_decay,
+            );
+        }
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
             let step = i64::try_from(st.step).unwrap_or(i64::MAX);
@@ -272,31 +324,44 @@ impl<B: Backend> Adam<B> {
         state: &TensorFile,
     ) -> Result<()> {
         let mut r = Reader::new(op, state);
-        let lr = r.header(kind, self.params.len())?;
-        let config = AdamConfig {
-            lr,
-            betas: (
-                r.meta("beta1", "a decay rate")?,
-                r.meta("beta2", "a decay rate")?,
-            ),
-            eps: r.meta("eps", "an epsilon")?,
-            weight_decay: r.meta("weight_decay", "a weight decay")?,
-            amsgrad: r.meta("amsgrad", "true or false")?,
-            maximize: r.meta("maximize", "true or false")?,
-            decoupled_weight_decay: r.meta("decoupled_weight_decay", "true or false")?,
-        };
-        r.check_missing()?;
-        validate_adam(op, &config)?;
-        if kind == "AdamW" && !config.decoupled_weight_decay {
-            return Err(r.bad(
-                "is an AdamW state without decoupled weight decay (`decoupled_weight_decay` = false)".into(),
-            ));
+        r.header(kind, self.params.len(), &self.groups)?;
+        let mut configs = Vec::with_capacity(self.groups.len());
+        for g in 0..self.groups.len() {
+            let config = AdamConfig {
+                lr: r.meta(&group_key(g, "lr"), "a learning rate")?,
+                betas: (
+                    r.meta(&group_key(g, "beta1"), "a decay rate")?,
+                    r.meta(&group_key(g, "beta2"), "a decay rate")?,
+                ),
+                eps: r.meta(&group_key(g, "eps"), "an epsilon")?,
+                weight_decay: r.meta(&group_key(g, "weight_decay"), "a weight decay")?,
+                amsgrad: r.meta(&group_key(g, "amsgrad"), "true or false")?,
+                maximize: r.meta(&group_key(g, "maximize"), "true or false")?,
+                decoupled_weight_decay: r
+                    .meta(&group_key(g, "decoupled_weight_decay"), "true or false")?,
+            };
+            r.check_missing()?;
+            validate_adam(op, &config)?;
+            if config.decoupled_weight_decay != (kind == "AdamW") {
+                return Err(r.bad(format!(
+                    "is a {kind} state with `decoupled_weight_decay` = {} in group {g}",
+                    config.decoupled_weight_decay
+                )));
+            }
+            configs.push(config);
         }
+        let amsgrad_of: Vec<bool> = self
+            .groups
+            .iter()
+            .zip(&configs)
+            .flat_map(|(group, c)| group.params.clone().map(move |_| c.amsgrad))
+            .collect();
         let mut slots = Vec::with_capacity(self.params.len());
         for (i, p) in self.params.iter().enumerate() {
+            let amsgrad = amsgrad_of[i];
             let name = |what: &str| format!("state.{i}.{what}");
             let mut parts = vec!["step", "exp_avg", "exp_avg_sq"];
-            if config.amsgrad {
+            if amsgrad {
                 parts.push("max_exp_avg_sq");
             }
             // A parameter that has not stepped has no state; one that has, all of it.
@@ -325,7 +390,7 @@ impl<B: Backend> Adam<B> {
             };
             let sq_name = name("exp_avg_sq");
             let exp_avg_sq = buffer(op, state, &sq_name, p, Values::NonNegative)?;
-            let max_exp_avg_sq = if config.amsgrad {
+            let max_exp_avg_sq = if amsgrad {
                 let max_name = name("max_exp_avg_sq");
                 let max = buffer(op, state, &max_name, p, Values::NonNegative)?;
                 // AMSGrad keeps the running maximum of the second moment.
@@ -350,7 +415,9 @@ impl<B: Backend> Adam<B> {
         }
         r.finish()?;
         self.state = slots;
-        self.config = config;
+        for (group, config) in self.groups.iter_mut().zip(configs) {
+            group.config = config;
+        }
         Ok(())
     }
 }

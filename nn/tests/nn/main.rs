@@ -5,5 +5,6 @@
 mod data;
 mod fused_optim;
 mod modules;
+mod param_groups;
 mod schedulers;
 mod torch_oracle;

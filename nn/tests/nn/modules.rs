@@ -166,13 +166,40 @@ fn parameters_without_gradient_are_skipped() {
     assert_eq!(q.to_vec().unwrap(), [1.0, 1.0]);
     assert!(p.to_vec().unwrap()[0] < 1.0);
     assert!(adam.moments(1).is_none());
-    // zero_grad keeps a zero gradient, which still counts as a step (as in PyTorch).
-    adam.zero_grad().unwrap();
+    // fill_grad_zero keeps a zero gradient, which still counts as a step (as PyTorch's
+    // zero_grad(set_to_none=False)).
+    adam.fill_grad_zero().unwrap();
     assert_eq!(p.grad().unwrap().to_vec().unwrap(), [0.0, 0.0]);
     adam.step().unwrap();
     assert_eq!(adam.step_count(0), 3);
     adam.clear_grad();
     assert!(p.grad().is_none());
+    // zero_grad is PyTorch's default (set_to_none=True): no gradient, no step.
+    adam.fill_grad_zero().unwrap();
+    adam.zero_grad();
+    assert!(p.grad().is_none() && q.grad().is_none());
+    adam.step().unwrap();
+    assert_eq!(adam.step_count(0), 3);
+}
+
+#[test]
+fn module_zero_grad_frees_and_fill_grad_zero_fills() {
+    let l = Linear::new(&BE, 3, 2, &mut Philox::new(7)).unwrap();
+    let x = Tensor::ones(&BE, [4, 3]).unwrap();
+    l.forward(&x).unwrap().sum().unwrap().backward().unwrap();
+    assert!(l.parameters().iter().all(|p| p.grad().is_some()));
+    l.fill_grad_zero().unwrap();
+    for p in l.parameters() {
+        assert!(p
+            .grad()
+            .unwrap()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|&g| g == 0.0));
+    }
+    l.zero_grad();
+    assert!(l.parameters().iter().all(|p| p.grad().is_none()));
 }
 
 #[test]

@@ -768,3 +768,88 @@ fn bad_states_are_errors() {
     seq.load_state(&s).unwrap();
     assert_eq!(seq.state(), s);
 }
+
+/// PyTorch's `OneCycleLR(cycle_momentum=True)`, the default: the momentum of every group
+/// (SGD's `momentum`, Adam's β1) goes from `max_momentum` down to `base_momentum` while the
+/// rate rises, and back. Values worked by hand from PyTorch's `_annealing_cos` /
+/// `_annealing_linear` for `total_steps = 10`, `pct_start = 0.3` (phase ends at steps 2
+/// and 9).
+#[test]
+fn one_cycle_cycles_the_momentum_by_default() {
+    let cos = [
+        0.95,
+        0.9,
+        0.85,
+        0.854_951_556_604_879,
+        0.868_825_509_907_063_3,
+    ];
+    let linear = [
+        0.95,
+        0.9,
+        0.85,
+        0.864_285_714_285_714_2,
+        0.878_571_428_571_428_6,
+    ];
+    for (strategy, want) in [(AnnealStrategy::Cos, cos), (AnnealStrategy::Linear, linear)] {
+        let config = OneCycleLrConfig {
+            anneal_strategy: strategy,
+            ..OneCycleLrConfig::new(1.0, 10)
+        };
+        assert!(config.cycle_momentum);
+        assert_eq!((config.base_momentum, config.max_momentum), (0.85, 0.95));
+        // SGD's momentum.
+        let mut sgd = optimizer(0.1);
+        let mut s = OneCycleLr::new(&mut sgd, config).unwrap();
+        let mut got = vec![sgd.momentum()];
+        for _ in 1..want.len() {
+            s.step(&mut sgd).unwrap();
+            got.push(sgd.momentum());
+        }
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-15,
+                "{strategy:?}: {got:?}, want {want:?}"
+            );
+        }
+        assert_eq!(s.get_last_momentum(), Some(got[got.len() - 1]));
+        // Adam's β1, β2 untouched.
+        let p = Tensor::from_vec(&ScalarRefBackend, vec![0.5f32], [1])
+            .unwrap()
+            .requires_grad()
+            .unwrap();
+        let mut adam =
+            exactgrad_nn::optim::Adam::new(vec![p], exactgrad_nn::optim::AdamConfig::new(0.1))
+                .unwrap();
+        let mut s = OneCycleLr::new(&mut adam, config).unwrap();
+        s.step(&mut adam).unwrap();
+        assert!((adam.config().betas.0 - want[1]).abs() <= 1e-15);
+        assert_eq!(adam.config().betas.1, 0.999);
+    }
+    // cycle_momentum = false leaves the momentum alone.
+    let mut sgd = optimizer(0.1);
+    let mut s = OneCycleLr::new(
+        &mut sgd,
+        OneCycleLrConfig {
+            cycle_momentum: false,
+            ..OneCycleLrConfig::new(1.0, 10)
+        },
+    )
+    .unwrap();
+    s.step(&mut sgd).unwrap();
+    assert_eq!(sgd.momentum(), 0.0);
+    assert_eq!(s.get_last_momentum(), None);
+    // Inside a SequentialLr: max_momentum from construction, cycled while in charge.
+    let mut sgd = optimizer(0.1);
+    let mut s = SequentialLr::new(
+        &mut sgd,
+        vec![
+            OneCycleLrConfig::new(1.0, 10).into(),
+            StepLrConfig::new(2).into(),
+        ],
+        vec![10],
+    )
+    .unwrap();
+    assert_eq!(sgd.momentum(), 0.95);
+    s.step(&mut sgd).unwrap();
+    assert!((sgd.momentum() - 0.9).abs() <= 1e-15, "{}", sgd.momentum());
+}

@@ -45,6 +45,7 @@ impl CosineAnnealingLrConfig {
 pub struct CosineAnnealingLr {
     config: CosineAnnealingLrConfig,
     progress: Progress,
+    groups: Vec<Progress>,
 }
 
 impl CosineAnnealingLr {
@@ -71,6 +72,7 @@ impl CosineAnnealingLr {
         Ok(Self {
             config,
             progress: Progress::fresh(base_lr),
+            groups: Vec::new(),
         })
     }
 

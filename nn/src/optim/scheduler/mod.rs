@@ -54,7 +54,11 @@
 //! - The cosine is a fixed f64 function from IEEE `+ − × ÷` (not the platform's `cos`),
 //!   and integer powers are binary exponentiation, so a schedule has the same bits on
 //!   every platform.
-//! - The optimizers have one parameter group, so a scheduler has one learning rate.
+//! - Every parameter group follows the schedule from its own rates (PyTorch's
+//!   `base_lrs`, one per group): the rule of a recursive scheduler is applied to each
+//!   group's current rate, a closed form to each group's initial rate; [`OneCycleLr`]
+//!   gives every group the same rates, as PyTorch with one `max_lr`. [`SequentialLr`]
+//!   drives a single group.
 //! - [`LrScheduler::state`] / [`LrScheduler::load_state`] save and restore the progress.
 
 mod cosine;
@@ -92,6 +96,41 @@ pub trait LrScheduler {
     /// The learning rate of the last step (PyTorch's `get_last_lr()[0]`).
     fn get_last_lr(&self) -> f64;
 
+    /// Advances the schedule by one step for every parameter group: `current` holds each
+    /// group's rate, the result each group's new rate (PyTorch's
+    /// `[group["lr"] for group in optimizer.param_groups]` after `scheduler.step()`). A
+    /// scheduler built on an optimizer with one group takes one rate. On error nothing
+    /// changes.
+    fn next_group_lrs(&mut self, current: &[f64]) -> Result<Vec<f64>> {
+        match current {
+            [lr] => Ok(vec![self.next_lr(*lr)?]),
+            _ => Err(Error::invalid(
+                "LrScheduler::step",
+                "optimizer",
+                format!(
+                    "this scheduler drives one parameter group, the optimizer has {}",
+                    current.len()
+                ),
+            )),
+        }
+    }
+
+    /// The learning rate of every group at the last step (PyTorch's `get_last_lr()`).
+    fn get_last_lrs(&self) -> Vec<f64> {
+        vec![self.get_last_lr()]
+    }
+
+    /// The momentum the schedule gives the last step, for a schedule that cycles the
+    /// momentum ([`OneCycleLr`] with `cycle_momentum`, PyTorch's default): [`step`]
+    /// gives it to every group as SGD's `momentum` or Adam's β1
+    /// ([`Optimizer::set_momentum`]). `None` (every other schedule) leaves the momentum
+    /// alone.
+    ///
+    /// [`step`]: LrScheduler::step
+    fn get_last_momentum(&self) -> Option<f64> {
+        None
+    }
+
     /// The number of steps taken since construction (PyTorch's `last_epoch`; 0 after
     /// construction).
     fn last_epoch(&self) -> i64;
@@ -121,9 +160,20 @@ pub trait LrScheduler {
         O: Optimizer<B> + ?Sized,
     {
         let before = self.state();
-        let lr = self.next_lr(opt.lr())?;
-        if let Err(e) = opt.set_lr(optimizer_rate(lr)) {
+        let lrs = self.next_group_lrs(&opt.group_lrs())?;
+        let rates: Vec<f64> = lrs.into_iter().map(optimizer_rate).collect();
+        let momentum_before = opt.momentum();
+        let set = |opt: &mut O, m: Option<f64>| -> Result<()> {
+            if let Some(m) = m {
+                opt.set_momentum(m)?;
+            }
+            opt.set_group_lrs(&rates)
+        };
+        if let Err(e) = set(opt, self.get_last_momentum()) {
             self.load_state(&before)?;
+            if self.get_last_momentum().is_some() {
+                opt.set_momentum(momentum_before)?;
+            }
             return Err(e);
         }
         Ok(())
@@ -139,7 +189,15 @@ pub trait LrScheduler {
         O: Optimizer<B> + ?Sized,
     {
         self.load_state(state)?;
-        opt.set_lr(optimizer_rate(self.get_last_lr()))
+        if let Some(m) = self.get_last_momentum() {
+            opt.set_momentum(m)?;
+        }
+        let rates: Vec<f64> = self
+            .get_last_lrs()
+            .into_iter()
+            .map(optimizer_rate)
+            .collect();
+        opt.set_group_lrs(&rates)
     }
 }
 
@@ -149,6 +207,15 @@ impl<S: LrScheduler + ?Sized> LrScheduler for Box<S> {
     }
     fn get_last_lr(&self) -> f64 {
         (**self).get_last_lr()
+    }
+    fn next_group_lrs(&mut self, current: &[f64]) -> Result<Vec<f64>> {
+        (**self).next_group_lrs(current)
+    }
+    fn get_last_lrs(&self) -> Vec<f64> {
+        (**self).get_last_lrs()
+    }
+    fn get_last_momentum(&self) -> Option<f64> {
+        (**self).get_last_momentum()
     }
     fn last_epoch(&self) -> i64 {
         (**self).last_epoch()
@@ -252,6 +319,18 @@ pub struct SchedulerState {
     pub last_lr: f64,
     /// For [`SequentialLr`], the states of its schedulers in order; empty otherwise.
     pub children: Vec<SchedulerState>,
+    /// The rates of the parameter groups after the first, in order (empty for an
+    /// optimizer with one group); their step count is `last_epoch`.
+    pub groups: Vec<GroupLrs>,
+}
+
+/// The rates of one parameter group in a [`SchedulerState`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GroupLrs {
+    /// The group's initial learning rate (its entry of PyTorch's `base_lrs`).
+    pub base_lr: f64,
+    /// The group's learning rate at the last step.
+    pub last_lr: f64,
 }
 
 /// The part of the state every single scheduler has.
@@ -273,8 +352,15 @@ impl Progress {
     }
 }
 
+/// The progress of the parameter groups after the first (each group's `base_lr` and
+/// `last_lr`; `last_epoch` is the rule's own).
+trait Grouped {
+    fn groups(&self) -> &[Progress];
+    fn groups_mut(&mut self) -> &mut Vec<Progress>;
+}
+
 /// One schedule's rule: PyTorch's `get_lr()` and `_get_closed_form_lr()`.
-trait Rule: core::fmt::Debug {
+trait Rule: Grouped + core::fmt::Debug {
     fn kind(&self) -> SchedulerKind;
     fn progress(&self) -> &Progress;
     fn progress_mut(&mut self) -> &mut Progress;
@@ -293,6 +379,59 @@ trait Rule: core::fmt::Debug {
     fn allows_negative_rates(&self) -> bool {
         false
     }
+    /// The initial rate of a parameter group whose rate is `lr` when the schedule starts
+    /// (PyTorch's `initial_lr`): `lr`, except for a schedule that sets its own.
+    fn group_base(&self, lr: f64) -> f64 {
+        lr
+    }
+    /// The momentum the rule gives step `epoch`, if it sets the momentum.
+    fn momentum_at(&self, _epoch: i64) -> Option<f64> {
+        None
+    }
+}
+
+/// Runs `f` on `rule` as if it were parameter group `g` (≥ 1): its progress swapped in.
+fn as_group<T>(rule: &mut dyn Rule, g: usize, f: impl FnOnce(&mut dyn Rule) -> T) -> T {
+    let mut p = rule.groups()[g - 1];
+    p.last_epoch = rule.progress().last_epoch;
+    let own = core::mem::replace(rule.progress_mut(), p);
+    let out = f(rule);
+    let p = core::mem::replace(rule.progress_mut(), own);
+    rule.groups_mut()[g - 1] = p;
+    out
+}
+
+/// One step of every group of `rule` (group 0 is the rule's own progress): commits only
+/// when every group's step succeeds.
+fn advance_groups(rule: &mut dyn Rule, current: &[f64]) -> Result<Vec<f64>> {
+    let kind = rule.kind();
+    let n = rule.groups().len() + 1;
+    if current.len() != n {
+        return Err(Error::invalid(
+            kind.step_op(),
+            "optimizer",
+            format!(
+                "has {} parameter groups, the scheduler was built on {n}",
+                current.len()
+            ),
+        ));
+    }
+    let before = (*rule.progress(), rule.groups().to_vec());
+    let mut out = Vec::with_capacity(n);
+    let mut run = || -> Result<()> {
+        // The other groups first, each from the step count before this step.
+        for (g, &lr) in current.iter().enumerate().skip(1) {
+            out.push(as_group(rule, g, |r| advance(r, lr, false))?);
+        }
+        out.insert(0, advance(rule, current[0], false)?);
+        Ok(())
+    };
+    if let Err(e) = run() {
+        *rule.progress_mut() = before.0;
+        *rule.groups_mut() = before.1;
+        return Err(e);
+    }
+    Ok(out)
 }
 
 /// Checks that a learning rate is finite and `>= 0`.
@@ -406,10 +545,27 @@ pub(crate) fn optimizer_rate(lr: f64) -> f64 {
     }
 }
 
-/// Performs the constructor's step of `rule` and sets the optimizer's learning rate.
+/// Performs the constructor's step of `rule` for every parameter group of the optimizer
+/// (each from its own rate) and sets their learning rates.
 fn attach<R: Rule, B: Backend, O: Optimizer<B> + ?Sized>(mut rule: R, opt: &mut O) -> Result<R> {
-    let lr = advance(&mut rule, opt.lr(), true)?;
-    opt.set_lr(optimizer_rate(lr))?;
+    let current = opt.group_lrs();
+    let mut rates = Vec::with_capacity(current.len());
+    for &lr in current.iter().skip(1) {
+        let kind = rule.kind();
+        let base = rule.group_base(check_rate(kind.new_op(), "optimizer lr", lr)?);
+        rule.groups_mut().push(Progress::fresh(base));
+        let g = rule.groups().len();
+        rates.push(as_group(&mut rule, g, |r| advance(r, lr, true))?);
+        // The group's step count follows the rule's own.
+        rule.groups_mut()[g - 1].last_epoch = -1;
+    }
+    let first = advance(&mut rule, current.first().copied().unwrap_or(0.0), true)?;
+    rates.insert(0, first);
+    let rates: Vec<f64> = rates.into_iter().map(optimizer_rate).collect();
+    if let Some(m) = rule.momentum_at(rule.progress().last_epoch) {
+        opt.set_momentum(m)?;
+    }
+    opt.set_group_lrs(&rates)?;
     Ok(rule)
 }
 
@@ -421,7 +577,51 @@ fn rule_state(rule: &dyn Rule) -> SchedulerState {
         base_lr: p.base_lr,
         last_lr: p.last_lr,
         children: Vec::new(),
+        groups: rule
+            .groups()
+            .iter()
+            .map(|g| GroupLrs {
+                base_lr: g.base_lr,
+                last_lr: g.last_lr,
+            })
+            .collect(),
     }
+}
+
+/// Checks the groups of `state` for `rule` and returns their progress.
+fn checked_groups(
+    rule: &dyn Rule,
+    state: &SchedulerState,
+    op: &'static str,
+) -> Result<Vec<Progress>> {
+    if state.groups.len() != rule.groups().len() {
+        return Err(Error::invalid(
+            op,
+            "state",
+            format!(
+                "the state holds {} parameter groups, this scheduler drives {}",
+                state.groups.len() + 1,
+                rule.groups().len() + 1
+            ),
+        ));
+    }
+    state
+        .groups
+        .iter()
+        .map(|g| {
+            check_rate(op, "state.groups.base_lr", g.base_lr)?;
+            if rule.allows_negative_rates() {
+                check_finite(op, "state.groups.last_lr", g.last_lr)?;
+            } else {
+                check_rate(op, "state.groups.last_lr", g.last_lr)?;
+            }
+            Ok(Progress {
+                base_lr: g.base_lr,
+                last_epoch: state.last_epoch,
+                last_lr: g.last_lr,
+            })
+        })
+        .collect()
 }
 
 /// Checks `state` for `rule` (`last_epoch >= min_epoch`) and returns the progress to set.
@@ -474,10 +674,28 @@ macro_rules! rule_scheduler {
     ($t:ty) => {
         impl $crate::optim::scheduler::LrScheduler for $t {
             fn next_lr(&mut self, current_lr: f64) -> $crate::error::Result<f64> {
+                if !self.groups.is_empty() {
+                    return Err($crate::error::Error::invalid(
+                        $crate::optim::scheduler::Rule::kind(self).step_op(),
+                        "current_lr",
+                        "the scheduler drives several parameter groups: step it with `step` or `next_group_lrs`",
+                    ));
+                }
                 $crate::optim::scheduler::advance(self, current_lr, false)
             }
             fn get_last_lr(&self) -> f64 {
                 self.progress.last_lr
+            }
+            fn next_group_lrs(&mut self, current: &[f64]) -> $crate::error::Result<Vec<f64>> {
+                $crate::optim::scheduler::advance_groups(self, current)
+            }
+            fn get_last_lrs(&self) -> Vec<f64> {
+                core::iter::once(self.progress.last_lr)
+                    .chain(self.groups.iter().map(|g| g.last_lr))
+                    .collect()
+            }
+            fn get_last_momentum(&self) -> Option<f64> {
+                $crate::optim::scheduler::Rule::momentum_at(self, self.progress.last_epoch)
             }
             fn last_epoch(&self) -> i64 {
                 self.progress.last_epoch
@@ -493,8 +711,20 @@ macro_rules! rule_scheduler {
                 state: &$crate::optim::scheduler::SchedulerState,
             ) -> $crate::error::Result<()> {
                 let op = $crate::optim::scheduler::Rule::kind(self).load_op();
-                self.progress = $crate::optim::scheduler::checked_progress(self, state, op, 0)?;
+                let progress = $crate::optim::scheduler::checked_progress(self, state, op, 0)?;
+                let groups = $crate::optim::scheduler::checked_groups(self, state, op)?;
+                self.progress = progress;
+                self.groups = groups;
                 Ok(())
+            }
+        }
+
+        impl $crate::optim::scheduler::Grouped for $t {
+            fn groups(&self) -> &[$crate::optim::scheduler::Progress] {
+                &self.groups
+            }
+            fn groups_mut(&mut self) -> &mut Vec<$crate::optim::scheduler::Progress> {
+                &mut self.groups
             }
         }
     };

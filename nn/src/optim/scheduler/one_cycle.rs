@@ -35,6 +35,14 @@ pub struct OneCycleLrConfig {
     /// Three phases (up, back down to `initial_lr`, down to `min_lr`) instead of two
     /// (default false).
     pub three_phase: bool,
+    /// Cycle the momentum inversely to the rate, between `max_momentum` and
+    /// `base_momentum` (default true, as PyTorch): SGD's `momentum`, Adam's and AdamW's
+    /// β1, of every parameter group.
+    pub cycle_momentum: bool,
+    /// The momentum at the rate's peak (default 0.85).
+    pub base_momentum: f64,
+    /// The momentum at the start and the end of the cycle (default 0.95).
+    pub max_momentum: f64,
 }
 
 impl OneCycleLrConfig {
@@ -48,6 +56,9 @@ impl OneCycleLrConfig {
             div_factor: 25.0,
             final_div_factor: 1e4,
             three_phase: false,
+            cycle_momentum: true,
+            base_momentum: 0.85,
+            max_momentum: 0.95,
         }
     }
 
@@ -74,10 +85,11 @@ struct Phase {
     end_step: f64,
     start_lr: f64,
     end_lr: f64,
+    start_momentum: f64,
+    end_momentum: f64,
 }
 
-/// PyTorch's `OneCycleLR` (the learning rate only; momentum is not cycled, as with
-/// PyTorch's `cycle_momentum=False`).
+/// PyTorch's `OneCycleLR`, the momentum cycled by default (`cycle_momentum`).
 ///
 /// With `p = pct_start`, `N = total_steps`, `initial = max_lr / div_factor`,
 /// `min = initial / final_div_factor`, the phases end at the (f64) steps
@@ -91,7 +103,13 @@ struct Phase {
 /// `pct = (t − start) / (end − start)` (`start` = the previous phase's end, 0 for the
 /// first) and the rate `anneal(phase start rate, phase end rate, pct)` of the
 /// [`AnnealStrategy`]. A closed form: the optimizer's rate is not read; construction sets
-/// it to the rate of step 0 (about `initial`). Stepping past `N` is an error, as in
+/// it to the rate of step 0 (about `initial`).
+///
+/// With `cycle_momentum` (the default), each step also sets every group's momentum (SGD)
+/// or β1 (Adam, AdamW) to `anneal(phase start momentum, phase end momentum, pct)`, the
+/// momentum moving against the rate: `max_momentum → base_momentum` while the rate
+/// rises, `base_momentum → max_momentum` while it falls (three phases: the third stays
+/// at `max_momentum`). Step 0 gives `max_momentum`. Stepping past `N` is an error, as in
 /// PyTorch (where `last_epoch` still advances; here nothing changes).
 ///
 /// Step `N` (the step after the last batch of an `N`-batch run) lies past the last
@@ -105,6 +123,7 @@ pub struct OneCycleLr {
     config: OneCycleLrConfig,
     phases: Vec<Phase>,
     progress: Progress,
+    groups: Vec<Progress>,
 }
 
 impl OneCycleLr {
@@ -153,6 +172,19 @@ impl OneCycleLr {
                 ),
             ));
         }
+        for (arg, m) in [
+            ("base_momentum", config.base_momentum),
+            ("max_momentum", config.max_momentum),
+        ] {
+            if config.cycle_momentum && !(m.is_finite() && m >= 0.0) {
+                return Err(Error::invalid(
+                    op,
+                    arg,
+                    format!("must be finite and >= 0, got {m}"),
+                ));
+            }
+        }
+        let (base_m, max_m) = (config.base_momentum, config.max_momentum);
         let n = config.total_steps as f64;
         let last_end = (config.total_steps - 1) as f64;
         let phases = if config.three_phase {
@@ -161,16 +193,22 @@ impl OneCycleLr {
                     end_step: p * n - 1.0,
                     start_lr: initial_lr,
                     end_lr: max_lr,
+                    start_momentum: max_m,
+                    end_momentum: base_m,
                 },
                 Phase {
                     end_step: 2.0 * p * n - 2.0,
                     start_lr: max_lr,
                     end_lr: initial_lr,
+                    start_momentum: base_m,
+                    end_momentum: max_m,
                 },
                 Phase {
                     end_step: last_end,
                     start_lr: initial_lr,
                     end_lr: min_lr,
+                    start_momentum: max_m,
+                    end_momentum: max_m,
                 },
             ]
         } else {
@@ -179,11 +217,15 @@ impl OneCycleLr {
                     end_step: p * n - 1.0,
                     start_lr: initial_lr,
                     end_lr: max_lr,
+                    start_momentum: max_m,
+                    end_momentum: base_m,
                 },
                 Phase {
                     end_step: last_end,
                     start_lr: max_lr,
                     end_lr: min_lr,
+                    start_momentum: base_m,
+                    end_momentum: max_m,
                 },
             ]
         };
@@ -191,6 +233,7 @@ impl OneCycleLr {
             config,
             phases,
             progress: Progress::fresh(initial_lr),
+            groups: Vec::new(),
         };
         s.check_phase_lengths()?;
         Ok(s)
@@ -240,6 +283,20 @@ impl OneCycleLr {
 
     /// The rate at step `t` (PyTorch's `get_lr`).
     fn rate(&self, t: i64) -> Result<f64> {
+        self.anneal(t, |ph| (ph.start_lr, ph.end_lr))
+    }
+
+    /// The momentum at step `t` (PyTorch's `computed_momentum`), when the cycle sets it.
+    fn momentum(&self, t: i64) -> Option<f64> {
+        if !self.config.cycle_momentum || t < 0 {
+            return None;
+        }
+        self.anneal(t, |ph| (ph.start_momentum, ph.end_momentum))
+            .ok()
+    }
+
+    /// The value at step `t` of the curve whose phase ends `ends` gives.
+    fn anneal(&self, t: i64, ends: impl Fn(&Phase) -> (f64, f64)) -> Result<f64> {
         let op = SchedulerKind::OneCycle.step_op();
         if t > self.config.total_steps as i64 {
             return Err(Error::invalid(
@@ -272,6 +329,7 @@ impl OneCycleLr {
             ));
         }
         let pct = (t - start) / length;
+        let (from, to) = ends(&ph);
         Ok(match self.config.anneal_strategy {
             AnnealStrategy::Cos => {
                 let cos_out = cos(PI * pct) + 1.0;
@@ -282,9 +340,9 @@ impl OneCycleLr {
                         format!("step {t}: π·{pct} is outside the fixed cosine's range"),
                     ));
                 }
-                ph.end_lr + (ph.start_lr - ph.end_lr) / 2.0 * cos_out
+                to + (from - to) / 2.0 * cos_out
             }
-            AnnealStrategy::Linear => (ph.end_lr - ph.start_lr) * pct + ph.start_lr,
+            AnnealStrategy::Linear => (to - from) * pct + from,
         })
     }
 }
@@ -307,6 +365,13 @@ impl Rule for OneCycleLr {
     }
     fn allows_negative_rates(&self) -> bool {
         self.config.anneal_strategy == AnnealStrategy::Linear
+    }
+    fn group_base(&self, _lr: f64) -> f64 {
+        // Every group starts from max_lr / div_factor (PyTorch, one max_lr).
+        self.progress.base_lr
+    }
+    fn momentum_at(&self, epoch: i64) -> Option<f64> {
+        self.momentum(epoch)
     }
     fn check_state(&self, state: &SchedulerState) -> Result<()> {
         let op = SchedulerKind::OneCycle.load_op();

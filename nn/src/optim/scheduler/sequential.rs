@@ -140,6 +140,16 @@ impl SequentialLr {
                 format!("at most one OneCycleLr is supported, got {one_cycles}"),
             ));
         }
+        if opt.num_param_groups() != 1 {
+            return Err(Error::invalid(
+                op,
+                "optimizer",
+                format!(
+                    "SequentialLr drives one parameter group, the optimizer has {}",
+                    opt.num_param_groups()
+                ),
+            ));
+        }
         let lr0 = optimizer_lr(SchedulerKind::Sequential, opt)?;
 
         // PyTorch's construction of each scheduler on the optimizer: its base rate is the
@@ -182,6 +192,13 @@ impl SequentialLr {
         // At least one scheduler was built, and each sets `initial_lr`.
         let reset = initial_lr.unwrap_or(lr0);
         let lr = advance(built[0].as_mut(), reset, true)?;
+        // A one-cycle schedule's constructor sets the momentum of its step 0, in charge
+        // or not (PyTorch builds every inner scheduler on the optimizer).
+        for r in &built {
+            if let Some(m) = r.momentum_at(0) {
+                opt.set_momentum(m)?;
+            }
+        }
         opt.set_lr(super::optimizer_rate(lr))?;
         Ok(Self {
             schedulers: built,
@@ -235,6 +252,12 @@ impl LrScheduler for SequentialLr {
         self.progress.last_lr
     }
 
+    fn get_last_momentum(&self) -> Option<f64> {
+        // A one-cycle schedule cycles the momentum while it is in charge.
+        let rule = &self.schedulers[self.current()];
+        rule.momentum_at(rule.progress().last_epoch)
+    }
+
     fn last_epoch(&self) -> i64 {
         self.progress.last_epoch
     }
@@ -254,6 +277,7 @@ impl LrScheduler for SequentialLr {
                 .iter()
                 .map(|r| rule_state(r.as_ref()))
                 .collect(),
+            groups: Vec::new(),
         }
     }
 
@@ -267,6 +291,13 @@ impl LrScheduler for SequentialLr {
                     "the state of a {} cannot be loaded into a SequentialLr",
                     state.kind.name()
                 ),
+            ));
+        }
+        if !state.groups.is_empty() {
+            return Err(Error::invalid(
+                op,
+                "state",
+                "a SequentialLr drives one parameter group, the state holds several",
             ));
         }
         if state.children.len() != self.schedulers.len() {

@@ -42,6 +42,7 @@ impl StepLrConfig {
 pub struct StepLr {
     config: StepLrConfig,
     progress: Progress,
+    groups: Vec<Progress>,
 }
 
 impl StepLr {
@@ -61,6 +62,7 @@ impl StepLr {
         Ok(Self {
             config,
             progress: Progress::fresh(base_lr),
+            groups: Vec::new(),
         })
     }
 
@@ -132,6 +134,7 @@ impl MultiStepLrConfig {
 pub struct MultiStepLr {
     config: MultiStepLrConfig,
     progress: Progress,
+    groups: Vec<Progress>,
 }
 
 impl MultiStepLr {
@@ -171,6 +174,7 @@ impl MultiStepLr {
         Ok(Self {
             config,
             progress: Progress::fresh(base_lr),
+            groups: Vec::new(),
         })
     }
 
@@ -227,6 +231,7 @@ pub struct ExponentialLrConfig {
 pub struct ExponentialLr {
     config: ExponentialLrConfig,
     progress: Progress,
+    groups: Vec<Progress>,
 }
 
 impl ExponentialLr {
@@ -244,6 +249,7 @@ impl ExponentialLr {
         Ok(Self {
             config,
             progress: Progress::fresh(base_lr),
+            groups: Vec::new(),
         })
     }
 
@@ -310,6 +316,7 @@ impl Default for LinearLrConfig {
 pub struct LinearLr {
     config: LinearLrConfig,
     progress: Progress,
+    groups: Vec<Progress>,
 }
 
 impl LinearLr {
@@ -344,6 +351,7 @@ impl LinearLr {
         Ok(Self {
             config,
             progress: Progress::fresh(base_lr),
+            groups: Vec::new(),
         })
     }
 
