@@ -114,8 +114,8 @@ def optim_cases():
 def optim_group_cases():
     """Parameter groups: the even-indexed parameters in group 0 with the optimizer's
     settings, the odd-indexed ones in group 1 with their own (`group1` in the metadata).
-    Written to optim_groups.safetensors with the names of optim.safetensors; no test reads
-    it yet (the Rust tests check groups against the update rules worked by hand)."""
+    Written to optim_groups.safetensors with the names of optim.safetensors
+    (nn/tests/nn/torch_oracle.rs, `optimizer_groups_match_torch`)."""
     tensors, meta = {}, {}
     cases = [
         ("sgd_groups", "sgd", dict(lr=0.1, momentum=0.9), dict(lr=0.01, weight_decay=0.5, momentum=0.0)),

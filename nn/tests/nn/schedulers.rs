@@ -9,10 +9,10 @@ use exactgrad_autograd::Tensor;
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_core::Error as CoreError;
 use exactgrad_nn::optim::{
-    AnnealStrategy, CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr, ExponentialLrConfig,
-    LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig, OneCycleLr,
-    OneCycleLrConfig, Optimizer, SchedulerConfig, SchedulerKind, SchedulerState, SequentialLr, Sgd,
-    SgdConfig, StepLr, StepLrConfig,
+    Adam, AdamConfig, AnnealStrategy, CosineAnnealingLr, CosineAnnealingLrConfig, ExponentialLr,
+    ExponentialLrConfig, LinearLr, LinearLrConfig, LrScheduler, MultiStepLr, MultiStepLrConfig,
+    OneCycleLr, OneCycleLrConfig, Optimizer, ParamGroup, SchedulerConfig, SchedulerKind,
+    SchedulerState, SequentialLr, Sgd, SgdConfig, StepLr, StepLrConfig,
 };
 use exactgrad_nn::Error;
 use safetensors::SafeTensors;
@@ -30,8 +30,13 @@ struct Oracle {
 
 impl Oracle {
     fn open() -> Self {
-        let path =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/nn/schedulers.safetensors");
+        Self::open_file("schedulers.safetensors")
+    }
+
+    fn open_file(name: &str) -> Self {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/nn")
+            .join(name);
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let (_, m) = SafeTensors::read_metadata(&bytes).expect("safetensors header");
         let meta = m.metadata().clone().unwrap_or_default();
@@ -159,7 +164,10 @@ fn optimizer(lr: f64) -> Sgd<B> {
 }
 
 /// A single scheduler on `opt` from its configuration.
-fn single(opt: &mut Sgd<B>, config: SchedulerConfig) -> exactgrad_nn::Result<Box<dyn LrScheduler>> {
+fn single<O: Optimizer<B> + ?Sized>(
+    opt: &mut O,
+    config: SchedulerConfig,
+) -> exactgrad_nn::Result<Box<dyn LrScheduler>> {
     Ok(match config {
         SchedulerConfig::Step(c) => Box::new(StepLr::new(opt, c)?),
         SchedulerConfig::MultiStep(c) => Box::new(MultiStepLr::new(opt, c)?),
@@ -852,4 +860,79 @@ fn one_cycle_cycles_the_momentum_by_default() {
     assert_eq!(sgd.momentum(), 0.95);
     s.step(&mut sgd).unwrap();
     assert!((sgd.momentum() - 0.9).abs() <= 1e-15, "{}", sgd.momentum());
+}
+
+/// Parameter groups and OneCycleLR's momentum cycle against PyTorch
+/// (`testdata/nn/scheduler_groups.safetensors`, written by `tools/sched_oracle.py`): each
+/// group's rate, and with OneCycleLR (PyTorch's default `cycle_momentum=True`) each
+/// group's momentum (SGD's momentum, Adam's β1), after construction and after each step.
+#[test]
+fn groups_and_the_momentum_cycle_match_pytorch() {
+    let oracle = Oracle::open_file("scheduler_groups.safetensors");
+    let cases = oracle.cases();
+    assert_eq!(cases.len(), 5);
+    let mut cycled = 0;
+    for case in &cases {
+        let cfg = oracle.config(case);
+        let lrs: Vec<f64> = cfg
+            .str("groups")
+            .split('|')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let steps = cfg.u64("steps") as usize;
+        let groups: Vec<ParamGroup<B>> = lrs
+            .iter()
+            .map(|&lr| {
+                let p = Tensor::from_vec(&ScalarRefBackend, vec![0.0f32], [1])
+                    .unwrap()
+                    .requires_grad()
+                    .unwrap();
+                ParamGroup::new(vec![p]).lr(lr)
+            })
+            .collect();
+        let mut opt: Box<dyn Optimizer<B>> = match cfg.str("optimizer") {
+            "SGD" => Box::new(Sgd::with_groups(groups, SgdConfig::new(lrs[0])).unwrap()),
+            "Adam" => Box::new(Adam::with_groups(groups, AdamConfig::new(lrs[0])).unwrap()),
+            other => panic!("optimizer {other}"),
+        };
+        let mut sched = single(opt.as_mut(), cfg.scheduler()).unwrap();
+        let cycles = cfg.str("kind") == "OneCycleLR";
+        let (mut lrs_got, mut moms_got) = (vec![opt.group_lrs()], vec![opt.momentum()]);
+        for _ in 0..steps {
+            for p in opt.parameters() {
+                p.set_grad(Some(
+                    Tensor::from_vec(&ScalarRefBackend, vec![1.0f32], [1]).unwrap(),
+                ))
+                .unwrap();
+            }
+            opt.step().unwrap();
+            sched.step(opt.as_mut()).unwrap();
+            lrs_got.push(opt.group_lrs());
+            moms_got.push(opt.momentum());
+        }
+        for g in 0..lrs.len() {
+            let want = oracle.f64s(&format!("{case}/lr/{g}"));
+            assert_eq!(want.len(), steps + 1, "{case}");
+            for (t, w) in want.iter().enumerate() {
+                // The optimizer's rate: a negative schedule value becomes 0 (`run`).
+                let (got, w) = (lrs_got[t][g], &clamped(*w));
+                assert!(
+                    rel_err(got, *w) <= TOLERANCE,
+                    "{case} group {g} step {t}: rate {got:e}, torch {w:e}"
+                );
+            }
+            if cycles {
+                cycled += 1;
+                let want = oracle.f64s(&format!("{case}/momentum/{g}"));
+                for (t, w) in want.iter().enumerate() {
+                    let got = moms_got[t];
+                    assert!(
+                        rel_err(got, *w) <= TOLERANCE,
+                        "{case} group {g} step {t}: momentum {got:e}, torch {w:e}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(cycled, 3, "momentum series checked");
 }

@@ -8,8 +8,8 @@
 use exactgrad_autograd::{BackwardOptions, CrossEntropyOptions, Tensor};
 use exactgrad_backends::ScalarRefBackend;
 use exactgrad_nn::optim::{
-    clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, Sgd,
-    SgdConfig,
+    clip_grad_norm, clip_grad_value, Adam, AdamConfig, AdamW, AdamWConfig, Optimizer, ParamGroup,
+    Sgd, SgdConfig,
 };
 use exactgrad_nn::{Linear, Module, ModuleExt, Relu, Sequential};
 use safetensors::SafeTensors;
@@ -201,6 +201,98 @@ fn optimizers_match_torch() {
         }
     }
     println!("optimizers: worst relative error {worst:e}");
+}
+
+/// Optimizers over two parameter groups (`optim_groups.safetensors`): parameter 0 in a
+/// group with the optimizer's settings, parameter 1 in a group with its own (the metadata's
+/// `group1.*`), five steps each checked against PyTorch.
+#[test]
+fn optimizer_groups_match_torch() {
+    let o = Oracle::open("optim_groups.safetensors");
+    let cases = o.cases();
+    assert_eq!(cases.len(), 3);
+    let mut worst = 0.0f64;
+    for case in &cases {
+        let cfg = o.config(case);
+        let params: Vec<Tensor<B>> = (0..2)
+            .map(|i| {
+                o.tensor(&format!("{case}/p{i}/init"))
+                    .requires_grad()
+                    .unwrap()
+            })
+            .collect();
+        let mut own = ParamGroup::new(vec![params[1].clone()]);
+        if let Some(v) = cfg.get("group1.lr") {
+            own = own.lr(v.parse().unwrap());
+        }
+        if let Some(v) = cfg.get("group1.weight_decay") {
+            own = own.weight_decay(v.parse().unwrap());
+        }
+        if let Some(v) = cfg.get("group1.momentum") {
+            own = own.momentum(v.parse().unwrap());
+        }
+        if let Some(v) = cfg.get("group1.betas") {
+            let (b1, b2) = v
+                .trim_matches(|c| c == '(' || c == ')')
+                .split_once(',')
+                .unwrap();
+            own = own.betas((b1.trim().parse().unwrap(), b2.trim().parse().unwrap()));
+        }
+        let groups = vec![ParamGroup::new(vec![params[0].clone()]), own];
+        let lr = num(&cfg, "lr", 1e-3);
+        let mut opt: Box<dyn Optimizer<B>> = match cfg["kind"].as_str() {
+            "sgd" => Box::new(
+                Sgd::with_groups(
+                    groups,
+                    SgdConfig {
+                        momentum: num(&cfg, "momentum", 0.0),
+                        weight_decay: num(&cfg, "weight_decay", 0.0),
+                        ..SgdConfig::new(lr)
+                    },
+                )
+                .unwrap(),
+            ),
+            "adam" => Box::new(
+                Adam::with_groups(
+                    groups,
+                    AdamConfig {
+                        weight_decay: num(&cfg, "weight_decay", 0.0),
+                        ..AdamConfig::new(lr)
+                    },
+                )
+                .unwrap(),
+            ),
+            "adamw" => Box::new(
+                AdamW::with_groups(
+                    groups,
+                    AdamWConfig {
+                        weight_decay: num(&cfg, "weight_decay", 1e-2),
+                        ..AdamWConfig::new(lr)
+                    },
+                )
+                .unwrap(),
+            ),
+            other => panic!("unknown optimizer kind {other}"),
+        };
+        assert_eq!(opt.num_param_groups(), 2, "{case}");
+        for k in 1..=5 {
+            for (i, p) in params.iter().enumerate() {
+                p.set_grad(Some(o.tensor(&format!("{case}/g{i}/s{k}"))))
+                    .unwrap();
+            }
+            opt.step().unwrap();
+            for (i, p) in params.iter().enumerate() {
+                let e = assert_close(
+                    &format!("{case} p{i} step {k}"),
+                    p,
+                    &o.tensor(&format!("{case}/p{i}/s{k}")),
+                    1e-6,
+                );
+                worst = worst.max(e);
+            }
+        }
+    }
+    println!("optimizer groups: worst relative error {worst:e}");
 }
 
 #[test]
