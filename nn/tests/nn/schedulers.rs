@@ -910,14 +910,14 @@ fn groups_and_the_momentum_cycle_match_pytorch() {
             lrs_got.push(opt.group_lrs());
             moms_got.push(opt.momentum());
         }
-        for g in 0..lrs.len() {
+        for (g, _) in lrs.iter().enumerate() {
             let want = oracle.f64s(&format!("{case}/lr/{g}"));
             assert_eq!(want.len(), steps + 1, "{case}");
             for (t, w) in want.iter().enumerate() {
                 // The optimizer's rate: a negative schedule value becomes 0 (`run`).
-                let (got, w) = (lrs_got[t][g], &clamped(*w));
+                let (got, w) = (lrs_got[t][g], clamped(*w));
                 assert!(
-                    rel_err(got, *w) <= TOLERANCE,
+                    rel_err(got, w) <= TOLERANCE,
                     "{case} group {g} step {t}: rate {got:e}, torch {w:e}"
                 );
             }
