@@ -50,6 +50,18 @@ impl fmt::Display for WgpuError {
 
 impl std::error::Error for WgpuError {}
 
+/// `?` on a [`WgpuError`] in a function returning `exactgrad::Result`: the facade's one
+/// error type carries it as [`exactgrad_autograd::Error::Backend`] (backend `wgpu`), from
+/// which `downcast_ref::<WgpuError>()` on its source recovers it.
+impl From<WgpuError> for exactgrad_autograd::Error {
+    fn from(e: WgpuError) -> Self {
+        exactgrad_autograd::Error::Backend {
+            backend: "wgpu",
+            source: Box::new(e),
+        }
+    }
+}
+
 /// One adapter as the Vulkan driver reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdapterSummary {
