@@ -30,6 +30,8 @@ pub enum WgpuError {
     FastUnsupported(String),
     /// A kernel or probe failed on the device while the backend was being built.
     Kernel(String),
+    /// An environment variable of the backend holds a value it does not accept.
+    Setting(String),
 }
 
 impl fmt::Display for WgpuError {
@@ -44,6 +46,7 @@ impl fmt::Display for WgpuError {
                 write!(f, "fast mode is not available on this device: {m}")
             }
             WgpuError::Kernel(m) => write!(f, "a kernel failed on the device: {m}"),
+            WgpuError::Setting(m) => write!(f, "invalid setting: {m}"),
         }
     }
 }
@@ -157,6 +160,8 @@ pub(crate) enum Kernel {
     AttentionScores,
     DropoutMask,
     Probe,
+    /// The integer arithmetic of the portable paths on its own (tests, device checks).
+    Portable,
 }
 
 impl Kernel {
@@ -187,7 +192,22 @@ impl Kernel {
             Kernel::AttentionScores => include_str!("shaders/attention_scores.wgsl"),
             Kernel::DropoutMask => include_str!("shaders/dropout.wgsl"),
             Kernel::Probe => include_str!("shaders/probe.wgsl"),
+            Kernel::Portable => include_str!("shaders/portable_check.wgsl"),
         }
+    }
+
+    /// Whether the kernel accumulates the f64 sums of rule 3 (`F64`, `d_add`, …).
+    pub(crate) fn needs_sums(self) -> bool {
+        matches!(
+            self,
+            Kernel::Sum
+                | Kernel::Softmax
+                | Kernel::SoftmaxBackward
+                | Kernel::AvgPool
+                | Kernel::NormStats
+                | Kernel::NormBackward
+                | Kernel::NormParamGrad
+        )
     }
 
     fn needs_pow(self) -> bool {
@@ -216,6 +236,12 @@ pub(crate) struct Gpu {
     /// Whether the device's own `fma` is correctly rounded (set by the probes before any
     /// kernel but the probe is compiled).
     pub(crate) fma_native: AtomicBool,
+    /// Whether the kernels divide and take square roots with the integer algorithms of
+    /// `shaders/portable.wgsl` (set by the probes, like `fma_native`).
+    pub(crate) soft_div_sqrt: AtomicBool,
+    /// Whether the f64 sums use the integer binary64 of `shaders/f64_int.wgsl` (set by
+    /// the probes).
+    pub(crate) int_f64: AtomicBool,
     pipelines: Mutex<HashMap<(Kernel, bool), Arc<wgpu::ComputePipeline>>>,
     /// Held by one call from upload to read-back: the device has one queue, and a call's
     /// error scopes and mapping callback must not be taken by another thread's poll.
@@ -312,6 +338,8 @@ impl Gpu {
                 .min(limits.max_buffer_size),
             lost,
             fma_native: AtomicBool::new(false),
+            soft_div_sqrt: AtomicBool::new(false),
+            int_f64: AtomicBool::new(false),
             pipelines: Mutex::new(HashMap::new()),
             calls: Mutex::new(()),
         })
@@ -327,8 +355,10 @@ impl Gpu {
         }
         let f64 = self.summary.shader_f64;
         let native = self.fma_native.load(Ordering::SeqCst) || !f64;
+        let soft = self.soft_div_sqrt.load(Ordering::SeqCst);
+        let int_f64 = self.int_f64.load(Ordering::SeqCst) || !f64;
         let mut src = format!(
-            "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\n"
+            "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\nconst SOFT_DIV_SQRT: bool = {soft};\n"
         );
         if kernel == Kernel::Probe {
             let (f64_probe, fma_probe, wide) = if f64 {
@@ -351,6 +381,18 @@ impl Gpu {
             src.push_str(kernel.source());
         }
         src.push_str(include_str!("shaders/common.wgsl"));
+        src.push_str(include_str!("shaders/portable.wgsl"));
+        let sums = kernel.needs_sums();
+        if kernel == Kernel::Probe || kernel == Kernel::Portable || (sums && int_f64) {
+            src.push_str(include_str!("shaders/f64_int.wgsl"));
+        }
+        if sums {
+            src.push_str(if int_f64 {
+                include_str!("shaders/sums_int.wgsl")
+            } else {
+                include_str!("shaders/sums_native.wgsl")
+            });
+        }
         if kernel.needs_pow() {
             src.push_str(include_str!("shaders/pow.wgsl"));
         }
