@@ -1,24 +1,27 @@
-//! Times the kernels that the portable paths change — division, square root, the f64
-//! sums (row sums, softmax, layer normalisation) — on the Vulkan device, in elements per
+//! Times the kernels that the portable paths change — division, square root, and the f64
+//! sums (row sums, softmax, softmax backward) — on the Vulkan device, called directly
+//! through the backend trait on preallocated device buffers, in millions of elements per
 //! second, in the mode given (default exact). Run it with `EXACTGRAD_GPU_SOFT_DIV_SQRT=1`
-//! and/or `EXACTGRAD_GPU_INT_F64=1` to time the portable paths (`docs/gpu.md` §5).
+//! and/or `EXACTGRAD_GPU_INT_F64=1` to time the portable paths (`docs/gpu.md` §5.3).
 //!
 //! ```text
 //! cargo run --release --example kernel_throughput -- [--mode exact|fast] [--reps N]
 //! ```
 
-use exactgrad::prelude::*;
+use exactgrad_core::{Backend, BackendImpl, BinaryOp, ComputeMode, Layout, Philox, UnaryOp};
 use exactgrad_wgpu::WgpuBackend;
 use std::process::ExitCode;
 use std::time::Instant;
 
 /// Rows and columns of every input.
-const ROWS: usize = 1024;
+const ROWS: usize = 2048;
 const COLS: usize = 1024;
+
+type W = WgpuBackend;
 
 fn run() -> Result<(), String> {
     let mut mode = ComputeMode::Exact;
-    let mut reps = 5usize;
+    let mut reps = 10usize;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -34,7 +37,7 @@ fn run() -> Result<(), String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    let b = WgpuBackend::new(mode).map_err(|e| e.to_string())?;
+    let b = W::new(mode).map_err(|e| e.to_string())?;
     let f = b.findings();
     println!(
         "device: {}, mode {mode}, integer div/sqrt: {}, integer f64 sums: {}",
@@ -42,36 +45,60 @@ fn run() -> Result<(), String> {
         f.soft_div_sqrt,
         f.int_f64
     );
-    let e = |e: exactgrad::Error| e.to_string();
+    let e = |e: exactgrad_core::Error| e.to_string();
+    let n = ROWS * COLS;
     let mut rng = Philox::new(7);
-    let x = Tensor::randn(&b, [ROWS, COLS], 0.0, 1.0, &mut rng).map_err(e)?;
-    let y = Tensor::randn(&b, [ROWS, COLS], 1.0, 1.0, &mut rng).map_err(e)?;
-    let ax = x.abs().map_err(e)?;
-    type Op<'a> = Box<dyn Fn() -> exactgrad::Result<Tensor<WgpuBackend>> + 'a>;
-    let ops: Vec<(&str, Op<'_>)> = vec![
-        ("div (binary)", Box::new(|| x.div(&y))),
-        ("sqrt (unary)", Box::new(|| ax.sqrt())),
-        ("row sums (f64)", Box::new(|| x.sum_dims(&[-1], false))),
-        ("softmax rows (f64)", Box::new(|| x.softmax(-1))),
-        (
-            "layer_norm rows (f64 stats, sqrt, div)",
-            Box::new(|| x.layer_norm(&[COLS], LayerNormOptions::default())),
-        ),
+    let xs: Vec<f32> = (0..n).map(|_| rng.next_f32() * 4.0 - 2.0).collect();
+    let ys: Vec<f32> = (0..n).map(|_| rng.next_f32() + 0.5).collect();
+    let x = b.storage_from_vec(xs).map_err(e)?;
+    let y = b.storage_from_vec(ys).map_err(e)?;
+    let mut out = b.zeros(n).map_err(e)?;
+    let mut rows = b.zeros(ROWS).map_err(e)?;
+    // Read to wait for the device (a read waits for every kernel submitted before it).
+    let sync = b.zeros(1).map_err(e)?;
+    let l = Layout::contiguous(vec![ROWS, COLS]);
+    let kernels: [(&str, usize); 5] = [
+        ("div (binary)", 0),
+        ("sqrt (unary)", 1),
+        ("row sums (f64)", 2),
+        ("softmax rows (f64)", 3),
+        ("softmax backward rows (f64)", 4),
     ];
-    println!("{:<40} {:>14}", "kernel", "Melem/s");
-    for (name, op) in &ops {
-        // One warm-up call (compiles the pipeline), then `reps` timed calls ended by a read.
-        op().and_then(|t| t.to_vec()).map_err(e)?;
+    println!("{:<32} {:>10}", "kernel", "Melem/s");
+    for (name, k) in kernels {
+        let mut call = || -> exactgrad_core::Result<()> {
+            match k {
+                0 => b.binary(
+                    BinaryOp::Div,
+                    W::view(&x),
+                    &l,
+                    W::view(&y),
+                    &l,
+                    W::view_mut(&mut out),
+                ),
+                1 => b.unary(UnaryOp::Sqrt, W::view(&y), W::view_mut(&mut out)),
+                2 => b.sum(W::view(&x), &l, &[false, true], W::view_mut(&mut rows)),
+                3 => b.softmax(W::view(&x), ROWS, COLS, false, W::view_mut(&mut out)),
+                _ => b.softmax_backward(
+                    W::view(&y),
+                    W::view(&x),
+                    ROWS,
+                    COLS,
+                    false,
+                    W::view_mut(&mut out),
+                ),
+            }
+        };
+        // A warm-up call (compiles the pipeline) and a read, then `reps` calls and a read.
+        call().map_err(e)?;
+        W::storage_to_vec(&sync).map_err(e)?;
         let t = Instant::now();
-        let mut last = None;
         for _ in 0..reps {
-            last = Some(op().map_err(e)?);
+            call().map_err(e)?;
         }
-        if let Some(l) = last {
-            l.to_vec().map_err(e)?;
-        }
+        W::storage_to_vec(&sync).map_err(e)?;
         let s = t.elapsed().as_secs_f64();
-        println!("{name:<40} {:>14.1}", (ROWS * COLS * reps) as f64 / s / 1e6);
+        println!("{name:<32} {:>10.1}", (n * reps) as f64 / s / 1e6);
     }
     Ok(())
 }
