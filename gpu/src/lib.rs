@@ -11,9 +11,12 @@
 //! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
 //! `unary_backward` included, the optimizer updates `sgd_step` and `adam_step`, and
 //! `im2col` and `col2im` (each image element of `col2im` a sum in the reference's
-//! order); the defaulted kernels keep core's reference definitions (the recurrent
-//! cells, written with the backend's element-wise kernels, so their steps run on the
-//! device), so the backend is complete.
+//! order). Where the device's division, square root or f64 fail the probes (or the
+//! environment asks for it: [`SOFT_DIV_SQRT_ENV`], [`INT_F64_ENV`]), the kernels use
+//! correctly rounded integer algorithms instead (`docs/gpu.md` §5). The defaulted
+//! kernels keep core's reference definitions (the recurrent cells, written with the
+//! backend's element-wise kernels, so their steps run on the device), so the backend
+//! is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -70,13 +73,13 @@ use params::{
 use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
-/// `sum`, `softmax`, `softmax_backward`, `avg_pool2d` and `adaptive_avg_pool2d` need f64
-/// on the device (without it they run on the host); `sgd_step` and `adam_step` update
+/// `sum`, `softmax`, `softmax_backward`, `avg_pool2d` and `adaptive_avg_pool2d` sum in
+/// binary64, the device's f64 or the integer one (`docs/gpu.md` §5.2); `sgd_step` and `adam_step` update
 /// their parameter and state buffers in place, one invocation per element; `col2im`
 /// gathers each image element's sum in the reference's order (a padded size beyond 32
 /// bits runs on the host); the pooling backward rules gather each input element's sum
-/// in the reference's order; `norm_stats` and `norm_backward` need f64 on the device
-/// (without it they run on the host), `norm_forward` does not; `attention_scores`
+/// in the reference's order; `norm_stats` and `norm_backward` sum in binary64 like
+/// `sum`, `norm_forward` does not; `attention_scores`
 /// updates the scores in place and `dropout_mask` computes its Philox words on the
 /// device (any 64-bit key and start).
 pub const DEVICE_KERNELS: &[&str] = &[
