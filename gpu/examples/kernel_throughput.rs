@@ -1,13 +1,16 @@
 //! Times the kernels that the portable paths change — division, square root, and the f64
 //! sums (row sums, softmax, softmax backward) — on the Vulkan device, called directly
 //! through the backend trait on preallocated device buffers, in millions of elements per
-//! second, in the mode given (default exact). Run it with `EXACTGRAD_GPU_SOFT_DIV_SQRT=1`
-//! and/or `EXACTGRAD_GPU_INT_F64=1` to time the portable paths (`docs/gpu.md` §5.3).
+//! second, and the matrix product of two 512 × 512 matrices in GFLOP/s, in the mode given
+//! (default exact). Run it with `EXACTGRAD_GPU_SOFT_DIV_SQRT=1` and/or
+//! `EXACTGRAD_GPU_INT_F64=1` to time the portable paths (`docs/gpu.md` §5.3), with
+//! `EXACTGRAD_GPU_TILED_MATMUL=1` the tiled product.
 //!
 //! ```text
 //! cargo run --release --example kernel_throughput -- [--mode exact|fast] [--reps N]
 //! ```
 
+use exactgrad_core::backend::MatmulSpec;
 use exactgrad_core::{Backend, BackendImpl, BinaryOp, ComputeMode, Layout, Philox, UnaryOp};
 use exactgrad_wgpu::WgpuBackend;
 use std::process::ExitCode;
@@ -100,6 +103,33 @@ fn run() -> Result<(), String> {
         let s = t.elapsed().as_secs_f64();
         println!("{name:<32} {:>10.1}", (n * reps) as f64 / s / 1e6);
     }
+    // 512 × 512 times 512 × 512: the first 2^18 elements of x and y.
+    let d = 512;
+    let spec = MatmulSpec {
+        batch: 1,
+        m: d,
+        k: d,
+        n: d,
+        a_offset: 0,
+        a_strides: [d * d, d, 1],
+        b_offset: 0,
+        b_strides: [d * d, d, 1],
+    };
+    let mut prod = b.zeros(d * d).map_err(e)?;
+    let mut call = || b.matmul(&spec, W::view(&x), W::view(&y), W::view_mut(&mut prod));
+    call().map_err(e)?;
+    W::storage_to_vec(&sync).map_err(e)?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        call().map_err(e)?;
+    }
+    W::storage_to_vec(&sync).map_err(e)?;
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "{:<32} {:>10.2} GFLOP/s",
+        format!("matmul {d}x{d}x{d} (tiled: {})", b.tiled_matmul()),
+        (2 * d * d * d * reps) as f64 / s / 1e9
+    );
     Ok(())
 }
 

@@ -141,6 +141,7 @@ pub(crate) enum Kernel {
     Unary,
     UnaryBackward,
     Matmul,
+    MatmulTiled,
     Sum,
     Softmax,
     SoftmaxBackward,
@@ -173,6 +174,7 @@ impl Kernel {
             Kernel::Unary => include_str!("shaders/unary.wgsl"),
             Kernel::UnaryBackward => include_str!("shaders/unary_backward.wgsl"),
             Kernel::Matmul => include_str!("shaders/matmul.wgsl"),
+            Kernel::MatmulTiled => include_str!("shaders/matmul_tiled.wgsl"),
             Kernel::Sum => include_str!("shaders/sum.wgsl"),
             Kernel::Softmax => include_str!("shaders/softmax.wgsl"),
             Kernel::SoftmaxBackward => include_str!("shaders/softmax_backward.wgsl"),
@@ -222,7 +224,10 @@ impl Kernel {
     }
 
     fn needs_fma(self) -> bool {
-        self == Kernel::Matmul || self == Kernel::Probe || self.needs_transcendentals()
+        self == Kernel::Matmul
+            || self == Kernel::MatmulTiled
+            || self == Kernel::Probe
+            || self.needs_transcendentals()
     }
 }
 

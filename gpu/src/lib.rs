@@ -122,6 +122,11 @@ pub const SOFT_DIV_SQRT_ENV: &str = "EXACTGRAD_GPU_SOFT_DIV_SQRT";
 /// binary64 even where the device's f64 passes the probes.
 pub const INT_F64_ENV: &str = "EXACTGRAD_GPU_INT_F64";
 
+/// The environment variable that, set to `1`, makes `matmul` stage its operands in
+/// workgroup memory (8 × 8 output blocks; the same order of operations, so the same
+/// bits).
+pub const TILED_MATMUL_ENV: &str = "EXACTGRAD_GPU_TILED_MATMUL";
+
 /// An on/off environment variable: unset, empty or `0` is off, `1` is on, anything else
 /// an error naming it.
 fn env_switch(name: &str) -> std::result::Result<bool, WgpuError> {
@@ -181,6 +186,8 @@ impl PortableOp {
 pub(crate) struct Shared {
     pub(crate) gpu: Gpu,
     findings: Findings,
+    /// Whether `matmul` uses the tiled kernel ([`TILED_MATMUL_ENV`]).
+    tiled_matmul: bool,
 }
 
 /// The device, opened and probed once per process.
@@ -194,7 +201,12 @@ fn shared() -> std::result::Result<Arc<Shared>, WgpuError> {
             };
             let gpu = Gpu::open()?;
             let findings = probe::run(&gpu, over).map_err(|e| WgpuError::Kernel(e.to_string()))?;
-            Ok(Arc::new(Shared { gpu, findings }))
+            let tiled_matmul = env_switch(TILED_MATMUL_ENV)?;
+            Ok(Arc::new(Shared {
+                gpu,
+                findings,
+                tiled_matmul,
+            }))
         })
         .clone()
 }
@@ -257,6 +269,11 @@ impl WgpuBackend {
     /// What the probes measured on the device.
     pub fn findings(&self) -> &Findings {
         &self.shared.findings
+    }
+
+    /// Whether `matmul` uses the tiled kernel (set by [`TILED_MATMUL_ENV`]).
+    pub fn tiled_matmul(&self) -> bool {
+        self.shared.tiled_matmul
     }
 
     /// Whether the kernels with f64 sums (`sum`, `softmax`, `softmax_backward`, the
@@ -650,6 +667,15 @@ impl BackendImpl for WgpuBackend {
         ];
         let n = out.len();
         word(n)?;
+        if self.shared.tiled_matmul && s.m > 1 && s.n > 1 {
+            // One workgroup of 64 invocations per 8 × 8 block of outputs.
+            let tiles = s.batch * s.m.div_ceil(8) * s.n.div_ceil(8);
+            let threads = tiles.checked_mul(64).ok_or_else(|| {
+                Error::invalid("matmul", "spec", "too many output blocks for one dispatch")
+            })?;
+            let dispatches = chunked(&p, s.k, LOOP_BUDGET, threads, &[])?;
+            return self.run_all(Kernel::MatmulTiled, &dispatches, &[a, b], 0, out);
+        }
         let dispatches = chunked(&p, s.k, LOOP_BUDGET, n, &[])?;
         self.run_all(Kernel::Matmul, &dispatches, &[a, b], 0, out)
     }
