@@ -30,6 +30,13 @@ while (($#)); do
     esac
 done
 [ "$paths" = all ] && paths="default,soft,int,both"
+IFS=, read -ra list <<<"$paths"
+for p in "${list[@]}"; do
+    case "$p" in
+        default | soft | int | both) ;;
+        *) echo "error: unknown path set '$p' (default, soft, int, both, all)" >&2; exit 2 ;;
+    esac
+done
 
 pinned="0x22f4e62902a28255"
 bin="${CARGO_TARGET_DIR:-target}/release/examples"
@@ -48,14 +55,12 @@ if ! probe=$(EXACTGRAD_GPU_SOFT_DIV_SQRT=0 EXACTGRAD_GPU_INT_F64=0 "$bin"/probe_
 fi
 echo "$probe"
 
-IFS=, read -ra list <<<"$paths"
 for p in "${list[@]}"; do
     case "$p" in
         default) soft=0 int=0 ;;
         soft) soft=1 int=0 ;;
         int) soft=0 int=1 ;;
-        both) soft=1 int=1 ;;
-        *) echo "error: unknown path set '$p' (default, soft, int, both, all)" >&2; exit 2 ;;
+        *) soft=1 int=1 ;;
     esac
     export EXACTGRAD_GPU_SOFT_DIV_SQRT=$soft EXACTGRAD_GPU_INT_F64=$int
     echo
