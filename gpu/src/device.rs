@@ -359,9 +359,12 @@ impl Gpu {
             return Ok(Arc::clone(p));
         }
         let f64 = self.summary.shader_f64;
-        let native = self.fma_native.load(Ordering::SeqCst) || !f64;
+        let native = self.fma_native.load(Ordering::SeqCst);
         let soft = self.soft_div_sqrt.load(Ordering::SeqCst);
         let int_f64 = self.int_f64.load(Ordering::SeqCst) || !f64;
+        // The fused multiply-add's emulation: in the device's f64, or in integers where
+        // the sums use the integer binary64 (no exact f64, or asked for).
+        let int_fma = kernel.needs_fma() && int_f64;
         let mut src = format!(
             "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\nconst SOFT_DIV_SQRT: bool = {soft};\n"
         );
@@ -388,7 +391,7 @@ impl Gpu {
         src.push_str(include_str!("shaders/common.wgsl"));
         src.push_str(include_str!("shaders/portable.wgsl"));
         let sums = kernel.needs_sums();
-        if kernel == Kernel::Probe || kernel == Kernel::Portable || (sums && int_f64) {
+        if kernel == Kernel::Probe || kernel == Kernel::Portable || (sums && int_f64) || int_fma {
             src.push_str(include_str!("shaders/f64_int.wgsl"));
         }
         if sums {
@@ -405,10 +408,12 @@ impl Gpu {
             src.push_str(include_str!("shaders/transcendental.wgsl"));
         }
         if kernel.needs_fma() {
-            if f64 {
+            if f64 && (kernel == Kernel::Probe || !int_fma) {
                 src.push_str(include_str!("shaders/fma.wgsl"));
             } else {
-                src.push_str("fn fma_rn(a: f32, b: f32, c: f32) -> f32 { return fma(a, b, c); }\n");
+                src.push_str(
+                    "fn fma_rn(a: f32, b: f32, c: f32) -> f32 {\n    if FMA_NATIVE { return fma(a, b, c); }\n    return soft_fma(a, b, c);\n}\n",
+                );
             }
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);

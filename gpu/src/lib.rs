@@ -165,6 +165,8 @@ pub enum PortableOp {
     F64FromF32,
     /// The f32 nearest a double given as (low, high) (two in, one out).
     F64ToF32,
+    /// The integer fused multiply-add `a·b + c`, rounded once (three in, one out).
+    FmaF32,
 }
 
 impl PortableOp {
@@ -179,6 +181,7 @@ impl PortableOp {
             PortableOp::F64MulF32 => (5, 2, 2),
             PortableOp::F64FromF32 => (6, 1, 2),
             PortableOp::F64ToF32 => (7, 2, 1),
+            PortableOp::FmaF32 => (9, 3, 1),
         }
     }
 }

@@ -61,6 +61,10 @@ pub struct Findings {
     pub soft_div_mismatches: usize,
     /// Inputs on which the integer square root differed from the host's.
     pub soft_sqrt_mismatches: usize,
+    /// Inputs on which the integer fused multiply-add (`soft_fma`: the exact product plus
+    /// the addend rounded to odd in the integer binary64, then to f32) differed from
+    /// `f32::mul_add`.
+    pub fma_int_mismatches: usize,
     /// Inputs on which the integer binary64 (`shaders/f64_int.wgsl`) gave other bits than
     /// the host's f64 in `f32(f64(a) + f64(b))` and `f32(f64(a) · f64(b) + f64(c))`.
     pub int_f64_mismatches: usize,
@@ -89,10 +93,18 @@ impl Findings {
     /// What `mode` needs and this device lacks (empty: nothing). Both modes need
     /// separately rounded products and sums, IEEE division, square root, multiplication
     /// and addition, subnormals, and loops of the kernels' length; fast mode also a
-    /// correctly rounded fused multiply-add, the device's own or the f64 emulation.
+    /// correctly rounded fused multiply-add, the device's own or its emulation (in f64,
+    /// or in integers where the sums use the integer binary64).
     pub fn missing(&self, mode: ComputeMode) -> Vec<String> {
         let mut m = Vec::new();
-        if mode == ComputeMode::Fast && !self.fma_native() {
+        if mode == ComputeMode::Fast && !self.fma_native() && self.int_f64 {
+            if self.fma_int_mismatches != 0 {
+                m.push(format!(
+                    "a correctly rounded fused multiply-add (the device's and its integer emulation's: {} of {} inputs differ)",
+                    self.fma_int_mismatches, self.samples
+                ));
+            }
+        } else if mode == ComputeMode::Fast && !self.fma_native() {
             match self.fma_emulated_mismatches {
                 Some(0) => {}
                 Some(n) => m.push(format!(
@@ -190,6 +202,16 @@ impl fmt::Display for Findings {
             Some(n) => writeln!(f, "  fma emulated in f64: {n} mismatches")?,
             None => writeln!(f, "  fma emulated in f64: not available (no f64)")?,
         }
+        writeln!(
+            f,
+            "  fma emulated in integers: {} mismatches{}",
+            self.fma_int_mismatches,
+            if !self.fma_native() && self.int_f64 {
+                " (fast mode's fused multiply-add)"
+            } else {
+                ""
+            }
+        )?;
         writeln!(f, "  division: {} mismatches", self.div_mismatches)?;
         writeln!(f, "  sqrt: {} mismatches", self.sqrt_mismatches)?;
         writeln!(
@@ -476,6 +498,7 @@ pub(crate) fn run(gpu: &Gpu, over: Overrides) -> Result<Findings> {
         None
     };
     let soft_div_mismatches = probe(11, &a, &b, &c, &|x, y, _| x / y)?;
+    let fma_int_mismatches = probe(15, &a, &b, &c, &|x, y, z| x.mul_add(y, z))?;
     let soft_sqrt_mismatches = probe(12, &a, &b, &c, &|x, _, _| x.sqrt())?;
     let small: Vec<u32> = b
         .iter()
@@ -514,6 +537,7 @@ pub(crate) fn run(gpu: &Gpu, over: Overrides) -> Result<Findings> {
         f64_wide_mismatches,
         soft_div_mismatches,
         soft_sqrt_mismatches,
+        fma_int_mismatches,
         int_f64_mismatches,
         soft_div_sqrt,
         soft_div_sqrt_forced: over.soft_div_sqrt,
@@ -561,6 +585,7 @@ mod tests {
             examples: Vec::new(),
             soft_div_mismatches: 0,
             soft_sqrt_mismatches: 0,
+            fma_int_mismatches: 0,
             int_f64_mismatches: 0,
             soft_div_sqrt: false,
             soft_div_sqrt_forced: false,
@@ -650,5 +675,22 @@ mod tests {
             ..clean()
         };
         assert!(!f.sums_on_device());
+        // Without exact f64, fast mode's fused multiply-add is the integer one.
+        let f = Findings {
+            fma_mismatches: 9,
+            fma_emulated_mismatches: None,
+            f64_mismatches: None,
+            f64_wide_mismatches: None,
+            int_f64: true,
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Fast).is_empty());
+        let f = Findings {
+            fma_int_mismatches: 2,
+            ..f
+        };
+        let m = f.missing(ComputeMode::Fast).join(", ");
+        assert!(m.contains("integer emulation's: 2 of 100"), "{m}");
+        assert!(f.missing(ComputeMode::Exact).is_empty());
     }
 }

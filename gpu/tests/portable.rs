@@ -510,3 +510,59 @@ fn soft_sqrt_on_every_input() {
     );
     assert_eq!(bad, 0, "{first:?}");
 }
+
+/// The integer fused multiply-add (fast mode's without a correctly rounded device `fma`
+/// and without exact f64) against `f32::mul_add`: the inputs that defeat rounding through
+/// f64 twice, products that cancel the addend, subnormal and overflowing results, edge
+/// values, and random bit patterns.
+#[test]
+fn integer_fma_matches_the_host() {
+    let Some(dev) = backend(ComputeMode::Exact) else {
+        return;
+    };
+    let mut r = Rng(0x5eed_0005);
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for [x, y, z] in exactgrad_wgpu::double_rounding_cases() {
+        a.push(x.to_bits());
+        b.push(y.to_bits());
+        c.push(z.to_bits());
+    }
+    let e = edges32();
+    for &x in &e {
+        for &y in &e {
+            a.push(x);
+            b.push(y);
+            c.push(e[(r.next() as usize) % e.len()]);
+        }
+    }
+    for i in 0..(1 << 18) {
+        let (x, y) = (r.next(), r.next());
+        a.push(x);
+        b.push(y);
+        c.push(match i % 4 {
+            // Near-cancellation: the addend is minus the rounded product, nudged.
+            0 => (-(f32::from_bits(x) * f32::from_bits(y)))
+                .to_bits()
+                .wrapping_add(r.next() & 3),
+            // Subnormal addends, small exponents.
+            1 => r.next() & 0x80ff_ffff,
+            // An addend of similar magnitude to the product.
+            2 => {
+                let p = (f32::from_bits(x) * f32::from_bits(y)).to_bits();
+                p ^ (r.next() & 0x8000_ffff)
+            }
+            _ => r.next(),
+        });
+    }
+    check32(
+        &dev,
+        "integer fma",
+        PortableOp::FmaF32,
+        &[&a, &b, &c],
+        |i| {
+            f32::from_bits(a[i])
+                .mul_add(f32::from_bits(b[i]), f32::from_bits(c[i]))
+                .to_bits()
+        },
+    );
+}

@@ -118,7 +118,21 @@ fn soft64_mul32(x: f32, y: f32) -> vec2<u32> {
 }
 
 // a + b rounded to nearest, ties to even (binary64).
-fn soft64_add(a0: vec2<u32>, b0: vec2<u32>) -> vec2<u32> {
+fn soft64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    return soft64_add_mode(a, b, false);
+}
+
+// The fused multiply-add of fast mode without a correctly rounded device `fma`: the exact
+// product (soft64_mul32) plus c, rounded to odd at 53 bits (exact sums stay exact, inexact
+// ones get their last bit set), then once to nearest even at 24 bits: with at least two
+// more bits than the target, a result rounded to odd rounds to nearest as the exact sum
+// would, so a·b + c is rounded once. No f64 on the device is needed.
+fn soft_fma(a: f32, b: f32, c: f32) -> f32 {
+    return soft64_to32(soft64_add_mode(soft64_mul32(a, b), soft64_from32(c), true));
+}
+
+// a + b rounded to nearest, ties to even, or to odd when `odd` (binary64).
+fn soft64_add_mode(a0: vec2<u32>, b0: vec2<u32>, odd: bool) -> vec2<u32> {
     if soft64_is_nan(a0) { return vec2<u32>(a0.x, a0.y | D_QUIET); }
     if soft64_is_nan(b0) { return vec2<u32>(b0.x, b0.y | D_QUIET); }
     // |a| ≥ |b| from here.
@@ -166,10 +180,13 @@ fn soft64_add(a0: vec2<u32>, b0: vec2<u32>) -> vec2<u32> {
             e = e + 1u;
         }
     }
-    // Round to nearest even on the three guard bits.
+    // Round to nearest even on the three guard bits (to odd: set the last bit when any is
+    // set; never a carry).
     let g = s.x & 7u;
     var kept = w_shr(s, 3u);
-    if g > 4u || (g == 4u && (kept.x & 1u) == 1u) {
+    if odd {
+        if g != 0u { kept.x = kept.x | 1u; }
+    } else if g > 4u || (g == 4u && (kept.x & 1u) == 1u) {
         kept = w_add(kept, vec2<u32>(1u, 0u));
         if kept.y >= 0x00200000u {
             kept = w_shr(kept, 1u);
