@@ -130,6 +130,16 @@ pub enum Error {
         /// The module that drew.
         owner: &'static str,
     },
+    /// A backend outside the root workspace could not be built or failed (a Vulkan
+    /// backend without an adapter, or on a device that cannot give a mode's bits); its
+    /// own error is the source, which `downcast_ref` recovers.
+    #[error("{backend}: {source}")]
+    Backend {
+        /// The backend, e.g. `wgpu`.
+        backend: &'static str,
+        /// The backend's own error.
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
 
 impl From<crate::trace::ReadError> for Error {

@@ -61,8 +61,8 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// Trains with `backend` exactly as the `digits` example does; returns the hash of the
-/// final parameters in `state_dict` order.
-fn train<B: Backend>(backend: &B, epochs: usize, seed: u64) -> exactgrad::nn::Result<u64> {
+/// final parameters in `state_dict` order and the number of training steps.
+fn train<B: Backend>(backend: &B, epochs: usize, seed: u64) -> exactgrad::nn::Result<(u64, usize)> {
     let split = Digits::bundled().split()?;
     let mut rng = Philox::new(seed);
     let model = Sequential::new()
@@ -72,6 +72,7 @@ fn train<B: Backend>(backend: &B, epochs: usize, seed: u64) -> exactgrad::nn::Re
     let params = model.parameters();
     let mut opt = Adam::new(params.clone(), AdamConfig::new(5e-3))?;
     let loader = DataLoader::new(backend, &split.train, 32)?.shuffle(seed ^ 0x5eed);
+    let mut steps = 0;
     for epoch in 0..epochs {
         for batch in loader.batches_of_epoch(epoch as u64) {
             let batch = batch?;
@@ -80,9 +81,10 @@ fn train<B: Backend>(backend: &B, epochs: usize, seed: u64) -> exactgrad::nn::Re
             let loss = logits.cross_entropy(&batch.targets, CrossEntropyOptions::default())?;
             loss.backward()?;
             opt.step()?;
+            steps += 1;
         }
     }
-    hash_tensors(&params.iter().collect::<Vec<_>>())
+    Ok((hash_tensors(&params.iter().collect::<Vec<_>>())?, steps))
 }
 
 fn run() -> Result<bool, String> {
@@ -107,15 +109,39 @@ fn run() -> Result<bool, String> {
     );
     println!("mode: {mode}, {} epochs, seed {}", args.epochs, args.seed);
     let t = Instant::now();
-    let on_gpu = train(&gpu, args.epochs, args.seed).map_err(|e| e.to_string())?;
-    println!("gpu: {:.1} s", t.elapsed().as_secs_f64());
+    let f = gpu.findings();
+    println!(
+        "division and square root: {}; f64 sums: {}",
+        if f.soft_div_sqrt {
+            "integer"
+        } else {
+            "the device's"
+        },
+        if !f.sums_on_device() {
+            "on the host"
+        } else if f.int_f64 {
+            "integer binary64"
+        } else {
+            "the device's f64"
+        }
+    );
+    let (on_gpu, steps) = train(&gpu, args.epochs, args.seed).map_err(|e| e.to_string())?;
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "gpu: {s:.1} s, {steps} steps, {:.2} ms per step",
+        1e3 * s / steps.max(1) as f64
+    );
     let t = Instant::now();
-    let on_cpu = match mode {
+    let (on_cpu, steps) = match mode {
         ComputeMode::Exact => train(&ScalarRefBackend, args.epochs, args.seed),
         ComputeMode::Fast => train(&FastScalarRefBackend, args.epochs, args.seed),
     }
     .map_err(|e| e.to_string())?;
-    println!("cpu: {:.1} s", t.elapsed().as_secs_f64());
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "cpu: {s:.1} s, {steps} steps, {:.2} ms per step",
+        1e3 * s / steps.max(1) as f64
+    );
     println!("cpu final parameter hash: {on_cpu:#018x}");
     println!("final parameter hash: {on_gpu:#018x}");
     let mut ok = on_gpu == on_cpu;

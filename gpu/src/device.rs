@@ -30,6 +30,8 @@ pub enum WgpuError {
     FastUnsupported(String),
     /// A kernel or probe failed on the device while the backend was being built.
     Kernel(String),
+    /// An environment variable of the backend holds a value it does not accept.
+    Setting(String),
 }
 
 impl fmt::Display for WgpuError {
@@ -44,11 +46,24 @@ impl fmt::Display for WgpuError {
                 write!(f, "fast mode is not available on this device: {m}")
             }
             WgpuError::Kernel(m) => write!(f, "a kernel failed on the device: {m}"),
+            WgpuError::Setting(m) => write!(f, "invalid setting: {m}"),
         }
     }
 }
 
 impl std::error::Error for WgpuError {}
+
+/// `?` on a [`WgpuError`] in a function returning `exactgrad::Result`: the facade's one
+/// error type carries it as [`exactgrad_autograd::Error::Backend`] (backend `wgpu`), from
+/// which `downcast_ref::<WgpuError>()` on its source recovers it.
+impl From<WgpuError> for exactgrad_autograd::Error {
+    fn from(e: WgpuError) -> Self {
+        exactgrad_autograd::Error::Backend {
+            backend: "wgpu",
+            source: Box::new(e),
+        }
+    }
+}
 
 /// One adapter as the Vulkan driver reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +141,7 @@ pub(crate) enum Kernel {
     Unary,
     UnaryBackward,
     Matmul,
+    MatmulTiled,
     Sum,
     Softmax,
     SoftmaxBackward,
@@ -145,6 +161,8 @@ pub(crate) enum Kernel {
     AttentionScores,
     DropoutMask,
     Probe,
+    /// The integer arithmetic of the portable paths on its own (tests, device checks).
+    Portable,
 }
 
 impl Kernel {
@@ -156,6 +174,7 @@ impl Kernel {
             Kernel::Unary => include_str!("shaders/unary.wgsl"),
             Kernel::UnaryBackward => include_str!("shaders/unary_backward.wgsl"),
             Kernel::Matmul => include_str!("shaders/matmul.wgsl"),
+            Kernel::MatmulTiled => include_str!("shaders/matmul_tiled.wgsl"),
             Kernel::Sum => include_str!("shaders/sum.wgsl"),
             Kernel::Softmax => include_str!("shaders/softmax.wgsl"),
             Kernel::SoftmaxBackward => include_str!("shaders/softmax_backward.wgsl"),
@@ -175,7 +194,22 @@ impl Kernel {
             Kernel::AttentionScores => include_str!("shaders/attention_scores.wgsl"),
             Kernel::DropoutMask => include_str!("shaders/dropout.wgsl"),
             Kernel::Probe => include_str!("shaders/probe.wgsl"),
+            Kernel::Portable => include_str!("shaders/portable_check.wgsl"),
         }
+    }
+
+    /// Whether the kernel accumulates the f64 sums of rule 3 (`F64`, `d_add`, …).
+    pub(crate) fn needs_sums(self) -> bool {
+        matches!(
+            self,
+            Kernel::Sum
+                | Kernel::Softmax
+                | Kernel::SoftmaxBackward
+                | Kernel::AvgPool
+                | Kernel::NormStats
+                | Kernel::NormBackward
+                | Kernel::NormParamGrad
+        )
     }
 
     fn needs_pow(self) -> bool {
@@ -190,7 +224,10 @@ impl Kernel {
     }
 
     fn needs_fma(self) -> bool {
-        self == Kernel::Matmul || self == Kernel::Probe || self.needs_transcendentals()
+        self == Kernel::Matmul
+            || self == Kernel::MatmulTiled
+            || self == Kernel::Probe
+            || self.needs_transcendentals()
     }
 }
 
@@ -204,6 +241,12 @@ pub(crate) struct Gpu {
     /// Whether the device's own `fma` is correctly rounded (set by the probes before any
     /// kernel but the probe is compiled).
     pub(crate) fma_native: AtomicBool,
+    /// Whether the kernels divide and take square roots with the integer algorithms of
+    /// `shaders/portable.wgsl` (set by the probes, like `fma_native`).
+    pub(crate) soft_div_sqrt: AtomicBool,
+    /// Whether the f64 sums use the integer binary64 of `shaders/f64_int.wgsl` (set by
+    /// the probes).
+    pub(crate) int_f64: AtomicBool,
     pipelines: Mutex<HashMap<(Kernel, bool), Arc<wgpu::ComputePipeline>>>,
     /// Held by one call from upload to read-back: the device has one queue, and a call's
     /// error scopes and mapping callback must not be taken by another thread's poll.
@@ -300,6 +343,8 @@ impl Gpu {
                 .min(limits.max_buffer_size),
             lost,
             fma_native: AtomicBool::new(false),
+            soft_div_sqrt: AtomicBool::new(false),
+            int_f64: AtomicBool::new(false),
             pipelines: Mutex::new(HashMap::new()),
             calls: Mutex::new(()),
         })
@@ -314,9 +359,14 @@ impl Gpu {
             return Ok(Arc::clone(p));
         }
         let f64 = self.summary.shader_f64;
-        let native = self.fma_native.load(Ordering::SeqCst) || !f64;
+        let native = self.fma_native.load(Ordering::SeqCst);
+        let soft = self.soft_div_sqrt.load(Ordering::SeqCst);
+        let int_f64 = self.int_f64.load(Ordering::SeqCst) || !f64;
+        // The fused multiply-add's emulation: in the device's f64, or in integers where
+        // the sums use the integer binary64 (no exact f64, or asked for).
+        let int_fma = kernel.needs_fma() && int_f64;
         let mut src = format!(
-            "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\n"
+            "const EXACT: bool = {exact};\nconst WG: u32 = {WG}u;\nconst FMA_NATIVE: bool = {native};\nconst SOFT_DIV_SQRT: bool = {soft};\n"
         );
         if kernel == Kernel::Probe {
             let (f64_probe, fma_probe, wide) = if f64 {
@@ -339,6 +389,18 @@ impl Gpu {
             src.push_str(kernel.source());
         }
         src.push_str(include_str!("shaders/common.wgsl"));
+        src.push_str(include_str!("shaders/portable.wgsl"));
+        let sums = kernel.needs_sums();
+        if kernel == Kernel::Probe || kernel == Kernel::Portable || (sums && int_f64) || int_fma {
+            src.push_str(include_str!("shaders/f64_int.wgsl"));
+        }
+        if sums {
+            src.push_str(if int_f64 {
+                include_str!("shaders/sums_int.wgsl")
+            } else {
+                include_str!("shaders/sums_native.wgsl")
+            });
+        }
         if kernel.needs_pow() {
             src.push_str(include_str!("shaders/pow.wgsl"));
         }
@@ -346,10 +408,12 @@ impl Gpu {
             src.push_str(include_str!("shaders/transcendental.wgsl"));
         }
         if kernel.needs_fma() {
-            if f64 {
+            if f64 && (kernel == Kernel::Probe || !int_fma) {
                 src.push_str(include_str!("shaders/fma.wgsl"));
             } else {
-                src.push_str("fn fma_rn(a: f32, b: f32, c: f32) -> f32 { return fma(a, b, c); }\n");
+                src.push_str(
+                    "fn fma_rn(a: f32, b: f32, c: f32) -> f32 {\n    if FMA_NATIVE { return fma(a, b, c); }\n    return soft_fma(a, b, c);\n}\n",
+                );
             }
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);

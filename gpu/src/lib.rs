@@ -11,9 +11,12 @@
 //! listed in [`DEVICE_KERNELS`] run on the device, every operator of `unary` and
 //! `unary_backward` included, the optimizer updates `sgd_step` and `adam_step`, and
 //! `im2col` and `col2im` (each image element of `col2im` a sum in the reference's
-//! order); the defaulted kernels keep core's reference definitions (the recurrent
-//! cells, written with the backend's element-wise kernels, so their steps run on the
-//! device), so the backend is complete.
+//! order). Where the device's division, square root or f64 fail the probes (or the
+//! environment asks for it: [`SOFT_DIV_SQRT_ENV`], [`INT_F64_ENV`]), the kernels use
+//! correctly rounded integer algorithms instead (`docs/gpu.md` §5). The defaulted
+//! kernels keep core's reference definitions (the recurrent cells, written with the
+//! backend's element-wise kernels, so their steps run on the device), so the backend
+//! is complete.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -70,13 +73,13 @@ use params::{
 use std::sync::{Arc, OnceLock};
 
 /// The kernels that run on the device (in both modes); the others run on the host.
-/// `sum`, `softmax`, `softmax_backward`, `avg_pool2d` and `adaptive_avg_pool2d` need f64
-/// on the device (without it they run on the host); `sgd_step` and `adam_step` update
+/// `sum`, `softmax`, `softmax_backward`, `avg_pool2d` and `adaptive_avg_pool2d` sum in
+/// binary64, the device's f64 or the integer one (`docs/gpu.md` §5.2); `sgd_step` and `adam_step` update
 /// their parameter and state buffers in place, one invocation per element; `col2im`
 /// gathers each image element's sum in the reference's order (a padded size beyond 32
 /// bits runs on the host); the pooling backward rules gather each input element's sum
-/// in the reference's order; `norm_stats` and `norm_backward` need f64 on the device
-/// (without it they run on the host), `norm_forward` does not; `attention_scores`
+/// in the reference's order; `norm_stats` and `norm_backward` sum in binary64 like
+/// `sum`, `norm_forward` does not; `attention_scores`
 /// updates the scores in place and `dropout_mask` computes its Philox words on the
 /// device (any 64-bit key and start).
 pub const DEVICE_KERNELS: &[&str] = &[
@@ -111,9 +114,83 @@ pub const DEVICE_KERNELS: &[&str] = &[
 /// Vulkan adapter (set by `.ci/gpu`).
 pub const REQUIRE_GPU_ENV: &str = "EXACTGRAD_REQUIRE_GPU";
 
+/// The environment variable that, set to `1`, makes the kernels divide and take square
+/// roots with the integer algorithms even where the device's own pass the probes.
+pub const SOFT_DIV_SQRT_ENV: &str = "EXACTGRAD_GPU_SOFT_DIV_SQRT";
+
+/// The environment variable that, set to `1`, makes the f64 sums use the integer
+/// binary64 even where the device's f64 passes the probes.
+pub const INT_F64_ENV: &str = "EXACTGRAD_GPU_INT_F64";
+
+/// The environment variable that, set to `1`, makes `matmul` stage its operands in
+/// workgroup memory (8 × 8 output blocks; the same order of operations, so the same
+/// bits).
+pub const TILED_MATMUL_ENV: &str = "EXACTGRAD_GPU_TILED_MATMUL";
+
+/// An on/off environment variable: unset, empty or `0` is off, `1` is on, anything else
+/// an error naming it.
+fn env_switch(name: &str) -> std::result::Result<bool, WgpuError> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(v) if v.is_empty() || v == "0" => Ok(false),
+        Ok(v) if v == "1" => Ok(true),
+        Ok(v) => Err(WgpuError::Setting(format!(
+            "{name}={v:?}: expected 1 (on) or 0 (off)"
+        ))),
+        Err(std::env::VarError::NotUnicode(v)) => Err(WgpuError::Setting(format!(
+            "{name}={v:?}: expected 1 (on) or 0 (off)"
+        ))),
+    }
+}
+
+/// An operation of the integer arithmetic that the portable paths use, evaluated on the
+/// device by [`WgpuBackend::eval_portable`] (for tests and device checks). Each takes
+/// and returns 32-bit words: f32 bit patterns, or doubles as (low word, high word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortableOp {
+    /// `a / b` by the integer long division (two words in, one out per element).
+    SoftDiv,
+    /// `sqrt(a)` by the integer square root (one word in, one out).
+    SoftSqrt,
+    /// The device's own `a / b` (two in, one out).
+    DeviceDiv,
+    /// The device's own `sqrt(a)` (one in, one out).
+    DeviceSqrt,
+    /// The integer binary64 `a + b`: `a` as (low, high), `b` as (low, high) (four in,
+    /// two out: low, high).
+    F64Add,
+    /// The exact double product of two f32 values (two in, two out).
+    F64MulF32,
+    /// The double of an f32 value (one in, two out).
+    F64FromF32,
+    /// The f32 nearest a double given as (low, high) (two in, one out).
+    F64ToF32,
+    /// The integer fused multiply-add `a·b + c`, rounded once (three in, one out).
+    FmaF32,
+}
+
+impl PortableOp {
+    /// The probe kernel's code, the words in and the words out per element.
+    fn code(self) -> (u32, usize, usize) {
+        match self {
+            PortableOp::SoftDiv => (0, 2, 1),
+            PortableOp::SoftSqrt => (1, 1, 1),
+            PortableOp::DeviceDiv => (2, 2, 1),
+            PortableOp::DeviceSqrt => (3, 1, 1),
+            PortableOp::F64Add => (4, 4, 2),
+            PortableOp::F64MulF32 => (5, 2, 2),
+            PortableOp::F64FromF32 => (6, 1, 2),
+            PortableOp::F64ToF32 => (7, 2, 1),
+            PortableOp::FmaF32 => (9, 3, 1),
+        }
+    }
+}
+
 pub(crate) struct Shared {
     pub(crate) gpu: Gpu,
     findings: Findings,
+    /// Whether `matmul` uses the tiled kernel ([`TILED_MATMUL_ENV`]).
+    tiled_matmul: bool,
 }
 
 /// The device, opened and probed once per process.
@@ -121,9 +198,18 @@ fn shared() -> std::result::Result<Arc<Shared>, WgpuError> {
     static SHARED: OnceLock<std::result::Result<Arc<Shared>, WgpuError>> = OnceLock::new();
     SHARED
         .get_or_init(|| {
+            let over = probe::Overrides {
+                soft_div_sqrt: env_switch(SOFT_DIV_SQRT_ENV)?,
+                int_f64: env_switch(INT_F64_ENV)?,
+            };
             let gpu = Gpu::open()?;
-            let findings = probe::run(&gpu).map_err(|e| WgpuError::Kernel(e.to_string()))?;
-            Ok(Arc::new(Shared { gpu, findings }))
+            let findings = probe::run(&gpu, over).map_err(|e| WgpuError::Kernel(e.to_string()))?;
+            let tiled_matmul = env_switch(TILED_MATMUL_ENV)?;
+            Ok(Arc::new(Shared {
+                gpu,
+                findings,
+                tiled_matmul,
+            }))
         })
         .clone()
 }
@@ -188,11 +274,78 @@ impl WgpuBackend {
         &self.shared.findings
     }
 
-    /// Whether `sum`, `softmax`, `softmax_backward` and the average poolings' forward
-    /// kernels run on the device (it has f64 and its f64 additions and rounding to f32 gave
-    /// the host's bits).
+    /// Whether `matmul` uses the tiled kernel (set by [`TILED_MATMUL_ENV`]).
+    pub fn tiled_matmul(&self) -> bool {
+        self.shared.tiled_matmul
+    }
+
+    /// Whether the kernels with f64 sums (`sum`, `softmax`, `softmax_backward`, the
+    /// average poolings' forward, `norm_stats`, `norm_backward`) run on the device: with
+    /// its own f64 where that gave the host's bits, else with the integer binary64
+    /// ([`Findings::sums_on_device`]).
     pub fn f64_on_device(&self) -> bool {
-        self.shared.findings.f64_exact()
+        self.shared.findings.sums_on_device()
+    }
+
+    /// Evaluates `op` of the portable paths' integer arithmetic on the device for each
+    /// element: `args` holds the operands' words, one slice per operand of `op` (all of
+    /// one length); the result holds one or two words per element ([`PortableOp`]).
+    pub fn eval_portable(&self, op: PortableOp, args: &[&[u32]]) -> Result<Vec<u32>> {
+        let (code, ins, outs) = op.code();
+        if args.len() != ins {
+            return Err(Error::invalid(
+                "eval_portable",
+                "args",
+                format!("{op:?} takes {ins} operands, got {}", args.len()),
+            ));
+        }
+        let n = args[0].len();
+        if args.iter().any(|a| a.len() != n) {
+            return Err(Error::invalid(
+                "eval_portable",
+                "args",
+                "the operands differ in length",
+            ));
+        }
+        let zeros = vec![0u32; n];
+        let mut bound: Vec<&[u32]> = args.to_vec();
+        bound.resize(4, &zeros);
+        self.portable_call(code, 0, n, outs, &bound)
+    }
+
+    /// The integer square root of the `n` consecutive bit patterns from `start` (wrapping
+    /// past `0xffffffff`), computed on the device without uploading them: the exhaustive
+    /// check of all 2^32 inputs runs this in blocks.
+    pub fn soft_sqrt_range(&self, start: u32, n: usize) -> Result<Vec<u32>> {
+        let none: &[u32] = &[0];
+        self.portable_call(8, start, n, 1, &[none, none, none, none])
+    }
+
+    fn portable_call(
+        &self,
+        code: u32,
+        start: u32,
+        n: usize,
+        outs: usize,
+        args: &[&[u32]],
+    ) -> Result<Vec<u32>> {
+        if n > u32::MAX as usize {
+            return Err(Error::invalid(
+                "eval_portable",
+                "args",
+                "more than 2^32 - 1 elements",
+            ));
+        }
+        let mut out = vec![0u32; n * outs];
+        self.shared.gpu.run(
+            Kernel::Portable,
+            false,
+            &[Dispatch::new(vec![0, n as u32, code, start], n)],
+            args,
+            0,
+            &mut out,
+        )?;
+        Ok(out)
     }
 
     fn is_exact(&self) -> bool {
@@ -517,6 +670,15 @@ impl BackendImpl for WgpuBackend {
         ];
         let n = out.len();
         word(n)?;
+        if self.shared.tiled_matmul && s.m > 1 && s.n > 1 {
+            // One workgroup of 64 invocations per 8 × 8 block of outputs.
+            let tiles = s.batch * s.m.div_ceil(8) * s.n.div_ceil(8);
+            let threads = tiles.checked_mul(64).ok_or_else(|| {
+                Error::invalid("matmul", "spec", "too many output blocks for one dispatch")
+            })?;
+            let dispatches = chunked(&p, s.k, LOOP_BUDGET, threads, &[])?;
+            return self.run_all(Kernel::MatmulTiled, &dispatches, &[a, b], 0, out);
+        }
         let dispatches = chunked(&p, s.k, LOOP_BUDGET, n, &[])?;
         self.run_all(Kernel::Matmul, &dispatches, &[a, b], 0, out)
     }

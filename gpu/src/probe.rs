@@ -56,16 +56,55 @@ pub struct Findings {
     /// With f64 in shaders: inputs on which `f32(f64(a) + f64(b))` differed from the
     /// host's; `None` without f64.
     pub f64_mismatches: Option<usize>,
+    /// Inputs on which the integer division of `shaders/portable.wgsl` differed from the
+    /// host's correctly rounded quotient (0 on every device: it uses integer operations only).
+    pub soft_div_mismatches: usize,
+    /// Inputs on which the integer square root differed from the host's.
+    pub soft_sqrt_mismatches: usize,
+    /// Inputs on which the integer fused multiply-add (`soft_fma`: the exact product plus
+    /// the addend rounded to odd in the integer binary64, then to f32) differed from
+    /// `f32::mul_add`.
+    pub fma_int_mismatches: usize,
+    /// Inputs on which the integer binary64 (`shaders/f64_int.wgsl`) gave other bits than
+    /// the host's f64 in `f32(f64(a) + f64(b))` and `f32(f64(a) · f64(b) + f64(c))`.
+    pub int_f64_mismatches: usize,
+    /// Whether the kernels divide and take square roots with the integer algorithms: the
+    /// device's own are not correctly rounded, or [`crate::SOFT_DIV_SQRT_ENV`] asked for it.
+    pub soft_div_sqrt: bool,
+    /// Whether [`crate::SOFT_DIV_SQRT_ENV`] forced the integer division and square root.
+    pub soft_div_sqrt_forced: bool,
+    /// Whether the f64 sums of rule 3 use the integer binary64: the device has no exact
+    /// f64, or [`crate::INT_F64_ENV`] asked for it.
+    pub int_f64: bool,
+    /// Whether [`crate::INT_F64_ENV`] forced the integer binary64.
+    pub int_f64_forced: bool,
+}
+
+/// Which portable paths to use whatever the probes find (from the environment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Overrides {
+    /// Division and square root by the integer algorithms.
+    pub(crate) soft_div_sqrt: bool,
+    /// The f64 sums by the integer binary64.
+    pub(crate) int_f64: bool,
 }
 
 impl Findings {
     /// What `mode` needs and this device lacks (empty: nothing). Both modes need
     /// separately rounded products and sums, IEEE division, square root, multiplication
     /// and addition, subnormals, and loops of the kernels' length; fast mode also a
-    /// correctly rounded fused multiply-add, the device's own or the f64 emulation.
+    /// correctly rounded fused multiply-add, the device's own or its emulation (in f64,
+    /// or in integers where the sums use the integer binary64).
     pub fn missing(&self, mode: ComputeMode) -> Vec<String> {
         let mut m = Vec::new();
-        if mode == ComputeMode::Fast && !self.fma_native() {
+        if mode == ComputeMode::Fast && !self.fma_native() && self.int_f64 {
+            if self.fma_int_mismatches != 0 {
+                m.push(format!(
+                    "a correctly rounded fused multiply-add (the device's and its integer emulation's: {} of {} inputs differ)",
+                    self.fma_int_mismatches, self.samples
+                ));
+            }
+        } else if mode == ComputeMode::Fast && !self.fma_native() {
             match self.fma_emulated_mismatches {
                 Some(0) => {}
                 Some(n) => m.push(format!(
@@ -87,8 +126,19 @@ impl Findings {
             self.barrier_mismatches,
             "separately rounded multiply and add",
         );
-        check(self.div_mismatches, "correctly rounded division");
-        check(self.sqrt_mismatches, "correctly rounded square root");
+        if self.soft_div_sqrt {
+            check(
+                self.soft_div_mismatches,
+                "correctly rounded integer division",
+            );
+            check(
+                self.soft_sqrt_mismatches,
+                "correctly rounded integer square root",
+            );
+        } else {
+            check(self.div_mismatches, "correctly rounded division");
+            check(self.sqrt_mismatches, "correctly rounded square root");
+        }
         check(self.mul_mismatches, "IEEE multiplication");
         check(self.add_mismatches, "IEEE addition");
         check(self.subnormals_flushed, "preserved subnormals");
@@ -108,9 +158,20 @@ impl Findings {
         self.fma_mismatches == 0
     }
 
-    /// Whether the f64 kernels (sum, softmax backward) can run on the device.
+    /// Whether the device's own f64 gave the host's bits in the probes.
     pub fn f64_exact(&self) -> bool {
         self.f64_mismatches == Some(0) && self.f64_wide_mismatches == Some(0)
+    }
+
+    /// Whether the kernels with f64 sums (sum, softmax, normalisation, average pooling)
+    /// run on the device: with its own f64, or with the integer binary64 where that is
+    /// in use and gave the host's bits (else they run on the host).
+    pub fn sums_on_device(&self) -> bool {
+        if self.int_f64 {
+            self.int_f64_mismatches == 0
+        } else {
+            self.f64_exact()
+        }
     }
 }
 
@@ -141,8 +202,64 @@ impl fmt::Display for Findings {
             Some(n) => writeln!(f, "  fma emulated in f64: {n} mismatches")?,
             None => writeln!(f, "  fma emulated in f64: not available (no f64)")?,
         }
+        writeln!(
+            f,
+            "  fma emulated in integers: {} mismatches{}",
+            self.fma_int_mismatches,
+            if !self.fma_native() && self.int_f64 {
+                " (fast mode's fused multiply-add)"
+            } else {
+                ""
+            }
+        )?;
         writeln!(f, "  division: {} mismatches", self.div_mismatches)?;
         writeln!(f, "  sqrt: {} mismatches", self.sqrt_mismatches)?;
+        writeln!(
+            f,
+            "  integer division: {}, integer sqrt: {} mismatches",
+            self.soft_div_mismatches, self.soft_sqrt_mismatches
+        )?;
+        writeln!(
+            f,
+            "  integer binary64 (sums rounded to f32): {} mismatches",
+            self.int_f64_mismatches
+        )?;
+        let why = |forced: bool| {
+            if forced {
+                "forced by the environment"
+            } else {
+                "the device's own fail the probes"
+            }
+        };
+        if self.soft_div_sqrt {
+            writeln!(
+                f,
+                "  kernels divide and take square roots in integers ({})",
+                why(self.soft_div_sqrt_forced)
+            )?;
+        } else {
+            writeln!(f, "  kernels use the device's division and square root")?;
+        }
+        if self.int_f64 {
+            writeln!(
+                f,
+                "  f64 sums in integer binary64 ({}; {})",
+                if self.int_f64_forced {
+                    "forced by the environment"
+                } else {
+                    "the device's f64 is missing or fails the probes"
+                },
+                if self.sums_on_device() {
+                    "on the device"
+                } else {
+                    "failed its probe: on the host"
+                }
+            )?;
+        } else if self.f64_exact() {
+            writeln!(f, "  f64 sums in the device's f64")?;
+        } else {
+            writeln!(f, "  f64 sums on the host")?;
+        }
         writeln!(
             f,
             "  mul: {}, add: {} mismatches",
@@ -280,8 +397,10 @@ fn is_subnormal(bits: u32) -> bool {
     bits & 0x7f80_0000 == 0 && bits & 0x007f_ffff != 0
 }
 
-/// Runs every probe on `gpu`.
-pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
+/// Runs every probe on `gpu`, then sets which portable paths its kernels use (the
+/// integer division and square root where the device's own differ from the host's, the
+/// integer binary64 where its f64 does, or where `over` forces either).
+pub(crate) fn run(gpu: &Gpu, over: Overrides) -> Result<Findings> {
     let (a, b, c) = inputs();
     let n = a.len();
     let mut flushed = 0;
@@ -378,8 +497,27 @@ pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
     } else {
         None
     };
-    gpu.fma_native
-        .store(fma_mismatches == 0, std::sync::atomic::Ordering::SeqCst);
+    let soft_div_mismatches = probe(11, &a, &b, &c, &|x, y, _| x / y)?;
+    let fma_int_mismatches = probe(15, &a, &b, &c, &|x, y, z| x.mul_add(y, z))?;
+    let soft_sqrt_mismatches = probe(12, &a, &b, &c, &|x, _, _| x.sqrt())?;
+    let small: Vec<u32> = b
+        .iter()
+        .map(|&y| (f32::from_bits(y) * 2f32.powi(-30)).to_bits())
+        .collect();
+    let int_f64_mismatches = probe(13, &a, &small, &c, &|x, y, _| {
+        (f64::from(x) + f64::from(y)) as f32
+    })? + probe(13, &a, &b, &c, &|x, y, _| {
+        (f64::from(x) + f64::from(y)) as f32
+    })? + probe(14, &a, &b, &c, &|x, y, z| {
+        (f64::from(x) * f64::from(y) + f64::from(z)) as f32
+    })?;
+    use std::sync::atomic::Ordering::SeqCst;
+    gpu.fma_native.store(fma_mismatches == 0, SeqCst);
+    let soft_div_sqrt = over.soft_div_sqrt || div_mismatches != 0 || sqrt_mismatches != 0;
+    gpu.soft_div_sqrt.store(soft_div_sqrt, SeqCst);
+    let f64_exact = f64_mismatches == Some(0) && f64_wide_mismatches == Some(0);
+    let int_f64 = over.int_f64 || !f64_exact;
+    gpu.int_f64.store(int_f64, SeqCst);
     Ok(Findings {
         samples: n,
         contracts_mul_add,
@@ -397,6 +535,14 @@ pub(crate) fn run(gpu: &Gpu) -> Result<Findings> {
         examples,
         f64_mismatches,
         f64_wide_mismatches,
+        soft_div_mismatches,
+        soft_sqrt_mismatches,
+        fma_int_mismatches,
+        int_f64_mismatches,
+        soft_div_sqrt,
+        soft_div_sqrt_forced: over.soft_div_sqrt,
+        int_f64,
+        int_f64_forced: over.int_f64,
     })
 }
 
@@ -437,6 +583,14 @@ mod tests {
             f64_wide_mismatches: Some(0),
             loop_of_100000_ran: 100_000,
             examples: Vec::new(),
+            soft_div_mismatches: 0,
+            soft_sqrt_mismatches: 0,
+            fma_int_mismatches: 0,
+            int_f64_mismatches: 0,
+            soft_div_sqrt: false,
+            soft_div_sqrt_forced: false,
+            int_f64: false,
+            int_f64_forced: false,
         }
     }
 
@@ -482,5 +636,61 @@ mod tests {
             ..clean()
         };
         assert!(f.missing(ComputeMode::Fast).is_empty());
+    }
+
+    /// With the integer division and square root in use, the device's own no longer
+    /// count, but the integer ones do; the sums leave the device only when the path
+    /// they use failed its probe.
+    #[test]
+    fn portable_paths_change_what_is_needed() {
+        let f = Findings {
+            div_mismatches: 7,
+            sqrt_mismatches: 2,
+            soft_div_sqrt: true,
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Exact).is_empty());
+        let f = Findings {
+            soft_sqrt_mismatches: 1,
+            soft_div_sqrt: true,
+            ..clean()
+        };
+        let m = f.missing(ComputeMode::Exact).join(", ");
+        assert!(m.contains("integer square root (1 of 100"), "{m}");
+        let f = Findings {
+            f64_mismatches: None,
+            f64_wide_mismatches: None,
+            int_f64: true,
+            ..clean()
+        };
+        assert!(f.sums_on_device());
+        let f = Findings {
+            int_f64_mismatches: 3,
+            ..f
+        };
+        assert!(!f.sums_on_device());
+        assert!(f.to_string().contains("failed its probe: on the host"));
+        let f = Findings {
+            f64_mismatches: Some(4),
+            ..clean()
+        };
+        assert!(!f.sums_on_device());
+        // Without exact f64, fast mode's fused multiply-add is the integer one.
+        let f = Findings {
+            fma_mismatches: 9,
+            fma_emulated_mismatches: None,
+            f64_mismatches: None,
+            f64_wide_mismatches: None,
+            int_f64: true,
+            ..clean()
+        };
+        assert!(f.missing(ComputeMode::Fast).is_empty());
+        let f = Findings {
+            fma_int_mismatches: 2,
+            ..f
+        };
+        let m = f.missing(ComputeMode::Fast).join(", ");
+        assert!(m.contains("integer emulation's: 2 of 100"), "{m}");
+        assert!(f.missing(ComputeMode::Exact).is_empty());
     }
 }

@@ -8,7 +8,7 @@
 // gives +0 when `empty is zero` (average pooling).
 @group(0) @binding(1) var<storage, read> xs: array<f32>;
 @group(0) @binding(2) var<storage, read> geo: array<u32>;
-@group(0) @binding(3) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(3) var<storage, read_write> accs: array<F64>;
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 
 @compute @workgroup_size(WG)
@@ -36,17 +36,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let base = plane * p[4] * w;
     let taps = nr * nc;
     // +0 the compiler cannot see (so `0 + x` is not folded to `x`: −0 must become +0).
-    var acc = f64(opaque(0.0));
+    var acc = d_from(opaque(0.0));
     if start != 0u { acc = accs[i]; }
     let end = min(start + len, taps);
     for (var t = start; t < end; t = t + 1u) {
         let r = r0 + t / nc;
         let c = c0 + t % nc;
-        acc = acc + f64(xs[base + r * w + c]);
+        acc = d_add(acc, d_from(xs[base + r * w + c]));
     }
     if start + len >= p[7] {
         let d = bitcast<f32>(geo[2u * oh + 2u * ow + rem]);
-        dst[i] = canon(sep_div(f32(acc), d));
+        dst[i] = canon(sep_div(d_to32(acc), d));
     } else {
         accs[i] = acc;
     }

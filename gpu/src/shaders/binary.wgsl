@@ -16,7 +16,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 0u: { r = x + y; }
         case 1u: { r = x - y; }
         case 2u: { r = x * y; }
-        default: { r = x / y; }
+        default: { r = f_div(x, y); }
     }
     dst[i] = canon(r);
 }

@@ -58,8 +58,8 @@ fn opaque(v: f32) -> f32 {
 fn sep_add(a: f32, b: f32) -> f32 { return opaque(a + b); }
 fn sep_sub(a: f32, b: f32) -> f32 { return opaque(a - b); }
 fn sep_mul(a: f32, b: f32) -> f32 { return opaque(a * b); }
-fn sep_div(a: f32, b: f32) -> f32 { return opaque(a / b); }
-fn sep_sqrt(a: f32) -> f32 { return opaque(sqrt(a)); }
+fn sep_div(a: f32, b: f32) -> f32 { return opaque(f_div(a, b)); }
+fn sep_sqrt(a: f32) -> f32 { return opaque(f_sqrt(a)); }
 
 // `v` with its sign flipped (a bit operation, as Rust's `-v`).
 fn flip_sign(v: f32) -> f32 {

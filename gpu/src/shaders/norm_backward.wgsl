@@ -12,7 +12,7 @@
 @group(0) @binding(4) var<storage, read> corr: array<f32>;
 @group(0) @binding(5) var<storage, read> rstd: array<f32>;
 @group(0) @binding(6) var<storage, read> weight: array<f32>;
-@group(0) @binding(7) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(7) var<storage, read_write> accs: array<F64>;
 @group(0) @binding(8) var<storage, read_write> dst: array<f32>;
 
 // The parameter index of (q, r) (core's `NormSpec::param_index`).
@@ -43,8 +43,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if q >= qq { return; }
         let start = p[13];
         let len = p[14];
-        var a = f64(opaque(0.0));
-        var b = f64(opaque(0.0));
+        var a = d_from(opaque(0.0));
+        var b = d_from(opaque(0.0));
         if start != 0u {
             a = accs[2u * q];
             b = accs[2u * q + 1u];
@@ -52,9 +52,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         for (var t = start; t < start + len; t = t + 1u) {
             let r = t % rr;
             let i = ((t / rr) * qq + q) * rr + r;
-            let gh = f64(ghat(q, r, i));
-            a = a + gh;
-            b = b + gh * f64(xhat(q, i));
+            let gh = ghat(q, r, i);
+            a = d_add(a, d_from(gh));
+            b = d_add(b, d_mul(gh, xhat(q, i)));
         }
         accs[2u * q] = a;
         accs[2u * q + 1u] = b;
@@ -67,8 +67,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let gh = ghat(q, r, i);
     var v: f32;
     if p[11] != 0u {
-        let mean_g = sep_div(f32(accs[2u * q]), n);
-        let mean_gx = sep_div(f32(accs[2u * q + 1u]), n);
+        let mean_g = sep_div(d_to32(accs[2u * q]), n);
+        let mean_gx = sep_div(d_to32(accs[2u * q + 1u]), n);
         v = sep_mul(sep_sub(sep_sub(gh, mean_g), sep_mul(xhat(q, i), mean_gx)), rstd[q]);
     } else {
         v = sep_mul(gh, rstd[q]);

@@ -9,7 +9,7 @@
 @group(0) @binding(3) var<storage, read> mean: array<f32>;
 @group(0) @binding(4) var<storage, read> corr: array<f32>;
 @group(0) @binding(5) var<storage, read> rstd: array<f32>;
-@group(0) @binding(6) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(6) var<storage, read_write> accs: array<F64>;
 @group(0) @binding(7) var<storage, read_write> dst: array<f32>;
 
 @compute @workgroup_size(WG)
@@ -28,7 +28,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let len = p[12];
     // Group layout: the groups' channels k / cpg + m·groups, positions of channel k % cpg.
     let per_p = (qq / max(groups, 1u)) * spatial;
-    var acc = f64(opaque(0.0));
+    var acc = d_from(opaque(0.0));
     if start != 0u { acc = accs[k]; }
     for (var t = start; t < start + len; t = t + 1u) {
         var q: u32;
@@ -51,14 +51,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let i = (pp * qq + q) * rr + r;
         if which == 0u {
             let xh = sep_mul(sep_sub(sep_sub(xs[i], mean[q]), corr[q]), rstd[q]);
-            acc = acc + f64(gs[i]) * f64(xh);
+            acc = d_add(acc, d_mul(gs[i], xh));
         } else {
-            acc = acc + f64(gs[i]);
+            acc = d_add(acc, d_from(gs[i]));
         }
     }
     if start + len < count {
         accs[k] = acc;
     } else {
-        dst[k] = canon(f32(acc));
+        dst[k] = canon(d_to32(acc));
     }
 }

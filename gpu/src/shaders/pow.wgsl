@@ -7,8 +7,8 @@ fn pow_path(x: f32, path: u32, n0: u32, negative: u32, e: f32) -> f32 {
     switch path {
         case 0u: { return 1.0; }
         case 1u: { return x; }
-        case 2u: { return sqrt(x); }
-        case 3u: { return 1.0 / sqrt(x); }
+        case 2u: { return f_sqrt(x); }
+        case 3u: { return f_div(1.0, f_sqrt(x)); }
         case 5u: { return pow_general(x, e); }
         case 6u: { return bitcast<f32>(0x7fc00000u); }
         default: {
@@ -25,7 +25,7 @@ fn pow_path(x: f32, path: u32, n0: u32, negative: u32, e: f32) -> f32 {
                 n = n >> 1u;
                 if n != 0u { base = base * base; }
             }
-            if negative != 0u { return 1.0 / acc; }
+            if negative != 0u { return f_div(1.0, acc); }
             return acc;
         }
     }

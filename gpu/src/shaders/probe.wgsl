@@ -4,7 +4,10 @@
 // f64 sum is exact and its rounding to f32 is what is tested; only with f64); 7: a * b + c with the
 // product through `opaque`; 8: the emulated fused multiply-add (with f64 only); 9:
 // f32(f64(a) * f64(b) + f64(c)) as the device converts, out-of-range values included
-// (with f64 only); 10: the number of iterations a loop of `bits(a)` iterations runs.
+// (with f64 only); 10: the number of iterations a loop of `bits(a)` iterations runs; 11:
+// the integer division a / b; 12: the integer sqrt(a); 13: f32(f64(a) + f64(b)) and 14:
+// f32(f64(a) * f64(b) + f64(c)) with the integer binary64 (portable.wgsl, f64_int.wgsl);
+// 15: the integer fused multiply-add.
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> c: array<f32>;
@@ -34,6 +37,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             r = bitcast<f32>(count);
         }
         case 7u: { r = opaque(x * y) + z; }
+        case 11u: { r = soft_div(x, y); }
+        case 12u: { r = soft_sqrt(x); }
+        case 13u: { r = soft64_to32(soft64_add(soft64_from32(x), soft64_from32(y))); }
+        case 14u: { r = soft64_to32(soft64_add(soft64_mul32(x, y), soft64_from32(z))); }
+        case 15u: { r = soft_fma(x, y, z); }
         default: { r = 0.0; }
     }
     dst[i] = r;

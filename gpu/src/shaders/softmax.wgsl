@@ -6,11 +6,11 @@
 // per row: the f64 sum of the exponentials over a range of columns, carried in
 // `accs[2·row + 1]`. Phase 2, one invocation per element: the output.
 @group(0) @binding(1) var<storage, read> xs: array<f32>;
-@group(0) @binding(2) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(2) var<storage, read_write> accs: array<F64>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 
 fn row_max(row: u32) -> f32 {
-    return add(f32(accs[2u * row]), zero());
+    return add(d_to32(accs[2u * row]), zero());
 }
 
 @compute @workgroup_size(WG)
@@ -24,7 +24,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if phase == 0u {
         if i >= rows { return; }
         var m = -inf();
-        if start != 0u { m = f32(accs[2u * i]); }
+        if start != 0u { m = d_to32(accs[2u * i]); }
         for (var j = start; j < start + len; j = j + 1u) {
             let v = xs[i * cols + j];
             if is_nan(m) { break; }
@@ -34,21 +34,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 m = v;
             }
         }
-        accs[2u * i] = f64(m);
+        accs[2u * i] = d_from(m);
     } else if phase == 1u {
         if i >= rows { return; }
         let m = row_max(i);
-        var s = f64(0.0);
+        var s = d_zero();
         if start != 0u { s = accs[2u * i + 1u]; }
         for (var j = start; j < start + len; j = j + 1u) {
-            s = s + f64(tr_exp(sub(xs[i * cols + j], m)));
+            s = d_add(s, d_from(tr_exp(sub(xs[i * cols + j], m))));
         }
         accs[2u * i + 1u] = s;
     } else {
         if i >= rows * cols { return; }
         let row = i / cols;
         let m = row_max(row);
-        let s = f32(accs[2u * row + 1u]);
+        let s = d_to32(accs[2u * row + 1u]);
         if p[6] == 0u {
             dst[i] = canon(div(tr_exp(sub(xs[i], m)), s));
         } else {

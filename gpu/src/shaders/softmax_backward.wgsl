@@ -5,7 +5,7 @@
 // `accs`. Phase 1, one invocation per element: the output.
 @group(0) @binding(1) var<storage, read> ys: array<f32>;
 @group(0) @binding(2) var<storage, read> gs: array<f32>;
-@group(0) @binding(3) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(3) var<storage, read_write> accs: array<F64>;
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 
 @compute @workgroup_size(WG)
@@ -18,20 +18,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if i >= rows { return; }
         let start = p[4];
         let len = p[5];
-        var d = f64(0.0);
+        var d = d_zero();
         if start != 0u { d = accs[i]; }
         let at = i * cols;
         for (var j = start; j < start + len; j = j + 1u) {
             if log {
-                d = d + f64(gs[at + j]);
+                d = d_add(d, d_from(gs[at + j]));
             } else {
-                d = d + f64(ys[at + j]) * f64(gs[at + j]);
+                d = d_add(d, d_mul(ys[at + j], gs[at + j]));
             }
         }
         accs[i] = d;
     } else {
         if i >= rows * cols { return; }
-        let d32 = f32(accs[i / cols]);
+        let d32 = d_to32(accs[i / cols]);
         if log {
             dst[i] = canon(sub(gs[i], mul(tr_exp(ys[i]), d32)));
         } else {

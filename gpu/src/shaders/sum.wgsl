@@ -4,7 +4,7 @@
 // which several dispatches carry in `accs`; the last one rounds it once to f32
 // (docs/arithmetic.md §1, rule 3).
 @group(0) @binding(1) var<storage, read> xs: array<f32>;
-@group(0) @binding(2) var<storage, read_write> accs: array<f64>;
+@group(0) @binding(2) var<storage, read_write> accs: array<F64>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 
 @compute @workgroup_size(WG)
@@ -18,13 +18,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let start = p[at + 1u];
     let len = p[at + 2u];
     let base = layout_offset(lk, i);
-    var acc = f64(0.0);
+    var acc = d_zero();
     if start != 0u { acc = accs[i]; }
     for (var r = start; r < start + len; r = r + 1u) {
-        acc = acc + f64(xs[base + layout_offset(lr, r)]);
+        acc = d_add(acc, d_from(xs[base + layout_offset(lr, r)]));
     }
     if start + len == count {
-        dst[i] = canon(f32(acc));
+        dst[i] = canon(d_to32(acc));
     } else {
         accs[i] = acc;
     }

@@ -10,7 +10,7 @@
 fn add(a: f32, b: f32) -> f32 { return opaque(a + b); }
 fn sub(a: f32, b: f32) -> f32 { return opaque(a - b); }
 fn mul(a: f32, b: f32) -> f32 { return opaque(a * b); }
-fn div(a: f32, b: f32) -> f32 { return opaque(a / b); }
+fn div(a: f32, b: f32) -> f32 { return opaque(f_div(a, b)); }
 // +0 at run time (parameter word 0).
 fn zero() -> f32 { return bitcast<f32>(p[0]); }
 

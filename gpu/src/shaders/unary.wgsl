@@ -15,7 +15,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 1u: { r = bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu); }
         case 2u: { if x > 0.0 || is_nan(x) { r = x; } else { r = 0.0; } }
         case 3u: { if x > 0.0 { r = x; } else { r = x * c0; } }
-        case 4u: { r = sqrt(x); }
+        case 4u: { r = f_sqrt(x); }
         case 5u: { r = pow_path(x, p[5], p[6], p[7], c0); }
         case 6u: {
             var t = x;

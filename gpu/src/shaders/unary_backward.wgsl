@@ -23,8 +23,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         case 4u: { r = g * (y * (1.0 - y)); }
         case 5u: { r = g * (1.0 - opaque(y * y)); }
         case 6u: { r = g * y; }
-        case 7u: { r = g / x; }
-        case 8u: { r = g / (2.0 * y); }
+        case 7u: { r = f_div(g, x); }
+        case 8u: { r = f_div(g, 2.0 * y); }
         case 9u: { r = 0.0; }
         case 10u: { r = g * (c0 * pow_path(x, p[5], p[6], p[7], c1)); }
         case 11u: {
