@@ -243,9 +243,10 @@ def print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, p
     exact mode against the register-only multiply-then-add ceiling, fast mode and PyTorch
     against the FMA peak (`benches/peak.rs`, per thread, times the thread count)."""
     print("\nArithmetic of each step: GFLOP = 2 × the multiply-adds of its products and convolutions, "
-          "counted by the backend; each rate is that over the median step time (GFLOP/s), then its "
-          "fraction of the ceiling (exact: multiply-then-add ceiling; fast and PyTorch: FMA peak; "
-          "one thread's ceiling × threads):\n")
+          "counted by the backend; each rate is that over the step's time (GFLOP/s: at one thread the "
+          "median CPU time of the calling thread, which other processes do not inflate; at more the "
+          "median wall time), then its fraction of the ceiling (exact: multiply-then-add ceiling; fast "
+          "and PyTorch: FMA peak; one thread's ceiling × threads):\n")
     head = ["step", "threads", "GFLOP", "PyTorch", "of FMA peak", "exact", "of exact ceiling", "fast",
             "of FMA peak"]
     print("| " + " | ".join(head) + " |")
@@ -264,17 +265,20 @@ def print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, p
             (n,) = madds
             gflop = 2 * n / 1e9
 
-            def cell(ms, peak):
+            def cell(values, peak):
+                """The rate over the rounds' median time (CPU time at one thread)."""
+                med = best_median(values, False)
+                ms = cpu_median(values) if t == 1 else None
+                ms = ms if ms is not None else (med and med[1])
                 if ms is None:
                     return ["—", "—"]
                 rate = gflop / (ms / 1e3)
                 return [f"{rate:.1f}", f"{rate / (peak * t):.2f}" if peak else "—"]
 
-            ref = best_median(collect(torch_rounds, f"models/step/{step}/torch/t{t}"), False)
-            cells = [STEP_NAMES.get(step, step), str(t), f"{gflop:.2f}"] + cell(ref and ref[1], fma)
+            ref = collect(torch_rounds, f"models/step/{step}/torch/t{t}")
+            cells = [STEP_NAMES.get(step, step), str(t), f"{gflop:.2f}"] + cell(ref, fma)
             for mode in ["exact", "fast"]:
-                mine = best_median(collect(our_rounds, f"models/step/{step}/{mode}/{isa[mode]}/t{t}"), False)
-                cells += cell(mine and mine[1], ceiling[mode])
+                cells += cell(collect(our_rounds, f"models/step/{step}/{mode}/{isa[mode]}/t{t}"), ceiling[mode])
             print("| " + " | ".join(cells) + " |")
 
 
