@@ -15,8 +15,10 @@ const WG: u32 = 64;
 /// the list [`adapters`] returns, or a part of its name (case-insensitive).
 pub const ADAPTER_ENV: &str = "EXACTGRAD_WGPU_ADAPTER";
 
-/// Why a [`crate::WgpuBackend`] could not be built.
+/// Why a [`crate::WgpuBackend`] could not be built (more reasons may come: match with a
+/// wildcard arm).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WgpuError {
     /// No Vulkan adapter was found (no driver, no device), or none matched
     /// `EXACTGRAD_WGPU_ADAPTER`.

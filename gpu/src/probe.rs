@@ -12,8 +12,10 @@ use std::fmt;
 /// and every pair of a list of edge values.
 const RANDOM: usize = 1 << 15;
 
-/// What the probes measured on a device.
+/// What the probes measured on a device (more findings may come: read it through its
+/// fields, never build it).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Findings {
     /// Inputs per probe.
     pub samples: usize,
