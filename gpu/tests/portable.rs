@@ -481,7 +481,7 @@ fn eval_portable_rejects_bad_arguments() {
 /// computed on the device from their index, no upload). Slow on lavapipe: run by
 /// `.ci/gpu-all`.
 #[test]
-#[ignore]
+#[ignore = "all 2^32 inputs take minutes on lavapipe; .ci/gpu-all runs it"]
 fn soft_sqrt_on_every_input() {
     let Some(dev) = backend(ComputeMode::Exact) else {
         return;
