@@ -403,19 +403,11 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
     }
 
     fn set_momentum(&mut self, momentum: f64) -> Result<()> {
-        for g in &self.groups {
-            validate(
-                "Adam::set_momentum",
-                &AdamConfig {
-                    betas: (momentum, g.config.betas.1),
-                    ..g.config
-                },
-            )?;
-        }
-        for g in &mut self.groups {
-            g.config.betas.0 = momentum;
-        }
-        Ok(())
+        super::change_groups(
+            &mut self.groups,
+            |c| c.betas.0 = momentum,
+            |c| validate("Adam::set_momentum", c),
+        )
     }
 
     fn group_lrs(&self) -> Vec<f64> {

@@ -297,6 +297,22 @@ fn check_new_group<B: Backend>(
     Ok(())
 }
 
+/// Applies `change` to every group's configuration when `check` accepts each changed
+/// configuration; otherwise changes nothing (`set_momentum` of the optimizers).
+fn change_groups<C: Copy>(
+    groups: &mut [GroupConfig<C>],
+    change: impl Fn(&mut C),
+    check: impl Fn(&C) -> Result<()>,
+) -> Result<()> {
+    for g in groups.iter() {
+        let mut c = g.config;
+        change(&mut c);
+        check(&c)?;
+    }
+    groups.iter_mut().for_each(|g| change(&mut g.config));
+    Ok(())
+}
+
 /// Checks `lrs` against the groups (one finite, non-negative rate each).
 fn check_group_lrs(op: &'static str, groups: usize, lrs: &[f64]) -> Result<()> {
     if lrs.len() != groups {

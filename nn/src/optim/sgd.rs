@@ -255,19 +255,11 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
     }
 
     fn set_momentum(&mut self, momentum: f64) -> Result<()> {
-        for g in &self.groups {
-            validate(
-                "Sgd::set_momentum",
-                &SgdConfig {
-                    momentum,
-                    ..g.config
-                },
-            )?;
-        }
-        for g in &mut self.groups {
-            g.config.momentum = momentum;
-        }
-        Ok(())
+        super::change_groups(
+            &mut self.groups,
+            |c| c.momentum = momentum,
+            |c| validate("Sgd::set_momentum", c),
+        )
     }
 
     fn group_lrs(&self) -> Vec<f64> {
