@@ -175,6 +175,29 @@ pub(super) trait Kernel {
         last: bool,
     );
 
+    /// One tile of exactly `rows` rows and all `NR` columns at `c` (row stride `ldc`), in
+    /// place, on a kernel of that many rows, when the kernel has one for `rows` (the
+    /// counts below `MR` other than `MH`): no row is computed for nothing and nothing
+    /// goes through a scratch tile. Returns whether it ran; the tile is untouched if not.
+    ///
+    /// # Safety
+    /// The contract of [`micro`] for a tile of `rows` rows of `NR` columns at `c` with
+    /// row stride `ldc`, and the CPU has the kernel's target features.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn short(
+        kc: usize,
+        a: *const f32,
+        al: APanel,
+        b: *const f32,
+        bstep: usize,
+        seg: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        load: bool,
+        last: bool,
+    ) -> bool;
+
     /// The lanes the edge kernel runs for `cols` columns: one, two or all `NR / W`.
     fn edge_lanes(cols: usize) -> usize {
         let (lanes, all) = (cols.div_ceil(Self::W), Self::NR / Self::W);
@@ -189,7 +212,7 @@ pub(super) trait Kernel {
 /// Declares a [`Kernel`]: the generic micro-kernel instantiated inside functions compiled
 /// with the path's target features, forming its products as `$step` does.
 macro_rules! kernel {
-    ($name:ident, $lane:ty, $mode:ty, $step:ty, $mr:literal, $mh:literal, $nv:literal $(, $feature:literal)?) => {
+    ($name:ident, $lane:ty, $mode:ty, $step:ty, $mr:literal, $mh:literal, $nv:literal, [$($short:literal),*] $(, $feature:literal)?) => {
         pub(super) struct $name;
 
         impl Kernel for $name {
@@ -299,22 +322,128 @@ macro_rules! kernel {
                     imp(kc, a, al, b, bstep, seg, c, ldc, rows <= $mh, Self::edge_lanes(cols), load, last)
                 }
             }
+
+            #[inline(always)]
+            unsafe fn short(
+                kc: usize,
+                a: *const f32,
+                al: APanel,
+                b: *const f32,
+                bstep: usize,
+                seg: usize,
+                c: *mut f32,
+                ldc: usize,
+                rows: usize,
+                load: bool,
+                last: bool,
+            ) -> bool {
+                #[inline(never)]
+                #[allow(clippy::too_many_arguments, unused_variables)]
+                $(#[target_feature(enable = $feature)])?
+                unsafe fn imp(
+                    kc: usize,
+                    a: *const f32,
+                    al: APanel,
+                    b: *const f32,
+                    bstep: usize,
+                    seg: usize,
+                    c: *mut f32,
+                    ldc: usize,
+                    rows: usize,
+                    load: bool,
+                    last: bool,
+                ) -> bool {
+                    match rows {
+                        $($short => {
+                            // SAFETY: `short`'s caller guarantees `micro`'s contract for
+                            // `rows` rows of NV lanes at `c` and the target features `imp`
+                            // is compiled with; this kernel has exactly `rows` rows.
+                            unsafe { micro::<$lane, $mode, $step, $short, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last) };
+                            true
+                        })*
+                        _ => false,
+                    }
+                }
+                // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
+                // contract for the tile at `c`, both guaranteed by the caller of `short`.
+                unsafe { imp(kc, a, al, b, bstep, seg, c, ldc, rows, load, last) }
+            }
         }
     };
 }
 
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx512Exact, F32x16, Exact, BroadcastMul, 6, 3, 4, "avx512f");
+kernel!(
+    Avx512Exact,
+    F32x16,
+    Exact,
+    BroadcastMul,
+    6,
+    3,
+    4,
+    [1, 2, 4, 5],
+    "avx512f"
+);
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx512Fast, F32x16, Fast, Broadcast, 6, 3, 4, "avx512f");
+kernel!(
+    Avx512Fast,
+    F32x16,
+    Fast,
+    Broadcast,
+    6,
+    3,
+    4,
+    [1, 2, 4, 5],
+    "avx512f"
+);
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx2Exact, F32x8, Exact, Broadcast, 6, 3, 2, "avx2,fma");
+kernel!(
+    Avx2Exact,
+    F32x8,
+    Exact,
+    Broadcast,
+    6,
+    3,
+    2,
+    [1, 2, 4, 5],
+    "avx2,fma"
+);
 #[cfg(target_arch = "x86_64")]
-kernel!(Avx2Fast, F32x8, Fast, Broadcast, 6, 3, 2, "avx2,fma");
+kernel!(
+    Avx2Fast,
+    F32x8,
+    Fast,
+    Broadcast,
+    6,
+    3,
+    2,
+    [1, 2, 4, 5],
+    "avx2,fma"
+);
 #[cfg(target_arch = "x86_64")]
-kernel!(V128Exact, F32x4, Exact, Broadcast, 6, 3, 2, "sse2");
+kernel!(
+    V128Exact,
+    F32x4,
+    Exact,
+    Broadcast,
+    6,
+    3,
+    2,
+    [1, 2, 4, 5],
+    "sse2"
+);
 #[cfg(target_arch = "x86_64")]
-kernel!(V128Fast, F32x4, Fast, Broadcast, 6, 3, 2, "sse2,fma");
+kernel!(
+    V128Fast,
+    F32x4,
+    Fast,
+    Broadcast,
+    6,
+    3,
+    2,
+    [1, 2, 4, 5],
+    "sse2,fma"
+);
 // NEON (`docs/gemm.md` §3): 12 columns (three lanes) in both modes; fast mode keeps
 // 8 × 12 accumulators (24 of the 32 vector registers, plus 3 B lanes and the A values),
 // exact mode 6 × 12, since its separate products need registers of their own and LLVM
@@ -328,6 +457,7 @@ kernel!(
     6,
     3,
     3,
+    [1, 2, 4, 5],
     "neon"
 );
 #[cfg(target_arch = "aarch64")]
@@ -339,14 +469,15 @@ kernel!(
     8,
     4,
     3,
+    [1, 2, 3, 5, 6, 7],
     "neon"
 );
-kernel!(ScalarExact, f32, Exact, Broadcast, 4, 2, 4);
-kernel!(ScalarFast, f32, Fast, Broadcast, 4, 2, 4);
+kernel!(ScalarExact, f32, Exact, Broadcast, 4, 2, 4, []);
+kernel!(ScalarFast, f32, Fast, Broadcast, 4, 2, 4, []);
 // The scalar fast kernel with the FMA instruction instead of a call to the C library's
 // `fmaf` (both are the correctly rounded fused multiply-add: the same bits).
 #[cfg(target_arch = "x86_64")]
-kernel!(ScalarFastFma, f32, Fast, Broadcast, 4, 2, 4, "fma");
+kernel!(ScalarFastFma, f32, Fast, Broadcast, 4, 2, 4, [], "fma");
 
 /// The register-tiled micro-kernel: `MR × NV` lanes of accumulators, `kc` steps.
 ///

@@ -135,6 +135,9 @@ fn check<K: Kernel, M: ModeSpec>(name: &str) {
         (1, 2 * K::NR, 9, DIRECT_B_MAX_ROWS),
         // One block of A over several panels: B packed panel by panel as the tiles go.
         (1, DIRECT_B_MAX_ROWS + 2, 70, 2 * K::NR + 5),
+        // Last tiles of MR − 2 and MR − 1 rows over whole panels: the short kernels.
+        (1, 2 * K::MR + K::MR - 2, 40, 2 * K::NR),
+        (2, K::MR + K::MR - 1, 21, K::NR + 1),
     ];
     for blk in blocks {
         for &(batch, m, k, n) in &shapes {
