@@ -65,9 +65,8 @@ STEP_NAMES = {"conv_net": "conv net", "encoder": "encoder", "crnn": "CRNN", "res
 
 
 def parse(text):
-    """(label -> (median, cpu or None), label -> hash); a step's multiply-adds go to the
-    hashes under `label + "#madds"`."""
-    values, hashes = {}, {}
+    """(label -> (median, cpu or None), label -> hash, label -> multiply-adds per step)."""
+    values, hashes, madds = {}, {}, {}
     for line in text.splitlines():
         line = line.strip()
         m = LINE.match(line)
@@ -81,8 +80,8 @@ def parse(text):
             continue
         m = ARITH.match(line)
         if m:
-            hashes[m.group("label") + "#madds"] = int(m.group("madds"))
-    return values, hashes
+            madds[m.group("label")] = int(m.group("madds"))
+    return values, hashes, madds
 
 
 def run(cmd, env=None):
@@ -169,20 +168,21 @@ def python_refs(args, threads):
 
 
 def ours(args, threads):
-    res, hashes = {}, {}
+    res, hashes, madds = {}, {}, {}
     t_alt = "|".join(f"t{t}" for t in threads)
     if "models" in args.what:
         steps = "|".join(args.steps)
-        v, h = parse(run(["cargo", "bench", "-q", "--bench", "models", "--",
-                          f"models/step/({steps})/.*/({t_alt})$"]))
+        v, h, n = parse(run(["cargo", "bench", "-q", "--bench", "models", "--",
+                             f"models/step/({steps})/.*/({t_alt})$"]))
         res.update(v)
         hashes.update(h)
+        madds.update(n)
     if "gemm" in args.what:
         isa = widest_isa() or "[a-z0-9]+"
         shapes = "|".join(s for s, _ in GEMM_SHAPES)
         res.update(parse(run(["cargo", "bench", "-q", "--bench", "gemm", "--",
                               f"(exact|fast)/{isa}/({t_alt})/({shapes})$"]))[0])
-    return res, hashes
+    return res, hashes, madds
 
 
 def path_of(rounds, prefix, suffix):
@@ -237,7 +237,7 @@ def hash_cell(hashes, labels):
     return f"`{h}`" + ("" if not other or other == seen else " (≠ other thread count)")
 
 
-def print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, peaks):
+def print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_madds, peaks):
     """The arithmetic of each step (the multiply-adds its products perform, as the backend
     counted them) and the rate each side reaches, as a fraction of the path's ceiling:
     exact mode against the register-only multiply-then-add ceiling, fast mode and PyTorch
@@ -255,8 +255,8 @@ def print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, p
     ceiling = {"exact": peaks.get(f"peak/exact/{isa['exact']}"), "fast": fma}
     for step in args.steps:
         for t in threads:
-            madds = {our_hashes[r].get(f"models/step/{step}/{m}/{isa[m]}/t{t}#madds")
-                     for r in range(len(our_hashes)) for m in ["exact", "fast"]} - {None}
+            madds = {r.get(f"models/step/{step}/{m}/{isa[m]}/t{t}")
+                     for r in our_madds for m in ["exact", "fast"]} - {None}
             if not madds:
                 continue
             if len(madds) > 1:
@@ -299,7 +299,7 @@ def main():
     up_before = uptime()
     run(["cargo", "bench", "--no-run", "-q", "--bench", "models", "--bench", "gemm", "--bench", "peak"])
     peaks = parse_peak(run(["cargo", "bench", "-q", "--bench", "peak"]))
-    torch_rounds, our_rounds, our_hashes = [], [], []
+    torch_rounds, our_rounds, our_hashes, our_madds = [], [], [], []
     for r in range(args.rounds):
         print(f"round {r + 1} of {args.rounds}: {uptime()}", file=sys.stderr, flush=True)
         order = ["torch", "ours"] if r % 2 == 0 else ["ours", "torch"]
@@ -307,9 +307,10 @@ def main():
             if who == "torch":
                 torch_rounds.append(python_refs(args, threads))
             else:
-                v, h = ours(args, threads)
+                v, h, n = ours(args, threads)
                 our_rounds.append(v)
                 our_hashes.append(h)
+                our_madds.append(n)
     up_after = uptime()
 
     print(f"\nCPU: {cpu_model()} ({os.cpu_count()} logical CPUs)")
@@ -358,7 +359,7 @@ def main():
                 print(f"| {STEP_NAMES.get(step, step)} | {c(cpu['torch'])} | {c(cpu['exact'])} | {s(cpu['exact'])}"
                       f" | {c(cpu['fast'])} | {s(cpu['fast'])} |")
 
-        print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_hashes, peaks)
+        print_arithmetic(args, threads, isa, torch_rounds, our_rounds, our_madds, peaks)
 
     if "gemm" in args.what:
         gisa = {m: path_of(our_rounds, f"gemm/{m}/", f"/t{threads[0]}/{GEMM_SHAPES[0][0]}") for m in ["exact", "fast"]}
