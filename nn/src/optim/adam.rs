@@ -1,8 +1,8 @@
 //! Adam and AdamW.
 
 use super::{
-    build_groups, check_group_lrs, check_new_group, check_non_negative, powi_f64, refuse_foreign,
-    GroupConfig, Optimizer, ParamGroup,
+    build_groups, check_new_group, check_non_negative, lrs_of, powi_f64, refuse_foreign,
+    set_all_lrs, set_lrs_of, GroupConfig, GroupLr, Optimizer, ParamGroup,
 };
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
@@ -387,11 +387,7 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
     }
 
     fn set_lr(&mut self, lr: f64) -> Result<()> {
-        check_non_negative("Adam::set_lr", "lr", lr)?;
-        for g in &mut self.groups {
-            g.config.lr = lr;
-        }
-        Ok(())
+        set_all_lrs("Adam::set_lr", &mut self.groups, lr)
     }
 
     fn num_param_groups(&self) -> usize {
@@ -411,15 +407,11 @@ impl<B: Backend> Optimizer<B> for Adam<B> {
     }
 
     fn group_lrs(&self) -> Vec<f64> {
-        self.groups.iter().map(|g| g.config.lr).collect()
+        lrs_of(&self.groups)
     }
 
     fn set_group_lrs(&mut self, lrs: &[f64]) -> Result<()> {
-        check_group_lrs("Adam::set_group_lrs", self.groups.len(), lrs)?;
-        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
-            g.config.lr = lr;
-        }
-        Ok(())
+        set_lrs_of("Adam::set_group_lrs", &mut self.groups, lrs)
     }
 
     fn add_param_group(&mut self, group: ParamGroup<B>) -> Result<()> {
@@ -617,5 +609,14 @@ impl<B: Backend> Optimizer<B> for AdamW<B> {
     fn load_state_dict(&mut self, state: &TensorFile) -> Result<()> {
         self.inner
             .restore_state_as("AdamW::load_state_dict", "AdamW", state)
+    }
+}
+
+impl GroupLr for AdamConfig {
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn lr_mut(&mut self) -> &mut f64 {
+        &mut self.lr
     }
 }

@@ -313,6 +313,40 @@ fn change_groups<C: Copy>(
     Ok(())
 }
 
+/// A group configuration's learning rate, which the optimizers read and set alike.
+trait GroupLr {
+    /// The rate.
+    fn lr(&self) -> f64;
+    /// The rate, to set.
+    fn lr_mut(&mut self) -> &mut f64;
+}
+
+/// Every group's learning rate, group after group (`Optimizer::group_lrs`).
+fn lrs_of<C: GroupLr>(groups: &[GroupConfig<C>]) -> Vec<f64> {
+    groups.iter().map(|g| g.config.lr()).collect()
+}
+
+/// Sets every group's learning rate to `lr` after checking it (`Optimizer::set_lr`).
+fn set_all_lrs<C: GroupLr>(op: &'static str, groups: &mut [GroupConfig<C>], lr: f64) -> Result<()> {
+    check_non_negative(op, "lr", lr)?;
+    groups.iter_mut().for_each(|g| *g.config.lr_mut() = lr);
+    Ok(())
+}
+
+/// Sets group `i`'s learning rate to `lrs[i]` after checking all of them
+/// (`Optimizer::set_group_lrs`); changes nothing when any is refused.
+fn set_lrs_of<C: GroupLr>(
+    op: &'static str,
+    groups: &mut [GroupConfig<C>],
+    lrs: &[f64],
+) -> Result<()> {
+    check_group_lrs(op, groups.len(), lrs)?;
+    for (g, &lr) in groups.iter_mut().zip(lrs) {
+        *g.config.lr_mut() = lr;
+    }
+    Ok(())
+}
+
 /// Checks `lrs` against the groups (one finite, non-negative rate each).
 fn check_group_lrs(op: &'static str, groups: usize, lrs: &[f64]) -> Result<()> {
     if lrs.len() != groups {

@@ -1,8 +1,8 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
 use super::{
-    build_groups, check_group_lrs, check_new_group, check_non_negative, refuse_foreign,
-    GroupConfig, Optimizer, ParamGroup,
+    build_groups, check_new_group, check_non_negative, lrs_of, refuse_foreign, set_all_lrs,
+    set_lrs_of, GroupConfig, GroupLr, Optimizer, ParamGroup,
 };
 use crate::checkpoint::TensorFile;
 use crate::error::{Error, Result};
@@ -239,11 +239,7 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
     }
 
     fn set_lr(&mut self, lr: f64) -> Result<()> {
-        check_non_negative("Sgd::set_lr", "lr", lr)?;
-        for g in &mut self.groups {
-            g.config.lr = lr;
-        }
-        Ok(())
+        set_all_lrs("Sgd::set_lr", &mut self.groups, lr)
     }
 
     fn num_param_groups(&self) -> usize {
@@ -263,15 +259,11 @@ impl<B: Backend> Optimizer<B> for Sgd<B> {
     }
 
     fn group_lrs(&self) -> Vec<f64> {
-        self.groups.iter().map(|g| g.config.lr).collect()
+        lrs_of(&self.groups)
     }
 
     fn set_group_lrs(&mut self, lrs: &[f64]) -> Result<()> {
-        check_group_lrs("Sgd::set_group_lrs", self.groups.len(), lrs)?;
-        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
-            g.config.lr = lr;
-        }
-        Ok(())
+        set_lrs_of("Sgd::set_group_lrs", &mut self.groups, lrs)
     }
 
     fn add_param_group(&mut self, group: ParamGroup<B>) -> Result<()> {
@@ -361,4 +353,13 @@ fn step_group<B: Backend>(
         }
     }
     Ok(())
+}
+
+impl GroupLr for SgdConfig {
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn lr_mut(&mut self) -> &mut f64 {
+        &mut self.lr
+    }
 }
