@@ -187,6 +187,21 @@ fn suite_col2im() {
 }
 
 #[test]
+fn suite_depthwise_conv() {
+    suite(Kernel::DepthwiseConv)
+}
+
+#[test]
+fn suite_depthwise_grad_input() {
+    suite(Kernel::DepthwiseGradInput)
+}
+
+#[test]
+fn suite_depthwise_grad_weight() {
+    suite(Kernel::DepthwiseGradWeight)
+}
+
+#[test]
 fn suite_attention_scores() {
     suite(Kernel::AttentionScores)
 }

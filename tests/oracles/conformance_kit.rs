@@ -19,10 +19,19 @@ use std::sync::{Arc, Mutex};
 
 /// The scalar reference with a call counter per kernel (indexed like `Kernel::ALL`) and
 /// the set of unary operators (`kernel: op`) it was called with.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Counting {
-    calls: Arc<[AtomicUsize; Kernel::ALL.len()]>,
+    calls: Arc<[AtomicUsize]>,
     ops: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl Default for Counting {
+    fn default() -> Self {
+        Self {
+            calls: Kernel::ALL.iter().map(|_| AtomicUsize::new(0)).collect(),
+            ops: Arc::default(),
+        }
+    }
 }
 
 impl Counting {

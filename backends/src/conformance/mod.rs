@@ -207,6 +207,18 @@ macro_rules! conformance_tests {
                 run(Kernel::Col2im)
             }
             #[test]
+            fn depthwise_conv() {
+                run(Kernel::DepthwiseConv)
+            }
+            #[test]
+            fn depthwise_grad_input() {
+                run(Kernel::DepthwiseGradInput)
+            }
+            #[test]
+            fn depthwise_grad_weight() {
+                run(Kernel::DepthwiseGradWeight)
+            }
+            #[test]
             fn attention_scores() {
                 run(Kernel::AttentionScores)
             }

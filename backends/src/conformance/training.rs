@@ -41,6 +41,12 @@ pub enum TrainCall {
     Im2col(Col2imSpec),
     /// `col2im`.
     Col2im(Col2imSpec),
+    /// `depthwise_conv` (the spec's `c` channels, one filter each).
+    DepthwiseConv(Col2imSpec),
+    /// `depthwise_grad_input`.
+    DepthwiseGradInput(Col2imSpec),
+    /// `depthwise_grad_weight`, added to a gradient of random values.
+    DepthwiseGradWeight(Col2imSpec),
     /// `attention_scores`, with a mask of the given kind read through a view of shape
     /// `[batch, L, S]` (broadcast dimensions and strides as the kit's views).
     AttentionScores(AttentionScoresSpec, Option<(ScoreMask, View)>),
@@ -76,6 +82,9 @@ impl TrainCall {
             TrainCall::AdaptiveAvgPool2dBackward(..) => Kernel::AdaptiveAvgPool2dBackward,
             TrainCall::Im2col(..) => Kernel::Im2col,
             TrainCall::Col2im(..) => Kernel::Col2im,
+            TrainCall::DepthwiseConv(..) => Kernel::DepthwiseConv,
+            TrainCall::DepthwiseGradInput(..) => Kernel::DepthwiseGradInput,
+            TrainCall::DepthwiseGradWeight(..) => Kernel::DepthwiseGradWeight,
             TrainCall::AttentionScores(..) => Kernel::AttentionScores,
             TrainCall::DropoutMask { .. } => Kernel::DropoutMask,
             TrainCall::SgdStep(..) => Kernel::SgdStep,
@@ -268,6 +277,9 @@ pub fn random_call(kernel: Kernel, rng: &mut Philox, big: bool) -> TrainCall {
         }
         Kernel::Im2col => TrainCall::Im2col(col_spec(rng, big)),
         Kernel::Col2im => TrainCall::Col2im(col_spec(rng, big)),
+        Kernel::DepthwiseConv => TrainCall::DepthwiseConv(col_spec(rng, big)),
+        Kernel::DepthwiseGradInput => TrainCall::DepthwiseGradInput(col_spec(rng, big)),
+        Kernel::DepthwiseGradWeight => TrainCall::DepthwiseGradWeight(col_spec(rng, big)),
         Kernel::AttentionScores => {
             let (batch, l, s) = (
                 below(rng, 4),
@@ -422,6 +434,22 @@ pub fn inputs<R: Backend>(
         TrainCall::Col2im(s) => (
             vec![vals(0, s.c * s.kh * s.kw * s.oh * s.ow)],
             s.c * s.h * s.w,
+        ),
+        TrainCall::DepthwiseConv(s) => (
+            vec![vals(0, s.c * s.h * s.w), vals(1, s.c * s.kh * s.kw)],
+            s.c * s.oh * s.ow,
+        ),
+        TrainCall::DepthwiseGradInput(s) => (
+            vec![vals(0, s.c * s.oh * s.ow), vals(1, s.c * s.kh * s.kw)],
+            s.c * s.h * s.w,
+        ),
+        TrainCall::DepthwiseGradWeight(s) => (
+            vec![
+                vals(0, s.c * s.oh * s.ow),
+                vals(1, s.c * s.h * s.w),
+                vals(2, s.c * s.kh * s.kw),
+            ],
+            s.c * s.kh * s.kw,
         ),
         TrainCall::AttentionScores(s, mask) => {
             let mut bufs = vec![vals(0, s.rows * s.s)];
@@ -588,6 +616,25 @@ pub fn run<B: Backend>(
             let cols = up(0)?;
             let mut o = backend.storage_from_vec(out)?;
             backend.col2im(s, B::view(&cols), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
+        TrainCall::DepthwiseConv(s) => {
+            let (x, w) = (up(0)?, up(1)?);
+            let mut o = backend.storage_from_vec(out)?;
+            backend.depthwise_conv(s, B::view(&x), B::view(&w), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
+        TrainCall::DepthwiseGradInput(s) => {
+            let (g, w) = (up(0)?, up(1)?);
+            let mut o = backend.storage_from_vec(out)?;
+            backend.depthwise_grad_input(s, B::view(&g), B::view(&w), B::view_mut(&mut o))?;
+            B::storage_to_vec(&o)?
+        }
+        TrainCall::DepthwiseGradWeight(s) => {
+            let (g, x) = (up(0)?, up(1)?);
+            out.copy_from_slice(&b[2]);
+            let mut o = backend.storage_from_vec(out)?;
+            backend.depthwise_grad_weight(s, B::view(&g), B::view(&x), B::view_mut(&mut o))?;
             B::storage_to_vec(&o)?
         }
         TrainCall::AttentionScores(s, mask) => {

@@ -434,6 +434,24 @@ impl<M: CpuMode> BackendImpl for CpuBackend<M> {
         Ok(())
     }
 
+    fn depthwise_conv_impl(&self, args: Checked<DepthwiseArgs<'_>>) -> Result<()> {
+        let DepthwiseArgs { spec, x, w, out } = args.into_inner();
+        train::depthwise_conv::<M>(self.isa, &self.ctx, spec, x, w, out);
+        Ok(())
+    }
+
+    fn depthwise_grad_input_impl(&self, args: Checked<DepthwiseGradInputArgs<'_>>) -> Result<()> {
+        let DepthwiseGradInputArgs { spec, g, w, gx } = args.into_inner();
+        train::depthwise_grad_input::<M>(self.isa, &self.ctx, spec, g, w, gx);
+        Ok(())
+    }
+
+    fn depthwise_grad_weight_impl(&self, args: Checked<DepthwiseGradWeightArgs<'_>>) -> Result<()> {
+        let DepthwiseGradWeightArgs { spec, g, x, gw } = args.into_inner();
+        train::depthwise_grad_weight::<M>(self.isa, &self.ctx, spec, g, x, gw);
+        Ok(())
+    }
+
     fn attention_scores_impl(&self, args: Checked<AttentionScoresArgs<'_>>) -> Result<()> {
         let AttentionScoresArgs { spec, scores, mask } = args.into_inner();
         train::attention_scores(self.isa, &self.ctx, M::MODE, spec, scores, mask);

@@ -50,10 +50,11 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use exactgrad_core::backend::{
     AdamStepArgs, AdaptiveAvgPool2dArgs, AdaptiveAvgPool2dBackwardArgs, AttentionScoresArgs,
     AvgPool2dArgs, AvgPool2dBackwardArgs, BinaryArgs, Checked, Col2imArgs, CopyStridedArgs,
-    DigestArgs, DropoutMaskArgs, GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MatmulAccArgs, MatmulArgs, MatmulSpec, MaxPool2dArgs,
-    MaxPool2dBackwardArgs, NormBackwardArgs, NormForwardArgs, NormStatsArgs, SelectArgs,
-    SgdStepArgs, SoftmaxArgs, SoftmaxBackwardArgs, SumArgs, UnaryArgs, UnaryBackwardArgs,
+    DepthwiseArgs, DepthwiseGradInputArgs, DepthwiseGradWeightArgs, DigestArgs, DropoutMaskArgs,
+    GruCellArgs, GruCellBackwardArgs, Im2colArgs, LstmCellArgs, LstmCellBackwardArgs,
+    MatmulAccArgs, MatmulArgs, MatmulSpec, MaxPool2dArgs, MaxPool2dBackwardArgs, NormBackwardArgs,
+    NormForwardArgs, NormStatsArgs, SelectArgs, SgdStepArgs, SoftmaxArgs, SoftmaxBackwardArgs,
+    SumArgs, UnaryArgs, UnaryBackwardArgs,
 };
 use exactgrad_core::Result;
 use exactgrad_core::{BackendImpl, BinaryOp, ComputeMode, Layout, UnaryOp};

@@ -427,6 +427,97 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
         Self::with_host_mut(image, |image| kernels::col2im(mode, spec, &cols, image))
     }
 
+    /// [`Backend::depthwise_conv`] on checked arguments. The default is the definition:
+    /// [`BackendImpl::im2col_impl`] into a scratch column matrix, then one
+    /// [`BackendImpl::matmul_impl`] batched over the channels (`[1, KH·KW] · [KH·KW,
+    /// OH·OW]` each).
+    fn depthwise_conv_impl(&self, args: Checked<DepthwiseArgs<'_, Self::Views>>) -> Result<()> {
+        let DepthwiseArgs { spec, x, w, out } = args.into_inner();
+        let (kk, p) = (spec.kh * spec.kw, spec.oh * spec.ow);
+        if out.is_empty() {
+            return Ok(());
+        }
+        // The checked sizes: the column matrix `c·kk·p` is representable.
+        let mut cols = self.uninit(spec.c * kk * p)?;
+        self.im2col_impl(Checked::new(Im2colArgs {
+            spec,
+            image: Self::shorten(x),
+            cols: Self::view_mut(&mut cols),
+        }))?;
+        let product = depthwise_product(spec, false);
+        self.matmul_impl(Checked::new(MatmulArgs {
+            spec: &product,
+            a: Self::shorten(w),
+            b: Self::view(&cols),
+            out: Self::shorten_mut(out),
+        }))
+    }
+
+    /// [`Backend::depthwise_grad_input`] on checked arguments. The default is the
+    /// definition: one [`BackendImpl::matmul_impl`] batched over the channels (`[KH·KW,
+    /// 1] · [1, OH·OW]` each) into a scratch column matrix, then
+    /// [`BackendImpl::col2im_impl`].
+    fn depthwise_grad_input_impl(
+        &self,
+        args: Checked<DepthwiseGradInputArgs<'_, Self::Views>>,
+    ) -> Result<()> {
+        let DepthwiseGradInputArgs { spec, g, w, gx } = args.into_inner();
+        let (kk, p) = (spec.kh * spec.kw, spec.oh * spec.ow);
+        let mut cols = self.uninit(spec.c * kk * p)?;
+        if spec.c * kk * p > 0 {
+            let product = depthwise_product(spec, true);
+            self.matmul_impl(Checked::new(MatmulArgs {
+                spec: &product,
+                a: Self::shorten(w),
+                b: Self::shorten(g),
+                out: Self::view_mut(&mut cols),
+            }))?;
+        }
+        self.col2im_impl(Checked::new(Col2imArgs {
+            spec,
+            cols: Self::view(&cols),
+            image: Self::shorten_mut(gx),
+        }))
+    }
+
+    /// [`Backend::depthwise_grad_weight`] on checked arguments. The default is the
+    /// definition: [`BackendImpl::im2col_impl`] into a scratch column matrix, then one
+    /// [`BackendImpl::matmul_acc_impl`] batched over the channels (`[KH·KW, OH·OW] ·
+    /// [OH·OW, 1]` each, one segment).
+    fn depthwise_grad_weight_impl(
+        &self,
+        args: Checked<DepthwiseGradWeightArgs<'_, Self::Views>>,
+    ) -> Result<()> {
+        let DepthwiseGradWeightArgs { spec, g, x, gw } = args.into_inner();
+        let (kk, p) = (spec.kh * spec.kw, spec.oh * spec.ow);
+        if p == 0 || gw.is_empty() {
+            return Ok(());
+        }
+        let mut cols = self.uninit(spec.c * kk * p)?;
+        self.im2col_impl(Checked::new(Im2colArgs {
+            spec,
+            image: Self::shorten(x),
+            cols: Self::view_mut(&mut cols),
+        }))?;
+        let product = MatmulSpec {
+            batch: spec.c,
+            m: kk,
+            k: p,
+            n: 1,
+            a_offset: 0,
+            a_strides: [kk * p, p, 1],
+            b_offset: 0,
+            b_strides: [p, 1, p],
+        };
+        self.matmul_acc_impl(Checked::new(MatmulAccArgs {
+            spec: &product,
+            seg: p,
+            a: Self::view(&cols),
+            b: Self::shorten(g),
+            out: Self::shorten_mut(gw),
+        }))
+    }
+
     /// [`Backend::attention_scores`] on checked arguments.
     fn attention_scores_impl(
         &self,
@@ -518,5 +609,35 @@ pub fn with_opt_host_mut<B: BackendImpl, R>(
     match v {
         Some(v) => B::with_host_mut(v, |v| f(Some(v))),
         None => Ok(f(None)),
+    }
+}
+
+/// The per-channel product of a depthwise convolution over its column matrix: the
+/// forward `w_c · cols_c` (`[1, KH·KW] · [KH·KW, OH·OW]`) or, `transposed`, the input
+/// gradient's `w_cᵀ · g_c` (`[KH·KW, 1] · [1, OH·OW]`), batched over the channels.
+fn depthwise_product(spec: &Col2imSpec, transposed: bool) -> MatmulSpec {
+    let (kk, p) = (spec.kh * spec.kw, spec.oh * spec.ow);
+    if transposed {
+        MatmulSpec {
+            batch: spec.c,
+            m: kk,
+            k: 1,
+            n: p,
+            a_offset: 0,
+            a_strides: [kk, 1, kk],
+            b_offset: 0,
+            b_strides: [p, p, 1],
+        }
+    } else {
+        MatmulSpec {
+            batch: spec.c,
+            m: 1,
+            k: kk,
+            n: p,
+            a_offset: 0,
+            a_strides: [kk, kk, 1],
+            b_offset: 0,
+            b_strides: [kk * p, p, 1],
+        }
     }
 }

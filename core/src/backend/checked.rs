@@ -499,6 +499,67 @@ pub trait Backend: BackendImpl + sealed::Sealed {
         }))
     }
 
+    /// The depthwise convolution of one contiguous item `x` `[C, H, W]` (one filter per
+    /// channel: `groups = C = O`) with `w` `[C, KH·KW]` into `out` `[C, OH·OW]`; the bits
+    /// of [`Backend::im2col`] followed by the per-channel [`Backend::matmul`] of the
+    /// filter row and the channel's column rows (`docs/conv.md` §1), which is also the
+    /// default implementation.
+    fn depthwise_conv(
+        &self,
+        spec: &Col2imSpec,
+        x: ViewOf<'_, Self>,
+        w: ViewOf<'_, Self>,
+        out: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
+        spec.check_depthwise("depthwise_conv", x.len(), w.len(), out.len())?;
+        self.depthwise_conv_impl(Checked::new(DepthwiseArgs {
+            spec,
+            x: Self::shorten(x),
+            w: Self::shorten(w),
+            out: Self::shorten_mut(out),
+        }))
+    }
+
+    /// The input gradient of [`Backend::depthwise_conv`] for one item: `gx` `[C, H, W]`
+    /// (overwritten) from `g` `[C, OH·OW]` and `w` `[C, KH·KW]`; the bits of the
+    /// per-channel [`Backend::matmul`] `w_cᵀ · g_c` followed by [`Backend::col2im`].
+    fn depthwise_grad_input(
+        &self,
+        spec: &Col2imSpec,
+        g: ViewOf<'_, Self>,
+        w: ViewOf<'_, Self>,
+        gx: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
+        spec.check_depthwise("depthwise_grad_input", gx.len(), w.len(), g.len())?;
+        self.depthwise_grad_input_impl(Checked::new(DepthwiseGradInputArgs {
+            spec,
+            g: Self::shorten(g),
+            w: Self::shorten(w),
+            gx: Self::shorten_mut(gx),
+        }))
+    }
+
+    /// Adds one item's weight gradient of [`Backend::depthwise_conv`] into `gw`
+    /// `[C, KH·KW]`: per channel and tap, the sum over the output positions of column ×
+    /// `g` from +0 in increasing position, added to `gw` (NaN canonicalised in exact
+    /// mode); the bits of [`Backend::im2col`] and one [`Backend::matmul_acc`] segment per
+    /// item. With no output positions nothing is added.
+    fn depthwise_grad_weight(
+        &self,
+        spec: &Col2imSpec,
+        g: ViewOf<'_, Self>,
+        x: ViewOf<'_, Self>,
+        gw: ViewMutOf<'_, Self>,
+    ) -> Result<()> {
+        spec.check_depthwise("depthwise_grad_weight", x.len(), gw.len(), g.len())?;
+        self.depthwise_grad_weight_impl(Checked::new(DepthwiseGradWeightArgs {
+            spec,
+            g: Self::shorten(g),
+            x: Self::shorten(x),
+            gw: Self::shorten_mut(gw),
+        }))
+    }
+
     /// The attention scores of `docs/arithmetic.md` §5 in place: `scores` holds the
     /// products `T` (`[rows, S]`) and receives `(T ⊗ scale)` with the mask (a layout
     /// broadcast to `[…, L, S]` over its buffer) and the causal `−∞`.

@@ -378,6 +378,16 @@ kernel_args! {
     Im2colArgs<'a, F> { spec: &'a Col2imSpec, image: F::View<'a>, cols: F::ViewMut<'a> }
     /// The arguments of [`Backend::col2im`].
     Col2imArgs<'a, F> { spec: &'a Col2imSpec, cols: F::View<'a>, image: F::ViewMut<'a> }
+    /// The arguments of [`Backend::depthwise_conv`].
+    DepthwiseArgs<'a, F> { spec: &'a Col2imSpec, x: F::View<'a>, w: F::View<'a>, out: F::ViewMut<'a> }
+    /// The arguments of [`Backend::depthwise_grad_input`].
+    DepthwiseGradInputArgs<'a, F> {
+        spec: &'a Col2imSpec, g: F::View<'a>, w: F::View<'a>, gx: F::ViewMut<'a>,
+    }
+    /// The arguments of [`Backend::depthwise_grad_weight`].
+    DepthwiseGradWeightArgs<'a, F> {
+        spec: &'a Col2imSpec, g: F::View<'a>, x: F::View<'a>, gw: F::ViewMut<'a>,
+    }
     /// The arguments of [`Backend::attention_scores`].
     AttentionScoresArgs<'a, F> {
         spec: &'a AttentionScoresSpec, scores: F::ViewMut<'a>,

@@ -364,6 +364,33 @@ impl Col2imSpec {
         Ok(())
     }
 
+    /// Checks the sizes as [`Col2imSpec::check`] does for the column matrix these
+    /// channels would have, and the buffers of a depthwise convolution: `image` holds
+    /// `c·h·w` elements, `filters` `c·kh·kw` and `plane` (the output or its gradient)
+    /// `c·oh·ow`.
+    pub fn check_depthwise(
+        &self,
+        op: &'static str,
+        image: usize,
+        filters: usize,
+        plane: usize,
+    ) -> Result<()> {
+        let cols = checked_product(op, "cols", &[self.c, self.kh, self.kw, self.oh, self.ow])?;
+        self.check(op, image, cols)?;
+        check_len(
+            op,
+            "w",
+            filters,
+            checked_product(op, "w", &[self.c, self.kh, self.kw])?,
+        )?;
+        check_len(
+            op,
+            "out",
+            plane,
+            checked_product(op, "out", &[self.c, self.oh, self.ow])?,
+        )
+    }
+
     /// The input row (or column) of output position `o`, tap `i`: `Some(o·s + i·d − p)`
     /// when inside `[0, size)`.
     #[inline(always)]

@@ -10,6 +10,9 @@ pub(super) fn conv_grad_input<B: Backend>(
     w: &Tensor<B>,
     g: &ConvGeom,
 ) -> Result<Tensor<B>> {
+    if is_depthwise(g) {
+        return depthwise_grad_input(be, gy, w, g);
+    }
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let chw = g.chw();
@@ -112,6 +115,9 @@ pub(super) fn conv_grad_weight<B: Backend>(
     x: &Tensor<B>,
     g: &ConvGeom,
 ) -> Result<Tensor<B>> {
+    if is_depthwise(g) {
+        return depthwise_grad_weight(be, gy, x, g);
+    }
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     // The transposed weight gradient `[G, K, O/G]`, from +0.

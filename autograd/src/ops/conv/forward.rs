@@ -16,6 +16,9 @@ pub(super) fn conv_forward_raw<B: Backend>(
     w: &Tensor<B>,
     g: &ConvGeom,
 ) -> Result<Tensor<B>> {
+    if is_depthwise(g) {
+        return depthwise_forward(be, x, w, g);
+    }
     let (o, p, k, og) = (g.o, g.p(), g.k(), g.og());
     let ck = g.c * g.kh * g.kw;
     let mut out = be.uninit(g.n * o * p)?;

@@ -36,6 +36,7 @@
 
 mod backward;
 mod cols;
+mod depthwise;
 mod forward;
 mod geom;
 mod transpose;
@@ -52,6 +53,7 @@ use exactgrad_core::{Backend, BinaryOp, Layout, Shape, ViewMutOf, ViewOf};
 
 use backward::*;
 use cols::*;
+use depthwise::*;
 use forward::*;
 use geom::*;
 use transpose::*;

@@ -67,6 +67,12 @@ pub enum Kernel {
     Im2col,
     /// [`Backend::col2im`](exactgrad_core::Backend::col2im).
     Col2im,
+    /// [`Backend::depthwise_conv`](exactgrad_core::Backend::depthwise_conv).
+    DepthwiseConv,
+    /// [`Backend::depthwise_grad_input`](exactgrad_core::Backend::depthwise_grad_input).
+    DepthwiseGradInput,
+    /// [`Backend::depthwise_grad_weight`](exactgrad_core::Backend::depthwise_grad_weight).
+    DepthwiseGradWeight,
     /// [`Backend::attention_scores`](exactgrad_core::Backend::attention_scores).
     AttentionScores,
     /// [`Backend::dropout_mask`](exactgrad_core::Backend::dropout_mask).
@@ -81,7 +87,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in the order of the trait.
-    pub const ALL: [Kernel; 30] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::CopyStrided,
         Kernel::Unary,
         Kernel::UnaryBackward,
@@ -107,6 +113,9 @@ impl Kernel {
         Kernel::AdaptiveAvgPool2dBackward,
         Kernel::Im2col,
         Kernel::Col2im,
+        Kernel::DepthwiseConv,
+        Kernel::DepthwiseGradInput,
+        Kernel::DepthwiseGradWeight,
         Kernel::AttentionScores,
         Kernel::DropoutMask,
         Kernel::SgdStep,
@@ -142,6 +151,9 @@ impl Kernel {
             Kernel::AdaptiveAvgPool2dBackward => "adaptive_avg_pool2d_backward",
             Kernel::Im2col => "im2col",
             Kernel::Col2im => "col2im",
+            Kernel::DepthwiseConv => "depthwise_conv",
+            Kernel::DepthwiseGradInput => "depthwise_grad_input",
+            Kernel::DepthwiseGradWeight => "depthwise_grad_weight",
             Kernel::AttentionScores => "attention_scores",
             Kernel::DropoutMask => "dropout_mask",
             Kernel::SgdStep => "sgd_step",

@@ -371,6 +371,59 @@ pub(super) fn training_probes<B: Backend>(
             )
         }),
     );
+    let (b1, d1) = (b.clone(), data.clone());
+    add(
+        "depthwise_conv: filters length",
+        Box::new(move |out| {
+            let v = B::view(&d1);
+            b1.depthwise_conv(
+                &col,
+                B::slice(v, 0..16),
+                B::slice(v, 0..8),
+                B::slice_mut(out, 0..16),
+            )
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.clone());
+    add(
+        "depthwise_conv: windows past the padded input",
+        Box::new(move |out| {
+            let bad = Col2imSpec { oh: 5, ..col };
+            let v = B::view(&d1);
+            b1.depthwise_conv(
+                &bad,
+                B::slice(v, 0..16),
+                B::slice(v, 0..9),
+                B::slice_mut(out, 0..20),
+            )
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.clone());
+    add(
+        "depthwise_grad_input: gradient length",
+        Box::new(move |out| {
+            let v = B::view(&d1);
+            b1.depthwise_grad_input(
+                &col,
+                B::slice(v, 0..15),
+                B::slice(v, 0..9),
+                B::slice_mut(out, 0..16),
+            )
+        }),
+    );
+    let (b1, d1) = (b.clone(), data.clone());
+    add(
+        "depthwise_grad_weight: weight gradient length",
+        Box::new(move |out| {
+            let v = B::view(&d1);
+            b1.depthwise_grad_weight(
+                &col,
+                B::slice(v, 0..16),
+                B::slice(v, 0..16),
+                B::slice_mut(out, 0..10),
+            )
+        }),
+    );
     let spec = AttentionScoresSpec {
         rows: 4,
         l: 2,

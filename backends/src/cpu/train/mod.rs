@@ -122,12 +122,14 @@ fn canon_all(mode: ComputeMode, x: &mut [f32]) {
 
 mod attention;
 mod cols;
+mod depthwise;
 mod norm;
 mod optim;
 mod pool;
 
 pub(crate) use attention::attention_scores;
 pub(crate) use cols::{col2im, im2col};
+pub(crate) use depthwise::{depthwise_conv, depthwise_grad_input, depthwise_grad_weight};
 pub(crate) use norm::{norm_backward, norm_forward, norm_stats};
 pub(crate) use optim::{adam_step, sgd_step};
 pub(crate) use pool::{
