@@ -212,10 +212,43 @@ pub(crate) fn depthwise_grad_input<M: ModeSpec>(
         unsafe {
             on_isa!(isa, {
                 let gx = part(pg, c0 * hw, (c1 - c0) * hw);
+                let mut scratch = take_scratch();
                 for c in c0..c1 {
                     let plane = &mut gx[(c - c0) * hw..(c - c0 + 1) * hw];
-                    plane.fill(0.0);
                     let gc = &g[c * p..(c + 1) * p];
+                    if let Some(len) = padded_len(s).filter(|_| s.stride[1] == 1 && p > 0) {
+                        // Unit column stride: the products are added into the plane with
+                        // its padding written out, each output row one run with no bounds
+                        // (those landing in the padding are dropped when the plane is
+                        // copied out), in the same order as below.
+                        let wp = s.w + 2 * s.padding[1];
+                        if scratch.len() < len {
+                            scratch.resize(len, 0.0);
+                        }
+                        let padded = &mut scratch[..len];
+                        padded.fill(0.0);
+                        for i in (0..s.kh).rev() {
+                            for j in (0..s.kw).rev() {
+                                let wt = w[c * kk + i * s.kw + j];
+                                for (y, grow) in gc.chunks_exact(s.ow).enumerate() {
+                                    let at = (y * s.stride[0] + i * s.dilation[0]) * wp
+                                        + j * s.dilation[1];
+                                    for (d, &v) in padded[at..at + s.ow].iter_mut().zip(grow) {
+                                        *d += M::madd(wt, v, 0.0);
+                                    }
+                                }
+                            }
+                        }
+                        for (row, src) in plane
+                            .chunks_exact_mut(s.w)
+                            .zip(padded[s.padding[0] * wp..].chunks(wp))
+                        {
+                            row.copy_from_slice(&src[s.padding[1]..s.padding[1] + s.w]);
+                        }
+                        canon_all(M::MODE, plane);
+                        continue;
+                    }
+                    plane.fill(0.0);
                     // An element's products come from taps (i, j) at outputs (y, x) with y
                     // decreasing in i and x decreasing in j: visiting the taps from the
                     // last one adds them in increasing column order, as col2im does.
@@ -266,6 +299,7 @@ pub(crate) fn depthwise_grad_input<M: ModeSpec>(
                     }
                     canon_all(M::MODE, plane);
                 }
+                put_scratch(scratch);
             })
         }
     });
