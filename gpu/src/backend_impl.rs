@@ -31,17 +31,27 @@ impl BackendImpl for WgpuBackend {
                 limit: MAX_ELEMENTS,
             });
         }
-        // wgpu zero-initialises every buffer.
-        let buf = self.shared.gpu.buffer(len)?;
-        Ok(WgpuStorage {
-            shared: Arc::clone(&self.shared),
-            buf,
-            len,
-        })
+        WgpuStorage::new(&self.shared, len, true)
+    }
+
+    fn uninit(&self, len: usize) -> Result<WgpuStorage> {
+        if len > MAX_ELEMENTS {
+            return Err(Error::TooLarge {
+                op: "uninit",
+                dims: vec![len],
+                limit: MAX_ELEMENTS,
+            });
+        }
+        // A recycled buffer keeps its stale words: the caller overwrites all of them.
+        WgpuStorage::new(&self.shared, len, false)
+    }
+
+    fn memory(&self) -> Option<&dyn MemoryPool> {
+        Some(&self.shared.gpu.pool)
     }
 
     fn storage_from_vec(&self, data: Vec<f32>) -> Result<WgpuStorage> {
-        let s = self.zeros(data.len())?;
+        let s = self.uninit(data.len())?;
         self.shared
             .gpu
             .write(&s.buf, 0, bytemuck::cast_slice(&data))?;

@@ -45,7 +45,7 @@ mod pool;
 mod probe;
 mod storage;
 
-pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV};
+pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV, IDLE_BYTES};
 pub use probe::{double_rounding_cases, Findings};
 pub use storage::{WgpuStorage, WgpuView, WgpuViewMut, WgpuViews};
 
@@ -64,7 +64,7 @@ use exactgrad_core::backend::{AttentionScoresArgs, DropoutMaskArgs};
 use exactgrad_core::backend::{Col2imArgs, Im2colArgs};
 use exactgrad_core::backend::{NormBackwardArgs, NormForwardArgs, NormStatsArgs};
 use exactgrad_core::{
-    Backend, BackendImpl, ComputeMode, Error, Result, ViewFamily, ViewLen, MAX_ELEMENTS,
+    Backend, BackendImpl, ComputeMode, Error, MemoryPool, Result, ViewFamily, ViewLen, MAX_ELEMENTS,
 };
 use params::{
     chunked, chunks, col2im_params, push_layout, tap_groups, unary_backward_code, unary_code, word,
@@ -272,6 +272,12 @@ impl WgpuBackend {
     /// What the probes measured on the device.
     pub fn findings(&self) -> &Findings {
         &self.shared.findings
+    }
+
+    /// The device's buffer pool counters (`docs/gpu.md` §6.1): `native_allocations` is
+    /// the number of device buffers created so far, every other request having reused one.
+    pub fn pool_stats(&self) -> exactgrad_core::PoolStats {
+        self.shared.gpu.pool.stats()
     }
 
     /// Whether `matmul` uses the tiled kernel (set by [`TILED_MATMUL_ENV`]).

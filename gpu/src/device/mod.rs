@@ -250,6 +250,8 @@ pub(crate) struct Gpu {
     /// the probes).
     pub(crate) int_f64: AtomicBool,
     pipelines: Mutex<HashMap<(Kernel, bool), Arc<wgpu::ComputePipeline>>>,
+    /// The buffers of tensors and of device calls, recycled (`buffers.rs`).
+    pub(crate) pool: BufferPool,
     /// Held by one call from upload to read-back: the device has one queue, and a call's
     /// error scopes and mapping callback must not be taken by another thread's poll.
     calls: Mutex<()>,
@@ -278,7 +280,11 @@ impl Dispatch {
     }
 }
 
+mod buffers;
 mod gpu;
+
+pub use buffers::IDLE_BYTES;
+pub(crate) use buffers::{BufferPool, Lease, Use};
 
 /// Words `start .. start + len` of a device buffer that holds `cap` words.
 #[derive(Clone, Copy, Debug)]
