@@ -337,12 +337,20 @@ impl BackendImpl for WgpuBackend {
         let n = out.len();
         word(n)?;
         let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
+        // Phase 0 (the row maximum, order-free): one workgroup of `WG` invocations per
+        // row, each invocation at most LOOP_BUDGET columns per dispatch. Phase 1 (the f64
+        // sum, in order): one invocation per row.
+        let max_threads = rows
+            .checked_mul(WG)
+            .ok_or_else(|| Error::invalid("softmax", "rows", "too many rows for one dispatch"))?;
+        let max_ranges = chunks(cols, LOOP_BUDGET * WG)?;
         let ranges = chunks(cols, LOOP_BUDGET)?;
-        let mut dispatches = Vec::with_capacity(2 * ranges.len() + 1);
-        for phase in [0, 1] {
-            for &[start, len] in &ranges {
-                dispatches.push(Dispatch::new(vec![0, r, c, phase, start, len, l], rows));
-            }
+        let mut dispatches = Vec::with_capacity(max_ranges.len() + ranges.len() + 1);
+        for &[start, len] in &max_ranges {
+            dispatches.push(Dispatch::new(vec![0, r, c, 0, start, len, l], max_threads));
+        }
+        for &[start, len] in &ranges {
+            dispatches.push(Dispatch::new(vec![0, r, c, 1, start, len, l], rows));
         }
         dispatches.push(Dispatch::new(vec![0, r, c, 2, 0, 0, l], n));
         self.run_all(Kernel::Softmax, &dispatches, &[x], 4 * rows, out)

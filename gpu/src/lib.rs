@@ -50,6 +50,9 @@ pub use probe::{double_rounding_cases, Findings};
 pub use storage::{WgpuStorage, WgpuView, WgpuViewMut, WgpuViews};
 
 use device::{BufView, Dispatch, Gpu, Kernel};
+
+/// Invocations per workgroup, as a host size.
+const WG: usize = device::WG as usize;
 use exactgrad_backends::scalar_ref::split_reduce;
 use exactgrad_core::backend::MatmulAccArgs;
 use exactgrad_core::backend::{

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 /// Invocations per workgroup of every kernel.
-const WG: u32 = 64;
+pub(crate) const WG: u32 = 64;
 
 /// The environment variable that picks an adapter other than the default: its index in
 /// the list [`adapters`] returns, or a part of its name (case-insensitive).
