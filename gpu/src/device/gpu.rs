@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Recycled buffers of at most this many words are cleared by uploads of zeros rather
+/// than by a submission of their own.
+const CLEAR_BY_UPLOAD: usize = 1 << 16;
+
 impl Gpu {
     /// Opens the adapter that `EXACTGRAD_WGPU_ADAPTER` names, or the first in the order
     /// of [`adapters`].
@@ -201,11 +205,7 @@ impl Gpu {
         let lease = self.lease(len, Use::Storage);
         if let Ok(l) = &lease {
             if l.recycled && zeroed && len > 0 {
-                let mut encoder = self
-                    .device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-                encoder.clear_buffer(&l.buf, 0, Some((len as u64) * 4));
-                self.queue.submit([encoder.finish()]);
+                self.clear(&l.buf, len);
             }
         }
         if pollster::block_on(oom.pop()).is_some() {
@@ -216,6 +216,29 @@ impl Gpu {
             });
         }
         lease
+    }
+
+    /// Fills the first `len` words of `buf` with `+0`, ordered like an upload: up to
+    /// [`CLEAR_BY_UPLOAD`] words as uploads of a static block of zeros (queued with the
+    /// next submission, no submission of their own), beyond that one `clear_buffer`
+    /// submission. Called with the `calls` lock held.
+    fn clear(&self, buf: &wgpu::Buffer, len: usize) {
+        static ZEROS: [u32; 4096] = [0; 4096];
+        if len <= CLEAR_BY_UPLOAD {
+            let mut at = 0;
+            while at < len {
+                let n = ZEROS.len().min(len - at);
+                self.queue
+                    .write_buffer(buf, (at as u64) * 4, words_as_bytes(&ZEROS[..n]));
+                at += n;
+            }
+        } else {
+            let mut encoder = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            encoder.clear_buffer(buf, 0, Some((len as u64) * 4));
+            self.queue.submit([encoder.finish()]);
+        }
     }
 
     /// Writes `words` into `buf` from word `start` (queued before the next submission,
