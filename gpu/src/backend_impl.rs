@@ -337,23 +337,32 @@ impl BackendImpl for WgpuBackend {
         let n = out.len();
         word(n)?;
         let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
-        // Phase 0 (the row maximum, order-free): one workgroup of `WG` invocations per
-        // row, each invocation at most LOOP_BUDGET columns per dispatch. Phase 1 (the f64
-        // sum, in order): one invocation per row.
-        let max_threads = rows
-            .checked_mul(WG)
-            .ok_or_else(|| Error::invalid("softmax", "rows", "too many rows for one dispatch"))?;
-        let max_ranges = chunks(cols, LOOP_BUDGET * WG)?;
+        // Phase 0, the row maximum (order-free): split, one workgroup of `WG`
+        // invocations per row, each at most LOOP_BUDGET columns per dispatch; or not, one
+        // invocation per row (a kernel without workgroup memory or barriers). Chosen per
+        // adapter (`split_row_max`). Phase 1 (the f64 sum, in order): one invocation per
+        // row. Phase 2: one per element.
         let ranges = chunks(cols, LOOP_BUDGET)?;
-        let mut dispatches = Vec::with_capacity(max_ranges.len() + ranges.len() + 1);
-        for &[start, len] in &max_ranges {
-            dispatches.push(Dispatch::new(vec![0, r, c, 0, start, len, l], max_threads));
-        }
+        let mut dispatches = Vec::with_capacity(2 * ranges.len() + 1);
+        let kernel = if self.split_row_max {
+            let max_threads = rows.checked_mul(WG).ok_or_else(|| {
+                Error::invalid("softmax", "rows", "too many rows for one dispatch")
+            })?;
+            for &[start, len] in &chunks(cols, LOOP_BUDGET * WG)? {
+                dispatches.push(Dispatch::new(vec![0, r, c, 0, start, len, l], max_threads));
+            }
+            Kernel::SoftmaxSplit
+        } else {
+            for &[start, len] in &ranges {
+                dispatches.push(Dispatch::new(vec![0, r, c, 0, start, len, l], rows));
+            }
+            Kernel::Softmax
+        };
         for &[start, len] in &ranges {
             dispatches.push(Dispatch::new(vec![0, r, c, 1, start, len, l], rows));
         }
         dispatches.push(Dispatch::new(vec![0, r, c, 2, 0, 0, l], n));
-        self.run_all(Kernel::Softmax, &dispatches, &[x], 4 * rows, out)
+        self.run_all(kernel, &dispatches, &[x], 4 * rows, out)
     }
 
     fn softmax_backward_impl(

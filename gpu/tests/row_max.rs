@@ -1,10 +1,12 @@
-//! The softmax's row maximum, split across the invocations of a workgroup
-//! (`docs/gpu.md` §5.5): rows whose maximum is a zero of either sign, NaNs (payloads and
-//! signs) at the first, last and middle columns and in a later dispatch, rows of ±∞,
-//! subnormals, repeated maxima in different invocations, rows shorter and longer than a
-//! workgroup, and rows of more than one dispatch's columns give the reference's bits in
-//! both modes, for the softmax and the log-softmax (exact mode: every bit; fast mode: a
-//! NaN equals any NaN, as the conformance kit compares).
+//! The softmax's row maximum, split across the invocations of a workgroup and with one
+//! invocation per row (`docs/gpu.md` §5.5; each test forces both paths through
+//! `WgpuBackend::with_split_row_max`, whatever the adapter would choose): rows whose
+//! maximum is a zero of either sign, NaNs (payloads and signs) at the first, last and
+//! middle columns and in a later dispatch, rows of ±∞, subnormals, repeated maxima in
+//! different invocations, rows shorter and longer than a workgroup, and rows of more
+//! than one dispatch's columns give the reference's bits in both modes, for the softmax
+//! and the log-softmax (exact mode: every bit; fast mode: a NaN equals any NaN, as the
+//! conformance kit compares).
 //!
 //! Without a Vulkan adapter each test prints why and passes, unless
 //! `EXACTGRAD_REQUIRE_GPU=1` makes that a failure.
@@ -28,29 +30,33 @@ fn softmax<B: Backend>(b: &B, x: &[f32], rows: usize, cols: usize, log: bool) ->
         .collect()
 }
 
-/// Compares the device with the reference of each mode on `x` (`rows × cols`).
+/// Compares the device, with the row maximum split and not, with the reference of each
+/// mode on `x` (`rows × cols`).
 fn check(x: &[f32], rows: usize, cols: usize, what: &str) {
     for mode in [ComputeMode::Exact, ComputeMode::Fast] {
         let Some(gpu) = backend(mode) else { return };
         for log in [false, true] {
-            let got = softmax(&gpu, x, rows, cols, log);
             let want = match mode {
                 ComputeMode::Exact => softmax(&ScalarRefBackend, x, rows, cols, log),
                 ComputeMode::Fast => softmax(&FastScalarRefBackend, x, rows, cols, log),
             };
-            let nan = |w: u32| f32::from_bits(w).is_nan();
-            let bad = got
-                .iter()
-                .zip(&want)
-                .position(|(&g, &w)| g != w && !(mode == ComputeMode::Fast && nan(g) && nan(w)));
-            if let Some(i) = bad {
-                panic!(
-                    "{what}, {mode}, log {log}: element {i} (row {}, column {}): got {:#010x}, want {:#010x}",
-                    i / cols,
-                    i % cols,
-                    got[i],
-                    want[i]
-                );
+            for split in [true, false] {
+                let gpu = gpu.clone().with_split_row_max(split);
+                assert_eq!(gpu.split_row_max(), split);
+                let got = softmax(&gpu, x, rows, cols, log);
+                let nan = |w: u32| f32::from_bits(w).is_nan();
+                let bad = got.iter().zip(&want).position(|(&g, &w)| {
+                    g != w && !(mode == ComputeMode::Fast && nan(g) && nan(w))
+                });
+                if let Some(i) = bad {
+                    panic!(
+                        "{what}, {mode}, log {log}, split {split}: element {i} (row {}, column {}): got {:#010x}, want {:#010x}",
+                        i / cols,
+                        i % cols,
+                        got[i],
+                        want[i]
+                    );
+                }
             }
         }
     }
@@ -148,7 +154,8 @@ fn rows_shorter_and_longer_than_a_workgroup() {
 
 #[test]
 fn rows_longer_than_one_dispatch() {
-    // One dispatch of the maximum takes 64 · 16,384 columns.
+    // One dispatch of the split maximum takes 64 · 16,384 columns (one invocation per
+    // row: 16,384).
     let cols = 64 * 16_384 + 777;
     let mut x = random(2 * cols, 5);
     // Row 0's maximum in the first dispatch (invocation 50), carried past a smaller

@@ -44,6 +44,7 @@ impl Gpu {
         };
         let adapter = &list[index];
         let summary = summary(index, adapter);
+        let cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
         let limits = adapter.limits();
         let mut features = wgpu::Features::empty();
         if summary.shader_f64 {
@@ -72,6 +73,7 @@ impl Gpu {
             device,
             queue,
             summary,
+            cpu,
             max_binding,
             pool: BufferPool::new(max_binding),
             lost,
