@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the Vulkan device exactgrad-wgpu would use (docs/gpu.md §7): lists the adapters,
 # runs the arithmetic probes, then, for each set of arithmetic paths asked for and each
-# mode the device offers, the conformance kit and the digits run, printing every hash and
+# mode the device offers, the conformance kit (the softmax's cases once more with each
+# row-maximum path forced, docs/gpu.md §5.5) and the digits run, printing every hash and
 # the time per training step on the device beside the CPU's. Exits non-zero when a bit
 # differs: a conformance failure, an exact-mode digits hash other than the pinned
 # 0x22f4e62902a28255, or a fast-mode hash other than FastScalarRefBackend's. A mode the
@@ -25,7 +26,7 @@ while (($#)); do
     case "$1" in
         --paths) paths="${2:?--paths needs a value}"; shift 2 ;;
         --adapter) export EXACTGRAD_WGPU_ADAPTER="${2:?--adapter needs a value}"; shift 2 ;;
-        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,16p' "$(basename "$0")"; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -66,7 +67,7 @@ for p in "${list[@]}"; do
     echo
     echo "== paths: $p (EXACTGRAD_GPU_SOFT_DIV_SQRT=$soft EXACTGRAD_GPU_INT_F64=$int) ($(date +%T))"
     found=$("$bin"/probe_device 2>&1 || true)
-    grep -E '^  (kernels|f64 sums)' <<<"$found" || true
+    grep -E '^  (kernels|f64 sums|softmax row maximum)' <<<"$found" || true
     for mode in exact fast; do
         if ! grep -q "^$mode mode: available" <<<"$found"; then
             why=$(grep "^$mode mode" <<<"$found" || echo "$mode mode: no answer")

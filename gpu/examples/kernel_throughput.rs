@@ -2,7 +2,10 @@
 //! sums (row sums, softmax, softmax backward) — on the Vulkan device, called directly
 //! through the backend trait on preallocated device buffers, in millions of elements per
 //! second, and the matrix product of two 512 × 512 matrices in GFLOP/s, in the mode given
-//! (default exact). Run it with `EXACTGRAD_GPU_SOFT_DIV_SQRT=1` and/or
+//! (default exact). Also the softmax of the same elements as 8 long rows (where the row
+//! maximum's split across a workgroup matters), a unary kernel on parts of buffers
+//! (bound through temporary copies), and the time per call of a small addition that
+//! takes new storage for its output (the buffer pool's case). Run it with `EXACTGRAD_GPU_SOFT_DIV_SQRT=1` and/or
 //! `EXACTGRAD_GPU_INT_F64=1` to time the portable paths (`docs/gpu.md` §5.3), with
 //! `EXACTGRAD_GPU_TILED_MATMUL=1` the tiled product.
 //!
@@ -60,12 +63,14 @@ fn run() -> Result<(), String> {
     // Read to wait for the device (a read waits for every kernel submitted before it).
     let sync = b.zeros(1).map_err(e)?;
     let l = Layout::contiguous(vec![ROWS, COLS]);
-    let kernels: [(&str, usize); 5] = [
+    let kernels: [(&str, usize); 7] = [
         ("div (binary)", 0),
         ("sqrt (unary)", 1),
         ("row sums (f64)", 2),
         ("softmax rows (f64)", 3),
         ("softmax backward rows (f64)", 4),
+        ("softmax 8 long rows (f64)", 5),
+        ("neg on a part (unary, copies)", 6),
     ];
     println!("{:<32} {:>10}", "kernel", "Melem/s");
     for (name, k) in kernels {
@@ -82,6 +87,14 @@ fn run() -> Result<(), String> {
                 1 => b.unary(UnaryOp::Sqrt, W::view(&y), W::view_mut(&mut out)),
                 2 => b.sum(W::view(&x), &l, &[false, true], W::view_mut(&mut rows)),
                 3 => b.softmax(W::view(&x), ROWS, COLS, false, W::view_mut(&mut out)),
+                // The same elements as 8 rows: the row maximum's split matters here.
+                5 => b.softmax(W::view(&x), 8, n / 8, false, W::view_mut(&mut out)),
+                // Views that are parts of their buffers: bound through temporary copies.
+                6 => b.unary(
+                    UnaryOp::Neg,
+                    W::slice(W::view(&x), 1..n),
+                    W::slice_mut(W::view_mut(&mut out), 0..n - 1),
+                ),
                 _ => b.softmax_backward(
                     W::view(&y),
                     W::view(&x),
@@ -129,6 +142,34 @@ fn run() -> Result<(), String> {
         "{:<32} {:>10.2} GFLOP/s",
         format!("matmul {d}x{d}x{d} (tiled: {})", b.tiled_matmul()),
         (2 * d * d * d * reps) as f64 / s / 1e9
+    );
+    // Per-call cost: an addition of 256 elements, 100 times per repetition, each call
+    // with new storage for its result (what a training step does).
+    let small = b.storage_from_vec(vec![1.0; 256]).map_err(e)?;
+    let ls = Layout::contiguous(vec![256]);
+    let call = || -> exactgrad_core::Result<()> {
+        let mut r = b.uninit(256)?;
+        b.binary(
+            BinaryOp::Add,
+            W::view(&small),
+            &ls,
+            W::view(&small),
+            &ls,
+            W::view_mut(&mut r),
+        )
+    };
+    call().map_err(e)?;
+    W::storage_to_vec(&sync).map_err(e)?;
+    let t = Instant::now();
+    for _ in 0..reps * 100 {
+        call().map_err(e)?;
+    }
+    W::storage_to_vec(&sync).map_err(e)?;
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "{:<32} {:>10.1} us per call",
+        "add of 256 (new output)",
+        s / (reps * 100) as f64 * 1e6
     );
     Ok(())
 }

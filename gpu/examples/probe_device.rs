@@ -20,6 +20,9 @@ fn main() -> ExitCode {
         Ok((chosen, findings)) => {
             println!("chosen ({ADAPTER_ENV} picks another): {}", chosen.name);
             print!("{findings}");
+            if let Ok(path) = WgpuBackend::row_max_path() {
+                println!("  softmax row maximum: {path}");
+            }
             for mode in [ComputeMode::Fast, ComputeMode::Exact] {
                 let missing = findings.missing(mode);
                 if missing.is_empty() {

@@ -31,17 +31,27 @@ impl BackendImpl for WgpuBackend {
                 limit: MAX_ELEMENTS,
             });
         }
-        // wgpu zero-initialises every buffer.
-        let buf = self.shared.gpu.buffer(len)?;
-        Ok(WgpuStorage {
-            shared: Arc::clone(&self.shared),
-            buf,
-            len,
-        })
+        WgpuStorage::new(&self.shared, len, true)
+    }
+
+    fn uninit(&self, len: usize) -> Result<WgpuStorage> {
+        if len > MAX_ELEMENTS {
+            return Err(Error::TooLarge {
+                op: "uninit",
+                dims: vec![len],
+                limit: MAX_ELEMENTS,
+            });
+        }
+        // A recycled buffer keeps its stale words: the caller overwrites all of them.
+        WgpuStorage::new(&self.shared, len, false)
+    }
+
+    fn memory(&self) -> Option<&dyn MemoryPool> {
+        Some(&self.shared.gpu.pool)
     }
 
     fn storage_from_vec(&self, data: Vec<f32>) -> Result<WgpuStorage> {
-        let s = self.zeros(data.len())?;
+        let s = self.uninit(data.len())?;
         self.shared
             .gpu
             .write(&s.buf, 0, bytemuck::cast_slice(&data))?;
@@ -327,15 +337,32 @@ impl BackendImpl for WgpuBackend {
         let n = out.len();
         word(n)?;
         let (r, c, l) = (word(rows)?, word(cols)?, u32::from(log));
+        // Phase 0, the row maximum (order-free): split, one workgroup of `WG`
+        // invocations per row, each at most LOOP_BUDGET columns per dispatch; or not, one
+        // invocation per row (a kernel without workgroup memory or barriers). Chosen per
+        // adapter (`split_row_max`). Phase 1 (the f64 sum, in order): one invocation per
+        // row. Phase 2: one per element.
         let ranges = chunks(cols, LOOP_BUDGET)?;
         let mut dispatches = Vec::with_capacity(2 * ranges.len() + 1);
-        for phase in [0, 1] {
-            for &[start, len] in &ranges {
-                dispatches.push(Dispatch::new(vec![0, r, c, phase, start, len, l], rows));
+        let kernel = if self.split_row_max {
+            let max_threads = rows.checked_mul(WG).ok_or_else(|| {
+                Error::invalid("softmax", "rows", "too many rows for one dispatch")
+            })?;
+            for &[start, len] in &chunks(cols, LOOP_BUDGET * WG)? {
+                dispatches.push(Dispatch::new(vec![0, r, c, 0, start, len, l], max_threads));
             }
+            Kernel::SoftmaxSplit
+        } else {
+            for &[start, len] in &ranges {
+                dispatches.push(Dispatch::new(vec![0, r, c, 0, start, len, l], rows));
+            }
+            Kernel::Softmax
+        };
+        for &[start, len] in &ranges {
+            dispatches.push(Dispatch::new(vec![0, r, c, 1, start, len, l], rows));
         }
         dispatches.push(Dispatch::new(vec![0, r, c, 2, 0, 0, l], n));
-        self.run_all(Kernel::Softmax, &dispatches, &[x], 4 * rows, out)
+        self.run_all(kernel, &dispatches, &[x], 4 * rows, out)
     }
 
     fn softmax_backward_impl(

@@ -45,11 +45,14 @@ mod pool;
 mod probe;
 mod storage;
 
-pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV};
+pub use device::{adapters, AdapterSummary, WgpuError, ADAPTER_ENV, IDLE_BYTES};
 pub use probe::{double_rounding_cases, Findings};
 pub use storage::{WgpuStorage, WgpuView, WgpuViewMut, WgpuViews};
 
 use device::{BufView, Dispatch, Gpu, Kernel};
+
+/// Invocations per workgroup, as a host size.
+const WG: usize = device::WG as usize;
 use exactgrad_backends::scalar_ref::split_reduce;
 use exactgrad_core::backend::MatmulAccArgs;
 use exactgrad_core::backend::{
@@ -64,7 +67,7 @@ use exactgrad_core::backend::{AttentionScoresArgs, DropoutMaskArgs};
 use exactgrad_core::backend::{Col2imArgs, Im2colArgs};
 use exactgrad_core::backend::{NormBackwardArgs, NormForwardArgs, NormStatsArgs};
 use exactgrad_core::{
-    Backend, BackendImpl, ComputeMode, Error, Result, ViewFamily, ViewLen, MAX_ELEMENTS,
+    Backend, BackendImpl, ComputeMode, Error, MemoryPool, Result, ViewFamily, ViewLen, MAX_ELEMENTS,
 };
 use params::{
     chunked, chunks, col2im_params, push_layout, tap_groups, unary_backward_code, unary_code, word,
@@ -127,13 +130,21 @@ pub const INT_F64_ENV: &str = "EXACTGRAD_GPU_INT_F64";
 /// bits).
 pub const TILED_MATMUL_ENV: &str = "EXACTGRAD_GPU_TILED_MATMUL";
 
-/// An on/off environment variable: unset, empty or `0` is off, `1` is on, anything else
-/// an error naming it.
-fn env_switch(name: &str) -> std::result::Result<bool, WgpuError> {
+/// The environment variable that chooses how `softmax` takes its row maximum: `1` splits
+/// each row across the invocations of a workgroup, `0` takes it with one invocation per
+/// row; unset or empty, the adapter decides (split on a GPU, one invocation per row on a
+/// CPU adapter such as lavapipe). The same bits either way (`docs/gpu.md` §5.5);
+/// [`WgpuBackend::with_split_row_max`] chooses per backend.
+pub const SPLIT_ROW_MAX_ENV: &str = "EXACTGRAD_GPU_SPLIT_ROW_MAX";
+
+/// An environment variable with three states: unset or empty is `None`, `0` is
+/// `Some(false)`, `1` is `Some(true)`, anything else an error naming it.
+fn env_choice(name: &str) -> std::result::Result<Option<bool>, WgpuError> {
     match std::env::var(name) {
-        Err(std::env::VarError::NotPresent) => Ok(false),
-        Ok(v) if v.is_empty() || v == "0" => Ok(false),
-        Ok(v) if v == "1" => Ok(true),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) if v == "0" => Ok(Some(false)),
+        Ok(v) if v == "1" => Ok(Some(true)),
         Ok(v) => Err(WgpuError::Setting(format!(
             "{name}={v:?}: expected 1 (on) or 0 (off)"
         ))),
@@ -141,6 +152,12 @@ fn env_switch(name: &str) -> std::result::Result<bool, WgpuError> {
             "{name}={v:?}: expected 1 (on) or 0 (off)"
         ))),
     }
+}
+
+/// An on/off environment variable: unset, empty or `0` is off, `1` is on, anything else
+/// an error naming it.
+fn env_switch(name: &str) -> std::result::Result<bool, WgpuError> {
+    Ok(env_choice(name)?.unwrap_or(false))
 }
 
 /// An operation of the integer arithmetic that the portable paths use, evaluated on the
@@ -191,6 +208,11 @@ pub(crate) struct Shared {
     findings: Findings,
     /// Whether `matmul` uses the tiled kernel ([`TILED_MATMUL_ENV`]).
     tiled_matmul: bool,
+    /// Whether `softmax` splits its row maximum across a workgroup by default: as
+    /// [`SPLIT_ROW_MAX_ENV`] says, else on every adapter but a CPU one.
+    split_row_max: bool,
+    /// Whether [`SPLIT_ROW_MAX_ENV`] chose `split_row_max` (not the adapter).
+    split_row_max_forced: bool,
 }
 
 /// The device, opened and probed once per process.
@@ -205,7 +227,10 @@ fn shared() -> std::result::Result<Arc<Shared>, WgpuError> {
             let gpu = Gpu::open()?;
             let findings = probe::run(&gpu, over).map_err(|e| WgpuError::Kernel(e.to_string()))?;
             let tiled_matmul = env_switch(TILED_MATMUL_ENV)?;
+            let forced = env_choice(SPLIT_ROW_MAX_ENV)?;
             Ok(Arc::new(Shared {
+                split_row_max: forced.unwrap_or(!gpu.cpu),
+                split_row_max_forced: forced.is_some(),
                 gpu,
                 findings,
                 tiled_matmul,
@@ -219,6 +244,9 @@ fn shared() -> std::result::Result<Arc<Shared>, WgpuError> {
 pub struct WgpuBackend {
     shared: Arc<Shared>,
     mode: ComputeMode,
+    /// Whether `softmax` splits its row maximum across a workgroup
+    /// ([`Self::with_split_row_max`]).
+    split_row_max: bool,
 }
 
 impl std::fmt::Debug for WgpuBackend {
@@ -226,6 +254,7 @@ impl std::fmt::Debug for WgpuBackend {
         f.debug_struct("WgpuBackend")
             .field("adapter", &self.shared.gpu.summary.name)
             .field("mode", &self.mode)
+            .field("split_row_max", &self.split_row_max)
             .finish()
     }
 }
@@ -244,7 +273,12 @@ impl WgpuBackend {
                 ComputeMode::Fast => WgpuError::FastUnsupported(msg),
             });
         }
-        Ok(Self { shared, mode })
+        let split_row_max = shared.split_row_max;
+        Ok(Self {
+            shared,
+            mode,
+            split_row_max,
+        })
     }
 
     /// The adapter that [`Self::new`] would use and what the probes measured on it,
@@ -274,9 +308,50 @@ impl WgpuBackend {
         &self.shared.findings
     }
 
+    /// The device's buffer pool counters (`docs/gpu.md` §6.1): `native_allocations` is
+    /// the number of device buffers created so far, every other request having reused one.
+    pub fn pool_stats(&self) -> exactgrad_core::PoolStats {
+        self.shared.gpu.pool.stats()
+    }
+
     /// Whether `matmul` uses the tiled kernel (set by [`TILED_MATMUL_ENV`]).
     pub fn tiled_matmul(&self) -> bool {
         self.shared.tiled_matmul
+    }
+
+    /// Whether `softmax` splits each row's maximum across the invocations of a workgroup
+    /// (`true`) or takes it with one invocation per row (`false`): by default as
+    /// [`SPLIT_ROW_MAX_ENV`] says, else split on a GPU and one invocation per row on a CPU
+    /// adapter such as lavapipe. The same bits either way (`docs/gpu.md` §5.5).
+    pub fn split_row_max(&self) -> bool {
+        self.split_row_max
+    }
+
+    /// This backend with `softmax`'s row maximum split across a workgroup (`true`) or one
+    /// invocation per row (`false`), whatever the adapter and [`SPLIT_ROW_MAX_ENV`] say
+    /// (for tests and measurements; clones made from it keep the choice).
+    pub fn with_split_row_max(mut self, split: bool) -> Self {
+        self.split_row_max = split;
+        self
+    }
+
+    /// Which row maximum `softmax` uses by default on the device and why, in words (as
+    /// the `probe_device` example prints it).
+    pub fn row_max_path() -> std::result::Result<String, WgpuError> {
+        let s = shared()?;
+        let path = if s.split_row_max {
+            "split across a workgroup"
+        } else {
+            "one invocation per row"
+        };
+        let why = if s.split_row_max_forced {
+            format!("{SPLIT_ROW_MAX_ENV}={}", u8::from(s.split_row_max))
+        } else if s.gpu.cpu {
+            "a CPU adapter".to_string()
+        } else {
+            "not a CPU adapter".to_string()
+        };
+        Ok(format!("{path} ({why})"))
     }
 
     /// Whether the kernels with f64 sums (`sum`, `softmax`, `softmax_backward`, the

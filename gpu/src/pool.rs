@@ -10,7 +10,6 @@ use crate::{word, WgpuBackend, WgpuStorage, WgpuView, WgpuViewMut, WgpuViews, LO
 use exactgrad_core::backend::{try_collect, try_reserve, try_vec_filled, try_vec_with_capacity};
 use exactgrad_core::kernels::{taps_inside, AdaptivePool2dSpec, AvgPool2dSpec, Pool2dSpec};
 use exactgrad_core::{Backend, BackendImpl, Result, ViewFamily, ViewLen};
-use std::sync::Arc;
 
 /// The windows of an average pooling as the reference computes them: per output row
 /// `(r0, r1)`, per output column `(c0, c1)`, per output position the divisor.
@@ -118,14 +117,9 @@ fn chunked(params: &[u32], taps: usize, threads: usize, tail: &[u32]) -> Result<
 impl WgpuBackend {
     /// `words` in a new device buffer (the tables of a kernel).
     fn upload_words(&self, words: &[u32]) -> Result<WgpuStorage> {
-        let len = words.len();
-        let buf = self.shared.gpu.buffer(len)?;
-        self.shared.gpu.write(&buf, 0, words)?;
-        Ok(WgpuStorage {
-            shared: Arc::clone(&self.shared),
-            buf,
-            len,
-        })
+        let s = WgpuStorage::new(&self.shared, words.len(), false)?;
+        self.shared.gpu.write(&s.buf, 0, words)?;
+        Ok(s)
     }
 
     /// `kernel` as `dispatches` on the views `inputs`, with `scratch` words of scratch.

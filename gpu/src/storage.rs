@@ -33,7 +33,28 @@ impl fmt::Debug for WgpuStorage {
     }
 }
 
+impl Drop for WgpuStorage {
+    /// Gives the buffer back to the device's pool (`docs/gpu.md` §6.1).
+    fn drop(&mut self) {
+        self.shared
+            .gpu
+            .pool
+            .release(crate::device::Use::Storage, self.buf.clone());
+    }
+}
+
 impl WgpuStorage {
+    /// A storage of `len` words on the device: `+0` when `zeroed`, else stale words from
+    /// the pool (an output that a kernel or an upload overwrites completely).
+    pub(crate) fn new(shared: &Arc<Shared>, len: usize, zeroed: bool) -> Result<Self> {
+        let buf = shared.gpu.buffer(len, zeroed)?.detach();
+        Ok(WgpuStorage {
+            shared: Arc::clone(shared),
+            buf,
+            len,
+        })
+    }
+
     /// A shared view of all of it.
     pub(crate) fn view(&self) -> WgpuView<'_> {
         WgpuView {

@@ -21,6 +21,17 @@ fn config() -> Config {
 
 fn run(mode: ComputeMode, kernel: Kernel) {
     let Some(b) = backend(mode) else { return };
+    run_on(b, mode, kernel);
+}
+
+/// `softmax`'s cases with the row maximum split across a workgroup (`split`) or one
+/// invocation per row, whichever the adapter would choose.
+fn run_row_max(mode: ComputeMode, split: bool) {
+    let Some(b) = backend(mode) else { return };
+    run_on(b.with_split_row_max(split), mode, Kernel::Softmax);
+}
+
+fn run_on(b: exactgrad_wgpu::WgpuBackend, mode: ComputeMode, kernel: Kernel) {
     let result = match mode {
         ComputeMode::Exact => check_kernel(&b, &ScalarRefBackend, kernel, &config()),
         ComputeMode::Fast => check_kernel(&b, &FastScalarRefBackend, kernel, &config()),
@@ -68,6 +79,14 @@ macro_rules! kernels {
             #[test]
             fn softmax() {
                 run($m, Kernel::Softmax)
+            }
+            #[test]
+            fn softmax_split_row_max() {
+                run_row_max($m, true)
+            }
+            #[test]
+            fn softmax_row_max_per_row() {
+                run_row_max($m, false)
             }
             #[test]
             fn softmax_backward() {

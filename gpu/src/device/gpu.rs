@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Recycled buffers of at most this many words are cleared by uploads of zeros rather
+/// than by a submission of their own.
+const CLEAR_BY_UPLOAD: usize = 1 << 16;
+
 impl Gpu {
     /// Opens the adapter that `EXACTGRAD_WGPU_ADAPTER` names, or the first in the order
     /// of [`adapters`].
@@ -40,6 +44,7 @@ impl Gpu {
         };
         let adapter = &list[index];
         let summary = summary(index, adapter);
+        let cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
         let limits = adapter.limits();
         let mut features = wgpu::Features::empty();
         if summary.shader_f64 {
@@ -61,13 +66,16 @@ impl Gpu {
         device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
             log_uncaptured(&e);
         }));
+        let max_binding = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
         Ok(Gpu {
             device,
             queue,
             summary,
-            max_binding: limits
-                .max_storage_buffer_binding_size
-                .min(limits.max_buffer_size),
+            cpu,
+            max_binding,
+            pool: BufferPool::new(max_binding),
             lost,
             fma_native: AtomicBool::new(false),
             soft_div_sqrt: AtomicBool::new(false),
@@ -172,7 +180,7 @@ impl Gpu {
 
     /// The byte size of a buffer of `len` words (at least 16 bytes, so that empty
     /// buffers can be bound), or an error when it exceeds what one binding can hold.
-    fn bytes(&self, len: usize) -> Result<u64> {
+    pub(crate) fn bytes(&self, len: usize) -> Result<u64> {
         // In checked arithmetic: `len` may come from a caller's sizes.
         let b = u64::try_from(len.max(4))
             .ok()
@@ -188,29 +196,20 @@ impl Gpu {
         Ok(b)
     }
 
-    /// A new zero-filled buffer of `len` words with `usage` (the buffers of tensors:
-    /// storage, copy source and destination).
-    fn raw_buffer(&self, len: usize, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
-        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size: self.bytes(len)?,
-            usage,
-            mapped_at_creation: false,
-        }))
-    }
-
-    /// A new zero-filled buffer of `len` words for a tensor (wgpu zero-initialises every
-    /// buffer); an [`Error::Alloc`] when the device refuses it.
-    pub(crate) fn buffer(&self, len: usize) -> Result<wgpu::Buffer> {
+    /// A buffer of at least `len` words for a tensor, from the pool or new; filled with
+    /// `+0` when `zeroed` (wgpu zero-initialises a new buffer; a recycled one is cleared
+    /// on the device), else holding stale words (an output a kernel overwrites). An
+    /// [`Error::Alloc`] when the device refuses it.
+    pub(crate) fn buffer(&self, len: usize, zeroed: bool) -> Result<Lease<'_>> {
         let _serial = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         self.check_lost()?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let buf = self.raw_buffer(
-            len,
-            wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
-        );
+        let lease = self.lease(len, Use::Storage);
+        if let Ok(l) = &lease {
+            if l.recycled && zeroed && len > 0 {
+                self.clear(&l.buf, len);
+            }
+        }
         if pollster::block_on(oom.pop()).is_some() {
             return Err(Error::Alloc {
                 op: "wgpu",
@@ -218,7 +217,30 @@ impl Gpu {
                 reason: "the device is out of memory",
             });
         }
-        buf
+        lease
+    }
+
+    /// Fills the first `len` words of `buf` with `+0`, ordered like an upload: up to
+    /// [`CLEAR_BY_UPLOAD`] words as uploads of a static block of zeros (queued with the
+    /// next submission, no submission of their own), beyond that one `clear_buffer`
+    /// submission. Called with the `calls` lock held.
+    fn clear(&self, buf: &wgpu::Buffer, len: usize) {
+        static ZEROS: [u32; 4096] = [0; 4096];
+        if len <= CLEAR_BY_UPLOAD {
+            let mut at = 0;
+            while at < len {
+                let n = ZEROS.len().min(len - at);
+                self.queue
+                    .write_buffer(buf, (at as u64) * 4, words_as_bytes(&ZEROS[..n]));
+                at += n;
+            }
+        } else {
+            let mut encoder = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            encoder.clear_buffer(buf, 0, Some((len as u64) * 4));
+            self.queue.submit([encoder.finish()]);
+        }
     }
 
     /// Writes `words` into `buf` from word `start` (queued before the next submission,
@@ -258,63 +280,74 @@ impl Gpu {
         let what = "reading back";
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let staging = self.raw_buffer(
-            len,
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        )?;
+        let staging = self.lease(len, Use::Staging)?;
         let n_bytes = (len as u64) * 4;
         let mut encoder = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        encoder.copy_buffer_to_buffer(buf, (start as u64) * 4, &staging, 0, n_bytes);
+        encoder.copy_buffer_to_buffer(buf, (start as u64) * 4, &staging.buf, 0, n_bytes);
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = mpsc::channel();
         staging
+            .buf
             .slice(0..n_bytes)
             .map_async(wgpu::MapMode::Read, move |r| {
                 let _ = tx.send(r);
             });
         let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
+        // Any failure from here on leaves the staging buffer in an unknown state: it is
+        // not given back to the pool.
+        let fail = |staging: Lease<'_>, e: Error| {
+            staging.discard();
+            Err(e)
+        };
         if let Some(e) = pollster::block_on(validation.pop()) {
-            return Err(device_error(format!("{what}: {e}")));
+            return fail(staging, device_error(format!("{what}: {e}")));
         }
         if let Some(e) = pollster::block_on(oom.pop()) {
-            return Err(Error::Alloc {
+            let e = Error::Alloc {
                 op: "wgpu",
                 bytes: len.saturating_mul(4),
                 reason: match e {
                     wgpu::Error::OutOfMemory { .. } => "the device is out of memory",
                     _ => "the device refused the buffers",
                 },
-            });
+            };
+            return fail(staging, e);
         }
-        polled.map_err(|e| device_error(format!("{what}: waiting for the device: {e}")))?;
+        if let Err(e) = polled {
+            return fail(
+                staging,
+                device_error(format!("{what}: waiting for the device: {e}")),
+            );
+        }
         match rx.try_recv() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(device_error(format!("{what}: {e}"))),
+            Ok(Err(e)) => return fail(staging, device_error(format!("{what}: {e}"))),
             Err(_) => {
-                return Err(device_error(format!(
+                let e = device_error(format!(
                     "{what}: the device did not finish{}",
                     if self.lost.load(Ordering::SeqCst) {
                         " (the device was lost)"
                     } else {
                         ""
                     }
-                )))
+                ));
+                return fail(staging, e);
             }
         }
         {
-            let view = staging
-                .slice(0..n_bytes)
-                .get_mapped_range()
-                .map_err(|e| device_error(format!("{what}: {e}")))?;
+            let view = match staging.buf.slice(0..n_bytes).get_mapped_range() {
+                Ok(v) => v,
+                Err(e) => return fail(staging, device_error(format!("{what}: {e}"))),
+            };
             let src: &[u8] = &view;
             out.extend(
                 src.chunks_exact(4)
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
             );
         }
-        staging.unmap();
+        staging.buf.unmap();
         Ok(out)
     }
 
@@ -367,23 +400,22 @@ impl Gpu {
         let mut encoder = self
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        let tensor_usage = wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST;
         // The buffer each binding sees: the view's own buffer when the view is all of it,
-        // else a temporary copy of the view's words.
-        let mut temps: Vec<wgpu::Buffer> = Vec::new();
+        // else a temporary copy of the view's words (temporaries, scratch and parameters
+        // come from the pool and go back to it when this call returns; the queue orders
+        // their next use after this submission).
+        let mut temps: Vec<Lease<'_>> = Vec::new();
         let mut bound: Vec<(bool, usize)> = Vec::with_capacity(inputs.len() + 2);
         for v in inputs {
             if v.is_whole() {
                 bound.push((false, 0));
             } else {
-                let t = self.raw_buffer(v.len, tensor_usage)?;
+                let t = self.lease(v.len, Use::Storage)?;
                 if v.len > 0 {
                     encoder.copy_buffer_to_buffer(
                         v.buf,
                         (v.start as u64) * 4,
-                        &t,
+                        &t.buf,
                         0,
                         (v.len as u64) * 4,
                     );
@@ -393,22 +425,27 @@ impl Gpu {
             }
         }
         let scratch_buf = if scratch > 0 {
-            Some(self.raw_buffer(scratch, wgpu::BufferUsages::STORAGE)?)
+            let sb = self.lease(scratch, Use::Storage)?;
+            // Scratch starts as +0, as a new buffer does.
+            if sb.recycled {
+                encoder.clear_buffer(&sb.buf, 0, None);
+            }
+            Some(sb)
         } else {
             None
         };
-        let mut out_temps: Vec<Option<wgpu::Buffer>> = Vec::with_capacity(outs.len());
+        let mut out_temps: Vec<Option<Lease<'_>>> = Vec::with_capacity(outs.len());
         for o in outs {
             out_temps.push(if o.is_whole() {
                 None
             } else {
                 // The kernel may read its output (an update in place): the words go in too.
-                let t = self.raw_buffer(o.len, tensor_usage)?;
+                let t = self.lease(o.len, Use::Storage)?;
                 if o.len > 0 {
                     encoder.copy_buffer_to_buffer(
                         o.buf,
                         (o.start as u64) * 4,
-                        &t,
+                        &t.buf,
                         0,
                         (o.len as u64) * 4,
                     );
@@ -420,23 +457,22 @@ impl Gpu {
         let mut binds = Vec::with_capacity(dispatches.len());
         let mut params_bufs = Vec::with_capacity(dispatches.len());
         for d in dispatches {
-            let params = self.raw_buffer(
-                d.params.len(),
-                wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            )?;
-            if !d.params.is_empty() {
-                self.queue
-                    .write_buffer(&params, 0, words_as_bytes(&d.params));
-            }
+            let params = self.lease(d.params.len(), Use::Storage)?;
+            // The whole buffer is written: words past the parameters read as 0, as in a
+            // new buffer.
+            let mut words = d.params.clone();
+            words.resize((params.buf.size() / 4) as usize, 0);
+            self.queue
+                .write_buffer(&params.buf, 0, words_as_bytes(&words));
             params_bufs.push(params);
         }
         for params in &params_bufs {
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
-                resource: params.as_entire_binding(),
+                resource: params.buf.as_entire_binding(),
             }];
             for (i, (v, &(temp, t))) in inputs.iter().zip(&bound).enumerate() {
-                let b = if temp { &temps[t] } else { v.buf };
+                let b = if temp { &temps[t].buf } else { v.buf };
                 entries.push(wgpu::BindGroupEntry {
                     binding: i as u32 + 1,
                     resource: b.as_entire_binding(),
@@ -446,14 +482,14 @@ impl Gpu {
             if let Some(sb) = &scratch_buf {
                 entries.push(wgpu::BindGroupEntry {
                     binding: next,
-                    resource: sb.as_entire_binding(),
+                    resource: sb.buf.as_entire_binding(),
                 });
                 next += 1;
             }
             for (o, t) in outs.iter().zip(&out_temps) {
                 entries.push(wgpu::BindGroupEntry {
                     binding: next,
-                    resource: t.as_ref().unwrap_or(o.buf).as_entire_binding(),
+                    resource: t.as_ref().map_or(o.buf, |t| &t.buf).as_entire_binding(),
                 });
                 next += 1;
             }
@@ -476,7 +512,7 @@ impl Gpu {
         for (o, t) in outs.iter().zip(&out_temps) {
             if let (Some(t), true) = (t, o.len > 0) {
                 encoder.copy_buffer_to_buffer(
-                    t,
+                    &t.buf,
                     0,
                     o.buf,
                     (o.start as u64) * 4,
@@ -517,25 +553,25 @@ impl Gpu {
         }
         let mut bufs = Vec::with_capacity(inputs.len());
         for data in inputs {
-            let b = self.buffer(data.len())?;
-            self.write(&b, 0, data)?;
+            let b = self.buffer(data.len(), false)?;
+            self.write(&b.buf, 0, data)?;
             bufs.push(b);
         }
         let views: Vec<BufView<'_>> = bufs
             .iter()
             .zip(inputs)
-            .map(|(b, d)| BufView::whole(b, d.len()))
+            .map(|(b, d)| BufView::whole(&b.buf, d.len()))
             .collect();
-        let ob = self.buffer(out.len())?;
+        let ob = self.buffer(out.len(), true)?;
         self.dispatch(
             kernel,
             exact,
             dispatches,
             &views,
             scratch,
-            &[BufView::whole(&ob, out.len())],
+            &[BufView::whole(&ob.buf, out.len())],
         )?;
-        let words = self.read(&ob, 0, out.len())?;
+        let words = self.read(&ob.buf, 0, out.len())?;
         out.copy_from_slice(&words);
         Ok(())
     }

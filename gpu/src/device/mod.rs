@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 /// Invocations per workgroup of every kernel.
-const WG: u32 = 64;
+pub(crate) const WG: u32 = 64;
 
 /// The environment variable that picks an adapter other than the default: its index in
 /// the list [`adapters`] returns, or a part of its name (case-insensitive).
@@ -145,7 +145,10 @@ pub(crate) enum Kernel {
     Matmul,
     MatmulTiled,
     Sum,
+    /// `softmax`, its row maximum with one invocation per row.
     Softmax,
+    /// `softmax`, its row maximum split across a workgroup.
+    SoftmaxSplit,
     SoftmaxBackward,
     SgdStep,
     AdamStep,
@@ -178,7 +181,14 @@ impl Kernel {
             Kernel::Matmul => include_str!("../shaders/matmul.wgsl"),
             Kernel::MatmulTiled => include_str!("../shaders/matmul_tiled.wgsl"),
             Kernel::Sum => include_str!("../shaders/sum.wgsl"),
-            Kernel::Softmax => include_str!("../shaders/softmax.wgsl"),
+            Kernel::Softmax => concat!(
+                include_str!("../shaders/softmax.wgsl"),
+                include_str!("../shaders/softmax_rows.wgsl")
+            ),
+            Kernel::SoftmaxSplit => concat!(
+                include_str!("../shaders/softmax.wgsl"),
+                include_str!("../shaders/softmax_split.wgsl")
+            ),
             Kernel::SoftmaxBackward => include_str!("../shaders/softmax_backward.wgsl"),
             Kernel::SgdStep => include_str!("../shaders/sgd.wgsl"),
             Kernel::AdamStep => include_str!("../shaders/adam.wgsl"),
@@ -206,6 +216,7 @@ impl Kernel {
             self,
             Kernel::Sum
                 | Kernel::Softmax
+                | Kernel::SoftmaxSplit
                 | Kernel::SoftmaxBackward
                 | Kernel::AvgPool
                 | Kernel::NormStats
@@ -221,7 +232,11 @@ impl Kernel {
     fn needs_transcendentals(self) -> bool {
         matches!(
             self,
-            Kernel::Unary | Kernel::UnaryBackward | Kernel::Softmax | Kernel::SoftmaxBackward
+            Kernel::Unary
+                | Kernel::UnaryBackward
+                | Kernel::Softmax
+                | Kernel::SoftmaxSplit
+                | Kernel::SoftmaxBackward
         )
     }
 
@@ -238,6 +253,9 @@ pub(crate) struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
     pub(crate) summary: AdapterSummary,
+    /// Whether the adapter is a CPU device (`DeviceType::Cpu`, such as lavapipe): its
+    /// workgroups run on one CPU thread each.
+    pub(crate) cpu: bool,
     max_binding: u64,
     lost: Arc<AtomicBool>,
     /// Whether the device's own `fma` is correctly rounded (set by the probes before any
@@ -250,6 +268,8 @@ pub(crate) struct Gpu {
     /// the probes).
     pub(crate) int_f64: AtomicBool,
     pipelines: Mutex<HashMap<(Kernel, bool), Arc<wgpu::ComputePipeline>>>,
+    /// The buffers of tensors and of device calls, recycled (`buffers.rs`).
+    pub(crate) pool: BufferPool,
     /// Held by one call from upload to read-back: the device has one queue, and a call's
     /// error scopes and mapping callback must not be taken by another thread's poll.
     calls: Mutex<()>,
@@ -278,7 +298,11 @@ impl Dispatch {
     }
 }
 
+mod buffers;
 mod gpu;
+
+pub use buffers::IDLE_BYTES;
+pub(crate) use buffers::{BufferPool, Lease, Use};
 
 /// Words `start .. start + len` of a device buffer that holds `cap` words.
 #[derive(Clone, Copy, Debug)]
