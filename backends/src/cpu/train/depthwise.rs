@@ -216,7 +216,8 @@ pub(crate) fn depthwise_grad_input<M: ModeSpec>(
                 for c in c0..c1 {
                     let plane = &mut gx[(c - c0) * hw..(c - c0 + 1) * hw];
                     let gc = &g[c * p..(c + 1) * p];
-                    if let Some(len) = padded_len(s).filter(|_| s.stride[1] == 1 && p > 0) {
+                    if let Some(len) = padded_len(s).filter(|_| s.stride[1] == 1 && p > 0 && hw > 0)
+                    {
                         // Unit column stride: the products are added into the plane with
                         // its padding written out, each output row one run with no bounds
                         // (those landing in the padding are dropped when the plane is
@@ -503,6 +504,27 @@ mod tests {
         assert!(super::padded_len(&s).is_none());
         same_bits::<Exact, _>(&ScalarRefBackend, &s, 1);
         same_bits::<Fast, _>(&FastScalarRefBackend, &s, 2);
+    }
+
+    #[test]
+    fn empty_planes_with_padding_give_the_column_path_bits() {
+        // No input columns (or rows), outputs only from the padding.
+        for (h, w, ph, pw) in [(3, 0, 0, 1), (0, 4, 1, 0), (0, 0, 1, 1)] {
+            let s = Col2imSpec {
+                c: 2,
+                h,
+                w,
+                kh: 1,
+                kw: 1,
+                stride: [1, 1],
+                padding: [ph, pw],
+                dilation: [1, 1],
+                oh: h + 2 * ph,
+                ow: w + 2 * pw,
+            };
+            same_bits::<Exact, _>(&ScalarRefBackend, &s, 7);
+            same_bits::<Fast, _>(&FastScalarRefBackend, &s, 8);
+        }
     }
 
     #[test]
