@@ -433,17 +433,10 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
     /// OH·OW]` each).
     fn depthwise_conv_impl(&self, args: Checked<DepthwiseArgs<'_, Self::Views>>) -> Result<()> {
         let DepthwiseArgs { spec, x, w, out } = args.into_inner();
-        let (kk, p) = (spec.kh * spec.kw, spec.oh * spec.ow);
         if out.is_empty() {
             return Ok(());
         }
-        // The checked sizes: the column matrix `c·kk·p` is representable.
-        let mut cols = self.uninit(spec.c * kk * p)?;
-        self.im2col_impl(Checked::new(Im2colArgs {
-            spec,
-            image: Self::shorten(x),
-            cols: Self::view_mut(&mut cols),
-        }))?;
+        let cols = depthwise_columns(self, spec, x)?;
         let product = depthwise_product(spec, false);
         self.matmul_impl(Checked::new(MatmulArgs {
             spec: &product,
@@ -493,12 +486,7 @@ pub trait BackendImpl: Clone + Send + Sync + Debug + 'static {
         if p == 0 || gw.is_empty() {
             return Ok(());
         }
-        let mut cols = self.uninit(spec.c * kk * p)?;
-        self.im2col_impl(Checked::new(Im2colArgs {
-            spec,
-            image: Self::shorten(x),
-            cols: Self::view_mut(&mut cols),
-        }))?;
+        let cols = depthwise_columns(self, spec, x)?;
         let product = MatmulSpec {
             batch: spec.c,
             m: kk,
@@ -640,4 +628,20 @@ fn depthwise_product(spec: &Col2imSpec, transposed: bool) -> MatmulSpec {
             b_strides: [kk * p, p, 1],
         }
     }
+}
+
+/// The column matrix of one item of a depthwise convolution (`spec` checked, so its
+/// `c·kh·kw·oh·ow` elements are representable), by the backend's own im2col.
+fn depthwise_columns<B: BackendImpl + ?Sized>(
+    be: &B,
+    spec: &Col2imSpec,
+    x: ViewOf<'_, B>,
+) -> Result<B::Storage> {
+    let mut cols = be.uninit(spec.c * spec.kh * spec.kw * spec.oh * spec.ow)?;
+    be.im2col_impl(Checked::new(Im2colArgs {
+        spec,
+        image: B::shorten(x),
+        cols: B::view_mut(&mut cols),
+    }))?;
+    Ok(cols)
 }
