@@ -632,7 +632,7 @@ fn depthwise_product(spec: &Col2imSpec, transposed: bool) -> MatmulSpec {
 
 /// The column matrix of one item of a depthwise convolution (`spec` checked, so its
 /// `c·kh·kw·oh·ow` elements are representable), by the backend's own im2col.
-fn depthwise_columns<B: BackendImpl + ?Sized>(
+fn depthwise_columns<B: BackendImpl>(
     be: &B,
     spec: &Col2imSpec,
     x: ViewOf<'_, B>,
