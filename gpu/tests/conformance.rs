@@ -109,6 +109,18 @@ macro_rules! kernels {
                 run($m, Kernel::Col2im)
             }
             #[test]
+            fn depthwise_conv() {
+                run($m, Kernel::DepthwiseConv)
+            }
+            #[test]
+            fn depthwise_grad_input() {
+                run($m, Kernel::DepthwiseGradInput)
+            }
+            #[test]
+            fn depthwise_grad_weight() {
+                run($m, Kernel::DepthwiseGradWeight)
+            }
+            #[test]
             fn avg_pool2d() {
                 run($m, Kernel::AvgPool2d)
             }
