@@ -49,3 +49,16 @@ pub trait MemoryPool: Send + Sync {
     /// Starts a new peak measurement: `peak_bytes` becomes `outstanding_bytes`.
     fn reset_peak(&self);
 }
+
+/// Checks the argument of [`MemoryPool::set_limit`], the same way for every pool: a limit
+/// of 0 bytes admits no buffer and is refused (`None` removes the limit).
+pub fn check_limit(limit: Option<usize>) -> Result<()> {
+    if limit == Some(0) {
+        return Err(crate::Error::invalid(
+            "set_limit",
+            "limit",
+            "a limit of 0 bytes admits no buffer; pass None to remove the limit",
+        ));
+    }
+    Ok(())
+}

@@ -275,13 +275,7 @@ impl MemoryPool for BufferPool {
     }
 
     fn set_limit(&self, limit: Option<usize>) -> Result<()> {
-        if limit == Some(0) {
-            return Err(Error::invalid(
-                "set_limit",
-                "limit",
-                "must be positive (None removes the limit)",
-            ));
-        }
+        exactgrad_core::memory::check_limit(limit)?;
         let limit = limit.unwrap_or(usize::MAX);
         self.limit.store(limit, Ordering::Relaxed);
         if self.held.load(Ordering::Relaxed) > limit {

@@ -186,13 +186,7 @@ impl MemoryPool for BufferPool {
     }
 
     fn set_limit(&self, limit: Option<usize>) -> Result<()> {
-        if limit == Some(0) {
-            return Err(Error::invalid(
-                "set_limit",
-                "limit",
-                "a limit of 0 bytes admits no buffer; pass None to remove the limit",
-            ));
-        }
+        exactgrad_core::memory::check_limit(limit)?;
         let mut g = self.lock();
         g.stats.limit = limit;
         if let Some(l) = limit {
