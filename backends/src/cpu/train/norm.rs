@@ -45,6 +45,12 @@ fn sums8(
 /// Groups whose sums advance together.
 const LANES: usize = 8;
 
+/// Outputs per task of the per-position parameter gradients (`PerR`): eight AVX-512
+/// vectors of f64 sums each for dw and db. Measured against 32 and 128 on an AMD EPYC
+/// (family 25 model 17, one thread): a layer norm's backward over `[8192, 768]` took
+/// 22.5–22.8, 16.6–18.8 and 18.0–20.1 ms.
+const PER_R: usize = 64;
+
 /// As [`sums8n`] for a full block of [`LANES`] groups, with `f(ga, xa, r)` given the
 /// lanes' elements at one position `r` of `a` and `b` (two arrays of the input's layout)
 /// as vectors, so that the lane loops of `f` and the accumulation vectorise across the
@@ -579,6 +585,67 @@ pub(crate) fn norm_backward(
         });
     }
     let params = s.params();
+    if matches!(s.param, NormParam::PerR) && (dw.is_some() || db.is_some()) {
+        // Outputs are consecutive r; their elements lie one row apart. Tasks of PER_R
+        // outputs (a layer norm's 128 parameters are two tasks, not one), dw and db in
+        // one pass over the rows, each output its
+        // own sum in row order (the same sums as one output at a time). A whole task's
+        // outputs are fixed-size arrays, which the compiler keeps in vector registers.
+        let pw = dw.take().map(|v| SendPtr(v.as_mut_ptr()));
+        let pb = db.take().map(|v| SendPtr(v.as_mut_ptr()));
+        ranges(ctx, params, PER_R, |k0, k1| {
+            // SAFETY: `isa` is the backend's; the task owns outputs k0..k1 of dw and db.
+            unsafe {
+                on_isa!(isa, {
+                    let (mut aw, mut ab) = ([0.0f64; PER_R], [0.0f64; PER_R]);
+                    let len = k1 - k0;
+                    for p in 0..s.p {
+                        for q in 0..s.q {
+                            let base = (p * s.q + q) * s.r + k0;
+                            let (mu, c, rs) = (st.mean[q], st.corr[q], st.rstd[q]);
+                            let gr = &g[base..base + len];
+                            // x is read only for dw (it may be empty when only db is asked).
+                            let xr = if pw.is_some() {
+                                &x[base..base + len]
+                            } else {
+                                &[]
+                            };
+                            if len == PER_R {
+                                let gr: &[f32; PER_R] = gr.try_into().expect("PER_R elements");
+                                if let Ok(xr) = <&[f32; PER_R]>::try_from(xr) {
+                                    for j in 0..PER_R {
+                                        let xh = ((xr[j] - mu) - c) * rs;
+                                        aw[j] += f64::from(gr[j]) * f64::from(xh);
+                                    }
+                                }
+                                if pb.is_some() {
+                                    for j in 0..PER_R {
+                                        ab[j] += f64::from(gr[j]);
+                                    }
+                                }
+                            } else {
+                                for (j, &gv) in gr.iter().enumerate() {
+                                    if let Some(&xv) = xr.get(j) {
+                                        let xh = ((xv - mu) - c) * rs;
+                                        aw[j] += f64::from(gv) * f64::from(xh);
+                                    }
+                                    ab[j] += f64::from(gv);
+                                }
+                            }
+                        }
+                    }
+                    for (out, acc) in [(pw, &aw), (pb, &ab)] {
+                        if let Some(po) = out {
+                            let o = part(po, k0, len);
+                            for (o, a) in o.iter_mut().zip(acc.iter()) {
+                                *o = canon(mode, *a as f32);
+                            }
+                        }
+                    }
+                })
+            }
+        });
+    }
     for (out, with_x) in [(dw, true), (db, false)] {
         let Some(out) = out else { continue };
         let term = |i: usize, q: usize| {
@@ -606,41 +673,8 @@ pub(crate) fn norm_backward(
                     }
                 });
             }
-            NormParam::PerR => {
-                // Outputs are consecutive r; their elements lie one row apart. Tasks of 32
-                // outputs (four AVX-512 vectors of f64 sums), so that a layer norm's
-                // 128 parameters are four tasks, not one.
-                let po = SendPtr(out.as_mut_ptr());
-                let per = 32;
-                ranges(ctx, params, per, |k0, k1| {
-                    // SAFETY: `isa` is the backend's; the task owns outputs k0..k1.
-                    unsafe {
-                        on_isa!(isa, {
-                            let mut acc = [0.0f64; 32];
-                            let acc = &mut acc[..k1 - k0];
-                            for p in 0..s.p {
-                                for q in 0..s.q {
-                                    let base = (p * s.q + q) * s.r;
-                                    let (mu, c, rs) = (st.mean[q], st.corr[q], st.rstd[q]);
-                                    for (j, a) in acc.iter_mut().enumerate() {
-                                        let i = base + k0 + j;
-                                        *a += if with_x {
-                                            let xh = ((x[i] - mu) - c) * rs;
-                                            f64::from(g[i]) * f64::from(xh)
-                                        } else {
-                                            f64::from(g[i])
-                                        };
-                                    }
-                                }
-                            }
-                            let o = part(po, k0, k1 - k0);
-                            for (o, a) in o.iter_mut().zip(acc.iter()) {
-                                *o = canon(mode, *a as f32);
-                            }
-                        })
-                    }
-                });
-            }
+            // Computed above, both in one pass.
+            NormParam::PerR => {}
             NormParam::Group { .. } => {
                 let po = SendPtr(out.as_mut_ptr());
                 ranges(ctx, params, 1, |k, _| {
