@@ -52,6 +52,7 @@ pub trait MemoryPool: Send + Sync {
 
 /// Checks the argument of [`MemoryPool::set_limit`], the same way for every pool: a limit
 /// of 0 bytes admits no buffer and is refused (`None` removes the limit).
+#[cfg(feature = "alloc")]
 pub fn check_limit(limit: Option<usize>) -> Result<()> {
     if limit == Some(0) {
         return Err(crate::Error::invalid(
