@@ -477,40 +477,6 @@ fn eval_portable_rejects_bad_arguments() {
         .is_empty());
 }
 
-/// The integer square root on all 2^32 inputs against the host (blocks of 2^24
-/// computed on the device from their index, no upload). Slow on lavapipe: run by
-/// `.ci/gpu-all`.
-#[test]
-#[ignore = "all 2^32 inputs take minutes on lavapipe; .ci/gpu-all runs it"]
-fn soft_sqrt_on_every_input() {
-    let Some(dev) = backend(ComputeMode::Exact) else {
-        return;
-    };
-    let block = 1usize << 24;
-    let mut bad = 0u64;
-    let mut first = Vec::new();
-    let t = std::time::Instant::now();
-    for k in 0..(1u64 << 32) / block as u64 {
-        let start = (k * block as u64) as u32;
-        let got = dev.soft_sqrt_range(start, block).unwrap();
-        for (j, &g) in got.iter().enumerate() {
-            let x = start.wrapping_add(j as u32);
-            let want = f32::from_bits(x).sqrt().to_bits();
-            if !same32(g, want) {
-                bad += 1;
-                if first.len() < 8 {
-                    first.push(format!("{x:#010x}: {g:#010x}, host {want:#010x}"));
-                }
-            }
-        }
-    }
-    println!(
-        "integer sqrt on all 2^32 inputs: {bad} differ ({:.0} s)",
-        t.elapsed().as_secs_f64()
-    );
-    assert_eq!(bad, 0, "{first:?}");
-}
-
 /// The integer fused multiply-add (fast mode's without a correctly rounded device `fma`
 /// and without exact f64) against `f32::mul_add`: the inputs that defeat rounding through
 /// f64 twice, products that cancel the addend, subnormal and overflowing results, edge

@@ -74,36 +74,3 @@ fn fast_mode_gives_the_hashes_of_the_fast_scalar_reference() {
     }
     assert_eq!(got, want);
 }
-
-/// ResNet-18 and the GPT-style decoder at bench size (`ResNetCase::pinned`,
-/// `GptCase::pinned`) in exact mode: the pinned gradient hashes. Minutes on lavapipe, so
-/// only on request: `cargo test --release --test reference_models -- --ignored`.
-#[test]
-#[ignore]
-fn exact_mode_gives_the_pinned_hashes_of_the_large_models() {
-    use exactgrad::nn::reference::{GptCase, ResNetCase};
-    let Some(gpu) = backend(ComputeMode::Exact) else {
-        return;
-    };
-    let t = std::time::Instant::now();
-    let gpt = GptCase::pinned(&gpu)
-        .unwrap()
-        .forward_backward()
-        .unwrap()
-        .hash()
-        .unwrap();
-    println!("gpt: {gpt:#018x} ({:.0} s)", t.elapsed().as_secs_f64());
-    let t = std::time::Instant::now();
-    let resnet = ResNetCase::pinned(&gpu)
-        .unwrap()
-        .forward_backward()
-        .unwrap()
-        .hash()
-        .unwrap();
-    println!(
-        "resnet18: {resnet:#018x} ({:.0} s)",
-        t.elapsed().as_secs_f64()
-    );
-    assert_eq!(gpt, PINNED_HASHES[5].1);
-    assert_eq!(resnet, PINNED_HASHES[4].1);
-}
