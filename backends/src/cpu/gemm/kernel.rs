@@ -151,12 +151,12 @@ pub(super) trait Kernel {
     );
 
     /// One edge tile of `rows × cols` (at most `MR × NR`) at `c` (row stride `ldc`), on
-    /// the smallest kernel covering it: `MH` or `MR` rows; [`Kernel::edge_lanes`] lanes;
-    /// `bstep` as for [`Kernel::full`]. The kernel reads and writes all the rows and
-    /// lanes it covers.
+    /// the smallest kernel covering it: [`Kernel::edge_rows`] rows,
+    /// [`Kernel::edge_lanes`] lanes; `bstep` as for [`Kernel::full`]. The kernel reads
+    /// and writes all the rows and lanes it covers.
     ///
     /// # Safety
-    /// The contract of [`micro`] for a tile of `MH` (when `rows <= MH`) or `MR` rows of
+    /// The contract of [`micro`] for a tile of `edge_rows(rows, edge_lanes(cols))` rows of
     /// `edge_lanes(cols)` lanes at `c` with row stride `ldc`, and the CPU has the
     /// kernel's target features.
     #[allow(clippy::too_many_arguments)]
@@ -175,28 +175,27 @@ pub(super) trait Kernel {
         last: bool,
     );
 
-    /// One tile of exactly `rows` rows and all `NR` columns at `c` (row stride `ldc`), in
-    /// place, on a kernel of that many rows, when the kernel has one for `rows` (the
-    /// counts below `MR` other than `MH`): no row is computed for nothing and nothing
-    /// goes through a scratch tile. Returns whether it ran; the tile is untouched if not.
-    ///
-    /// # Safety
-    /// The contract of [`micro`] for a tile of `rows` rows of `NR` columns at `c` with
-    /// row stride `ldc`, and the CPU has the kernel's target features.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn short(
-        kc: usize,
-        a: *const f32,
-        al: APanel,
-        b: *const f32,
-        bstep: usize,
-        seg: usize,
-        c: *mut f32,
-        ldc: usize,
-        rows: usize,
-        load: bool,
-        last: bool,
-    ) -> bool;
+    /// Row counts below `MR` other than `MH` that have a kernel of their own over all
+    /// `NR / W` lanes: the last tile of a product whose rows are not a multiple of `MR`
+    /// (64 rows on a 6-row tile leave 4) then runs on exactly its rows, in place, rather
+    /// than on the `MR`-row kernel over a scratch tile.
+    const SHORT: &'static [usize];
+
+    /// The rows the edge kernel computes for a tile of `rows` rows over `lanes` lanes:
+    /// `rows` itself when it is `MR`, `MH` or, over all lanes, one of [`Kernel::SHORT`];
+    /// otherwise `MH` when `rows <= MH`, else `MR`.
+    fn edge_rows(rows: usize, lanes: usize) -> usize {
+        if rows == Self::MR
+            || rows == Self::MH
+            || (lanes == Self::NR / Self::W && Self::SHORT.contains(&rows))
+        {
+            rows
+        } else if rows <= Self::MH {
+            Self::MH
+        } else {
+            Self::MR
+        }
+    }
 
     /// The lanes the edge kernel runs for `cols` columns: one, two or all `NR / W`.
     fn edge_lanes(cols: usize) -> usize {
@@ -220,6 +219,7 @@ macro_rules! kernel {
             const MH: usize = $mh;
             const W: usize = <$lane as SimdLane>::WIDTH;
             const NR: usize = $nv * <$lane as SimdLane>::WIDTH;
+            const SHORT: &'static [usize] = &[$($short),*];
 
             fn pack_a(
                 job: &Job<'_>,
@@ -297,76 +297,32 @@ macro_rules! kernel {
         seg: usize,
                     c: *mut f32,
                     ldc: usize,
-                    short: bool,
+                    rows: usize,
                     lanes: usize,
                     load: bool,
                     last: bool,
                 ) {
-                    // SAFETY: `edge`'s caller guarantees `micro`'s contract for MH or MR
-                    // rows of `lanes` lanes at `c` (1, 2 when 2 < NV, or NV: `edge_lanes`)
-                    // and the target features `imp` is compiled with.
+                    // SAFETY: `edge`'s caller guarantees `micro`'s contract for
+                    // `edge_rows(rows, lanes)` rows of `lanes` lanes at `c` (1, 2 when 2 <
+                    // NV, or NV: `edge_lanes`) and the target features `imp` is compiled
+                    // with; each arm runs the kernel of exactly those rows and lanes.
                     unsafe {
-                        match (short, lanes) {
-                            (true, 1) => micro::<$lane, $mode, $step, $mh, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
-                            (true, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mh, 2>(kc, a, al, b, bstep, seg, c, ldc, load, last),
-                            (true, _) => micro::<$lane, $mode, $step, $mh, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),
-                            (false, 1) => micro::<$lane, $mode, $step, $mr, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
-                            (false, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mr, 2>(kc, a, al, b, bstep, seg, c, ldc, load, last),
-                            (false, _) => micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                        match (rows, lanes) {
+                            $(($short, _) if lanes == $nv => micro::<$lane, $mode, $step, $short, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),)*
+                            (r, 1) if r <= $mh => micro::<$lane, $mode, $step, $mh, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (r, 2) if r <= $mh && 2 < $nv => micro::<$lane, $mode, $step, $mh, 2>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (r, _) if r <= $mh => micro::<$lane, $mode, $step, $mh, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (_, 1) => micro::<$lane, $mode, $step, $mr, 1>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            (_, 2) if 2 < $nv => micro::<$lane, $mode, $step, $mr, 2>(kc, a, al, b, bstep, seg, c, ldc, load, last),
+                            _ => micro::<$lane, $mode, $step, $mr, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last),
                         }
                     }
                 }
                 // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
                 // contract for the tile at `c`, both guaranteed by the caller of `edge`.
                 unsafe {
-                    imp(kc, a, al, b, bstep, seg, c, ldc, rows <= $mh, Self::edge_lanes(cols), load, last)
+                    imp(kc, a, al, b, bstep, seg, c, ldc, rows, Self::edge_lanes(cols), load, last)
                 }
-            }
-
-            #[inline(always)]
-            unsafe fn short(
-                kc: usize,
-                a: *const f32,
-                al: APanel,
-                b: *const f32,
-                bstep: usize,
-                seg: usize,
-                c: *mut f32,
-                ldc: usize,
-                rows: usize,
-                load: bool,
-                last: bool,
-            ) -> bool {
-                #[inline(never)]
-                #[allow(clippy::too_many_arguments, unused_variables)]
-                $(#[target_feature(enable = $feature)])?
-                unsafe fn imp(
-                    kc: usize,
-                    a: *const f32,
-                    al: APanel,
-                    b: *const f32,
-                    bstep: usize,
-                    seg: usize,
-                    c: *mut f32,
-                    ldc: usize,
-                    rows: usize,
-                    load: bool,
-                    last: bool,
-                ) -> bool {
-                    match rows {
-                        $($short => {
-                            // SAFETY: `short`'s caller guarantees `micro`'s contract for
-                            // `rows` rows of NV lanes at `c` and the target features `imp`
-                            // is compiled with; this kernel has exactly `rows` rows.
-                            unsafe { micro::<$lane, $mode, $step, $short, $nv>(kc, a, al, b, bstep, seg, c, ldc, load, last) };
-                            true
-                        })*
-                        _ => false,
-                    }
-                }
-                // SAFETY: `imp` needs the kernel's target features and `micro`'s pointer
-                // contract for the tile at `c`, both guaranteed by the caller of `short`.
-                unsafe { imp(kc, a, al, b, bstep, seg, c, ldc, rows, load, last) }
             }
         }
     };

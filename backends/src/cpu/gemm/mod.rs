@@ -682,33 +682,7 @@ unsafe fn tile<K: Kernel>(
         }
         return;
     }
-    // The last rows of a product whose row count is not a multiple of MR (64 rows on a
-    // 6-row tile leave 4): a kernel of exactly that many rows, in place, rather than the
-    // MR-row one on a scratch tile, which computes rows for nothing and copies the rest.
-    if uniform
-        && cols == nr
-        && rows < mr
-        && rows != K::MH
-        // SAFETY: as for the full tile, for `rows` rows of all NR columns.
-        && unsafe {
-            K::short(
-                kc,
-                a,
-                al,
-                b,
-                bstep,
-                seg,
-                dst.ptr.0.add(c0),
-                dst.rs,
-                rows,
-                load,
-                last,
-            )
-        }
-    {
-        return;
-    }
-    if uniform && lanes * K::W == cols && (rows == mr || rows == K::MH) {
+    if uniform && lanes * K::W == cols && K::edge_rows(rows, lanes) == rows {
         // The edge kernel covers exactly the tile: it runs in place.
         // SAFETY: as for the full tile, for the tile's rows (MH or MR) and its `lanes`
         // whole lanes (`lanes · W == cols` columns).
