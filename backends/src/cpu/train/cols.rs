@@ -247,6 +247,21 @@ fn col2im_padded(
     }
 }
 
+/// Writes one channel's plane (`H × W`) into `padded` (`(H + 2·ph) × (W + 2·pw)`
+/// elements) with its padding as `+0`: what im2col's `+0` and the depthwise kernels'
+/// taps read.
+#[inline(always)]
+pub(super) fn pad_plane(s: &Col2imSpec, plane: &[f32], padded: &mut [f32]) {
+    let (ph, pw) = (s.padding[0], s.padding[1]);
+    let wp = s.w + 2 * pw;
+    padded.fill(0.0);
+    if s.w > 0 {
+        for (r, src) in plane.chunks_exact(s.w).enumerate() {
+            copy_run(&mut padded[(r + ph) * wp + pw..][..s.w], src);
+        }
+    }
+}
+
 /// One channel of the image with its padding written out as `+0` (in the thread's
 /// scratch), so that im2col reads every tap's rows without bounds.
 struct PaddedPlane<'a> {
@@ -278,10 +293,7 @@ impl PaddedPlane<'_> {
         let wp = s.w + 2 * pw;
         let padded = &mut buf[..(s.h + 2 * ph) * wp];
         if self.channel != Some(c) {
-            padded.fill(0.0);
-            for (r, src) in plane.chunks_exact(s.w).enumerate() {
-                copy_run(&mut padded[(r + ph) * wp + pw..][..s.w], src);
-            }
+            pad_plane(s, plane, padded);
             self.channel = Some(c);
         }
         // Output (y, x) reads padded row y·sh + i·dh, column x·sw + j·dw: inside the

@@ -9,6 +9,7 @@
 //! im2col does; when that plane would be much larger than the image (a padding far
 //! larger than the plane), the taps are read through bounds instead, with the same `+0`.
 
+use super::cols::pad_plane;
 use super::{canon_all, part, per_task, ranges};
 use crate::cpu::{ComputeContext, Isa, SendPtr};
 use crate::scalar::ModeSpec;
@@ -95,14 +96,7 @@ fn taps<'a>(s: &'a Col2imSpec, plane: &'a [f32], scratch: &'a mut Vec<f32>) -> T
         scratch.resize(len, 0.0);
     }
     let padded = &mut scratch[..len];
-    padded.fill(0.0);
-    let (ph, pw) = (s.padding[0], s.padding[1]);
-    let wp = s.w + 2 * pw;
-    if s.w > 0 {
-        for (r, src) in plane.chunks_exact(s.w).enumerate() {
-            padded[(r + ph) * wp + pw..][..s.w].copy_from_slice(src);
-        }
-    }
+    pad_plane(s, plane, padded);
     Taps {
         s,
         data: padded,
