@@ -11,7 +11,7 @@ use exactgrad_core::{Backend, ComputeMode, Philox};
 use exactgrad_wgpu::TILED_MATMUL_ENV;
 
 mod common;
-use common::backend;
+use common::{backend, bits_of};
 
 fn product<B: Backend>(be: &B, spec: &MatmulSpec, a: &[f32], b: &[f32], len: usize) -> Vec<u32> {
     let sa = be.storage_from_vec(a.to_vec()).unwrap();
@@ -19,11 +19,7 @@ fn product<B: Backend>(be: &B, spec: &MatmulSpec, a: &[f32], b: &[f32], len: usi
     let mut out = be.zeros(len).unwrap();
     be.matmul(spec, B::view(&sa), B::view(&sb), B::view_mut(&mut out))
         .unwrap();
-    B::storage_to_vec(&out)
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
+    bits_of::<B>(&out)
 }
 
 /// Random values with a share of −0, +0, ±∞, NaN, subnormals and cancelling pairs.

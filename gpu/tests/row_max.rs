@@ -15,7 +15,7 @@ use exactgrad_backends::{FastScalarRefBackend, ScalarRefBackend};
 use exactgrad_core::{Backend, ComputeMode, Philox};
 
 mod common;
-use common::backend;
+use common::{backend, bits_of};
 
 /// The softmax (or log-softmax) of `x` as `rows × cols` on `b`, as bit patterns.
 fn softmax<B: Backend>(b: &B, x: &[f32], rows: usize, cols: usize, log: bool) -> Vec<u32> {
@@ -23,11 +23,7 @@ fn softmax<B: Backend>(b: &B, x: &[f32], rows: usize, cols: usize, log: bool) ->
     let mut out = b.zeros(x.len()).unwrap();
     b.softmax(B::view(&xs), rows, cols, log, B::view_mut(&mut out))
         .unwrap();
-    B::storage_to_vec(&out)
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
+    bits_of::<B>(&out)
 }
 
 /// Compares the device, with the row maximum split and not, with the reference of each
