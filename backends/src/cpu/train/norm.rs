@@ -645,6 +645,7 @@ pub(crate) fn norm_backward(
                 })
             }
         });
+        return;
     }
     for (out, with_x) in [(dw, true), (db, false)] {
         let Some(out) = out else { continue };
@@ -673,9 +674,8 @@ pub(crate) fn norm_backward(
                     }
                 });
             }
-            // Computed above, both in one pass.
-            NormParam::PerR => {}
-            NormParam::Group { .. } => {
+            // Any parameter layout, one output at a time (`PerR` takes the pass above).
+            NormParam::Group { .. } | NormParam::PerR => {
                 let po = SendPtr(out.as_mut_ptr());
                 ranges(ctx, params, 1, |k, _| {
                     let mut acc = 0.0f64;
